@@ -1,0 +1,408 @@
+"""The targets file and patch series files, parsed once into typed objects.
+
+``targets.toml`` declares build targets (upstream pins, series, local version label,
+CUDA lane, SM arch list). A series file (``patches/series.toml``) lists patches in order
+with their pins and policy. Both are validated here; every later stage takes the typed
+objects and never reads the files again.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from builder.errors import BuilderError
+from builder.intent import IntentCheck, parse_intent_check
+
+SourceKind = Literal["sdist", "git"]
+SOURCE_KINDS: tuple[SourceKind, ...] = ("sdist", "git")
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+# PEP 440 local version label: alphanumerics separated by dots.
+_LOCAL_LABEL = re.compile(r"^[a-z0-9]+(\.[a-z0-9]+)*$")
+_ARCH = re.compile(r"^\d+\.\d+[af]?$")
+
+
+@dataclass(frozen=True)
+class SdistPin:
+    """An sdist on a package index, pinned by sha256.
+
+    Attributes:
+        project: the index project name (``sglang``).
+        version: the release version (``0.5.9``).
+        sha256: hex sha256 of the ``.tar.gz``; the file is found on the index by it.
+        url: optional direct URL (``https://``, ``http://`` or ``file://``); when absent
+            the index's JSON simple API (PEP 691) is asked for the file with this sha256.
+    """
+
+    project: str
+    version: str
+    sha256: str
+    url: str | None = None
+
+    @property
+    def filename(self) -> str:
+        """The sdist file name per the sdist spec: ``{normalized name}-{version}.tar.gz``."""
+        return f"{canonicalize_name(self.project).replace('-', '_')}-{self.version}.tar.gz"
+
+    def describe(self) -> dict[str, Any]:
+        """Return the pin as JSON-ready data (for reports and provenance)."""
+        return {"kind": "sdist", "project": self.project, "version": self.version,
+                "sha256": self.sha256, "url": self.url}
+
+
+@dataclass(frozen=True)
+class GitPin:
+    """A git repository pinned by a full 40-hex commit (a tag or branch is never a pin).
+
+    Attributes:
+        url: any URL or local path git can clone from.
+        commit: the full lowercase 40-hex commit id.
+    """
+
+    url: str
+    commit: str
+
+    def describe(self) -> dict[str, Any]:
+        """Return the pin as JSON-ready data (for reports and provenance)."""
+        return {"kind": "git", "url": self.url, "commit": self.commit}
+
+
+Pin = SdistPin | GitPin
+
+
+@dataclass(frozen=True)
+class Target:
+    """One build target from the targets file.
+
+    Attributes:
+        name: the target's name (``sglang-0.5.9``).
+        upstream_version: the upstream release version the pins point at.
+        local_label: PEP 440 local version label (``sm120.1``).
+        series: path of the patch series file.
+        sources: the pins, in order of preference; at least one.
+        prefer: which source kind to use unless the user asks for another.
+        cuda_lane: CUDA ``major.minor`` used by the kernel stage (``12.9``).
+        arch_list: SM arch list for the kernel stage (``("12.0a",)``).
+    """
+
+    name: str
+    upstream_version: Version
+    local_label: str
+    series: Path
+    sources: tuple[Pin, ...]
+    prefer: SourceKind
+    cuda_lane: str
+    arch_list: tuple[str, ...]
+
+    @property
+    def version(self) -> str:
+        """The version our wheel carries: ``<upstream>+<local label>`` (PEP 440)."""
+        return f"{self.upstream_version}+{self.local_label}"
+
+    def pin(self, kind: SourceKind | None = None) -> Pin:
+        """Return the first pin of ``kind`` (default: the preferred kind).
+
+        Raises:
+            BuilderError: the target declares no source of that kind.
+        """
+        wanted = kind or self.prefer
+        for pin in self.sources:
+            if (wanted == "sdist") == isinstance(pin, SdistPin):
+                return pin
+        declared = ", ".join(sorted({"sdist" if isinstance(p, SdistPin) else "git"
+                                     for p in self.sources}))
+        raise BuilderError(f"target {self.name!r} declares no {wanted} source (it has: {declared})",
+                           "add a [[target.source]] of that kind to the targets file, "
+                           "or choose another with --source")
+
+    def describe(self) -> dict[str, Any]:
+        """Return the target as JSON-ready data."""
+        return {"name": self.name, "upstream_version": str(self.upstream_version),
+                "version": self.version, "local_label": self.local_label,
+                "series": str(self.series), "prefer": self.prefer,
+                "sources": [p.describe() for p in self.sources],
+                "cuda_lane": self.cuda_lane, "arch_list": list(self.arch_list)}
+
+
+@dataclass(frozen=True)
+class TargetsFile:
+    """The parsed targets file.
+
+    Attributes:
+        path: where it was read from.
+        default: the name of the default target.
+        targets: targets by name, in file order.
+    """
+
+    path: Path
+    default: str
+    targets: dict[str, Target]
+
+    def get(self, name: str | None) -> Target:
+        """Return target ``name`` (``None``: the default target).
+
+        Raises:
+            BuilderError: no target has that name; the message lists the known ones.
+        """
+        wanted = name or self.default
+        try:
+            return self.targets[wanted]
+        except KeyError:
+            known = ", ".join(self.targets)
+            raise BuilderError(f"unknown target {wanted!r} in {self.path}",
+                               f"known targets: {known} (python -m builder targets)") from None
+
+
+@dataclass(frozen=True)
+class FuzzAllowance:
+    """Permission for a patch to need fuzz on some upstream versions, with the reason."""
+
+    versions: SpecifierSet
+    max_fuzz: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class SeriesEntry:
+    """One patch of a series.
+
+    Attributes:
+        path: the patch file.
+        sha256: the pinned hex sha256 of the file (``None`` for an ad-hoc ``--patch``).
+        strip: the fixed strip level (``-p``), never guessed.
+        versions: upstream versions the patch applies to (PEP 440 specifiers).
+        max_fuzz: fuzz allowed everywhere in ``versions`` (default 0).
+        allowances: more fuzz allowed on narrower version ranges, each with a reason.
+        intents: checks that must hold on the patched tree.
+        description: one line for reports.
+    """
+
+    path: Path
+    sha256: str | None
+    strip: int
+    versions: SpecifierSet
+    max_fuzz: int = 0
+    allowances: tuple[FuzzAllowance, ...] = ()
+    intents: tuple[IntentCheck, ...] = ()
+    description: str = ""
+
+    @property
+    def name(self) -> str:
+        """The patch's file name."""
+        return self.path.name
+
+    def applies_to(self, version: Version) -> bool:
+        """True when ``version`` (pre-releases included) is inside the declared range."""
+        return self.versions.contains(version, prereleases=True)
+
+    def fuzz_limit(self, version: Version) -> tuple[int, str]:
+        """Return ``(max fuzz, reason)`` in force for ``version``.
+
+        The largest matching allowance wins; with none, the entry's ``max_fuzz`` applies
+        and the reason is empty.
+        """
+        limit, reason = self.max_fuzz, ""
+        for allowance in self.allowances:
+            if allowance.versions.contains(version, prereleases=True) and \
+                    allowance.max_fuzz > limit:
+                limit, reason = allowance.max_fuzz, allowance.reason
+        return limit, reason
+
+
+@dataclass(frozen=True)
+class Series:
+    """An ordered patch series.
+
+    Attributes:
+        path: the series file (``None`` for an ad-hoc series built from ``--patch``).
+        entries: the patches in application order.
+    """
+
+    path: Path | None
+    entries: tuple[SeriesEntry, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def single(cls, patch: Path, *, strip: int = 1, max_fuzz: int = 0) -> Series:
+        """Build an unpinned one-patch series for trying a patch (``patch --patch FILE``)."""
+        entry = SeriesEntry(path=patch, sha256=None, strip=strip, versions=SpecifierSet(),
+                            max_fuzz=max_fuzz, description="ad-hoc patch")
+        return cls(path=None, entries=(entry,))
+
+
+def _read_toml(path: Path, what: str) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise BuilderError(f"{what} not found: {path}",
+                           "check the path, or run from the project's root folder") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise BuilderError(f"{what} {path} is not valid TOML: {exc}",
+                           "fix the syntax error at the position shown") from None
+
+
+def _require(table: dict[str, Any], key: str, kind: type, where: str) -> Any:
+    if key not in table:
+        raise BuilderError(f"{where}: missing key {key!r}", "see README.md for the file format")
+    value = table[key]
+    if not isinstance(value, kind):
+        raise BuilderError(f"{where}: {key!r} must be a {kind.__name__}, got {value!r}",
+                           "see README.md for the file format")
+    return value
+
+
+def _specifier(text: str, where: str) -> SpecifierSet:
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier:
+        raise BuilderError(f"{where}: {text!r} is not a PEP 440 version range",
+                           "write it like '>=0.5.7,<0.5.11'") from None
+
+
+def _parse_source(table: dict[str, Any], where: str) -> Pin:
+    kind = _require(table, "kind", str, where)
+    if kind == "sdist":
+        sha = _require(table, "sha256", str, where).lower()
+        if not _SHA256.match(sha):
+            raise BuilderError(f"{where}: sha256 {sha!r} is not 64 hex digits",
+                               "copy the sha256 from the index's file listing")
+        url = table.get("url")
+        if url is not None and not isinstance(url, str):
+            raise BuilderError(f"{where}: 'url' must be a string", "")
+        return SdistPin(project=_require(table, "project", str, where),
+                        version=_require(table, "version", str, where), sha256=sha, url=url)
+    if kind == "git":
+        commit = _require(table, "commit", str, where)
+        if not _COMMIT.match(commit):
+            raise BuilderError(
+                f"{where}: git pin {commit!r} is not a full 40-hex commit id",
+                "a tag or branch can move; pin the commit (git rev-parse TAG^{commit})")
+        return GitPin(url=_require(table, "url", str, where), commit=commit)
+    raise BuilderError(f"{where}: unknown source kind {kind!r}",
+                       f"use one of: {', '.join(SOURCE_KINDS)}")
+
+
+def _parse_target(table: dict[str, Any], base: Path, where: str) -> Target:
+    name = _require(table, "name", str, where)
+    where = f"{where} (target {name!r})"
+    try:
+        upstream = Version(_require(table, "upstream_version", str, where))
+    except InvalidVersion:
+        raise BuilderError(f"{where}: upstream_version is not a PEP 440 version", "") from None
+    label = _require(table, "local_label", str, where)
+    if not _LOCAL_LABEL.match(label):
+        raise BuilderError(f"{where}: local_label {label!r} is not a PEP 440 local label",
+                           "use lowercase letters and digits separated by dots, e.g. sm120.1")
+    sources = tuple(_parse_source(s, f"{where} source #{i}")
+                    for i, s in enumerate(_require(table, "source", list, where), 1))
+    if not sources:
+        raise BuilderError(f"{where}: declares no source", "add a [[target.source]] table")
+    prefer = table.get("prefer", "sdist" if any(isinstance(s, SdistPin) for s in sources)
+                       else "git")
+    if prefer not in SOURCE_KINDS:
+        raise BuilderError(f"{where}: prefer must be one of {SOURCE_KINDS}", "")
+    for pin in sources:
+        if isinstance(pin, SdistPin) and Version(pin.version) != upstream:
+            raise BuilderError(f"{where}: sdist version {pin.version} differs from "
+                               f"upstream_version {upstream}", "make them agree")
+    arch_list = tuple(_require(table, "arch_list", list, where))
+    for arch in arch_list:
+        if not isinstance(arch, str) or not _ARCH.match(arch):
+            raise BuilderError(f"{where}: arch {arch!r} is not like '12.0a' or '12.0f'", "")
+    return Target(name=name, upstream_version=upstream, local_label=label,
+                  series=(base / _require(table, "series", str, where)).resolve(),
+                  sources=sources, prefer=prefer,
+                  cuda_lane=_require(table, "cuda_lane", str, where), arch_list=arch_list)
+
+
+def load_targets(path: Path) -> TargetsFile:
+    """Read and validate a targets file.
+
+    Args:
+        path: the TOML file (``targets.toml``); relative series paths resolve against
+            its folder.
+
+    Returns:
+        The parsed file.
+
+    Raises:
+        BuilderError: the file is missing, not TOML, or breaks the schema (message names
+            the target and key).
+    """
+    data = _read_toml(path, "targets file")
+    where = str(path)
+    tables = _require(data, "target", list, where)
+    targets: dict[str, Target] = {}
+    for index, table in enumerate(tables, 1):
+        target = _parse_target(table, path.parent, f"{where} target #{index}")
+        if target.name in targets:
+            raise BuilderError(f"{where}: target {target.name!r} is declared twice", "")
+        targets[target.name] = target
+    default = data.get("default") or next(iter(targets), "")
+    if default not in targets:
+        raise BuilderError(f"{where}: default target {default!r} is not declared",
+                           f"declared: {', '.join(targets)}")
+    return TargetsFile(path=path, default=default, targets=targets)
+
+
+def _parse_entry(table: dict[str, Any], base: Path, where: str) -> SeriesEntry:
+    file_name = _require(table, "file", str, where)
+    where = f"{where} ({file_name})"
+    sha = _require(table, "sha256", str, where).lower()
+    if not _SHA256.match(sha):
+        raise BuilderError(f"{where}: sha256 {sha!r} is not 64 hex digits",
+                           f"pin it with: sha256sum patches/{file_name}")
+    strip = _require(table, "strip", int, where)
+    if strip < 0:
+        raise BuilderError(f"{where}: strip level must be >= 0", "")
+    max_fuzz = table.get("max_fuzz", 0)
+    if not isinstance(max_fuzz, int) or not 0 <= max_fuzz <= 3:
+        raise BuilderError(f"{where}: max_fuzz must be an integer from 0 to 3", "")
+    allowances = []
+    for i, allowance in enumerate(table.get("fuzz_allowance", []), 1):
+        here = f"{where} fuzz_allowance #{i}"
+        fuzz = _require(allowance, "max_fuzz", int, here)
+        if not 0 <= fuzz <= 3:
+            raise BuilderError(f"{here}: max_fuzz must be from 0 to 3", "")
+        reason = _require(allowance, "reason", str, here).strip()
+        if not reason:
+            raise BuilderError(f"{here}: a fuzz allowance needs a reason", "say why it is safe")
+        allowances.append(FuzzAllowance(
+            versions=_specifier(_require(allowance, "versions", str, here), here),
+            max_fuzz=fuzz, reason=reason))
+    intents = tuple(parse_intent_check(t, f"{where} intent #{i}")
+                    for i, t in enumerate(table.get("intent", []), 1))
+    return SeriesEntry(path=(base / file_name).resolve(), sha256=sha, strip=strip,
+                       versions=_specifier(table.get("versions", ""), where),
+                       max_fuzz=max_fuzz, allowances=tuple(allowances), intents=intents,
+                       description=str(table.get("description", "")))
+
+
+def load_series(path: Path) -> Series:
+    """Read and validate a series file.
+
+    Args:
+        path: the TOML series file; patch file names resolve against its folder.
+
+    Returns:
+        The series, in application order.
+
+    Raises:
+        BuilderError: the file is missing, not TOML, or an entry breaks the schema.
+    """
+    data = _read_toml(path, "series file")
+    tables = data.get("patch", [])
+    if not isinstance(tables, list):
+        raise BuilderError(f"{path}: 'patch' must be an array of tables ([[patch]])", "")
+    entries = tuple(_parse_entry(t, path.parent, f"{path} patch #{i}")
+                    for i, t in enumerate(tables, 1))
+    return Series(path=path, entries=entries)

@@ -1,0 +1,137 @@
+"""Runs the stages in order for one target; what the CLI and nox sessions call.
+
+Each function takes :class:`Options` (parsed once from the command line) and returns the
+stage's result object, which the next stage takes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from builder.cache import Cache, default_cache_root
+from builder.config import Series, SourceKind, Target, load_series, load_targets
+from builder.errors import BuilderError
+from builder.patch import PatchResult, apply_series
+from builder.progress import Reporter
+from builder.source import DEFAULT_INDEX_URL, SourceResult, fetch_source, local_source
+from builder.wheel import WheelResult, build_wheel
+
+
+@dataclass(frozen=True)
+class Options:
+    """Everything a run needs, parsed once.
+
+    Attributes:
+        targets_file: the targets file.
+        target: the target's name (``None``: the default target).
+        cache_dir: the cache root.
+        index_url: simple index to find sdists on.
+        source: ``sdist`` or ``git`` (``None``: the target's preference).
+        git_url: replacement URL or path for the target's git pin.
+        source_dir: an existing tree to use instead of fetching.
+        upstream_version: the version of ``source_dir`` when it has no PKG-INFO.
+        series: a series file replacing the target's.
+        patch: a single patch replacing the target's series (ad hoc, unpinned).
+        strip: strip level for ``patch``.
+        max_fuzz: fuzz allowed for ``patch``.
+        dist_dir: where wheels go.
+        reporter: progress output.
+    """
+
+    targets_file: Path = Path("targets.toml")
+    target: str | None = None
+    cache_dir: Path = field(default_factory=default_cache_root)
+    index_url: str = DEFAULT_INDEX_URL
+    source: SourceKind | None = None
+    git_url: str | None = None
+    source_dir: Path | None = None
+    upstream_version: str | None = None
+    series: Path | None = None
+    patch: Path | None = None
+    strip: int = 1
+    max_fuzz: int = 0
+    dist_dir: Path = Path("dist")
+    reporter: Reporter = field(default_factory=lambda: Reporter(quiet=True))
+
+    @property
+    def cache(self) -> Cache:
+        """The cache at ``cache_dir``."""
+        return Cache(self.cache_dir)
+
+
+def select_target(options: Options) -> Target:
+    """Return the selected target from the targets file.
+
+    Raises:
+        BuilderError: the targets file is invalid or has no such target.
+    """
+    return load_targets(options.targets_file).get(options.target)
+
+
+def select_series(options: Options, target: Target | None) -> Series:
+    """Return the series to apply: ``--patch``, ``--series``, or the target's.
+
+    Raises:
+        BuilderError: both ``--patch`` and ``--series`` were given, or the file is invalid.
+    """
+    if options.patch and options.series:
+        raise BuilderError("--patch and --series exclude each other", "give one of them")
+    if options.patch:
+        return Series.single(options.patch, strip=options.strip, max_fuzz=options.max_fuzz)
+    if options.series:
+        return load_series(options.series)
+    if target is None:
+        raise BuilderError("no series to apply", "pass --series FILE or --patch FILE")
+    return load_series(target.series)
+
+
+def obtain_source(options: Options, target: Target | None) -> SourceResult:
+    """Fetch the target's pinned source, or describe ``--source-dir``.
+
+    Raises:
+        BuilderError: see :func:`builder.source.fetch_source` and
+            :func:`builder.source.local_source`.
+    """
+    if options.source_dir is not None:
+        version = options.upstream_version or (str(target.upstream_version)
+                                               if target and options.target else None)
+        return local_source(options.source_dir, version)
+    if target is None:
+        raise BuilderError("no source given", "pass --target NAME or --source-dir DIR")
+    return fetch_source(target, cache=options.cache, kind=options.source,
+                        index_url=options.index_url, git_url=options.git_url,
+                        reporter=options.reporter)
+
+
+def run_fetch(options: Options) -> SourceResult:
+    """Source stage for the selected target."""
+    return obtain_source(options, select_target(options))
+
+
+def run_patch(options: Options, *, in_place: bool = False, dry_run: bool = False
+              ) -> PatchResult:
+    """Source and patch stages.
+
+    A target is needed only when no ``--source-dir`` with ``--series``/``--patch`` is
+    given; with ``--source-dir`` and ``in_place`` the user's tree is patched itself.
+    """
+    ad_hoc = options.source_dir is not None and (options.series or options.patch)
+    target = None if ad_hoc and options.target is None else select_target(options)
+    source = obtain_source(options, target)
+    series = select_series(options, target)
+    result = apply_series(source, series, cache=options.cache, in_place=in_place,
+                          dry_run=dry_run)
+    return result
+
+
+def run_wheel(options: Options) -> WheelResult:
+    """Source, patch and wheel stages for the selected target; the wheel lands in dist."""
+    target = select_target(options)
+    source = obtain_source(options, target)
+    series = select_series(options, target)
+    patched = apply_series(source, series, cache=options.cache)
+    version = f"{source.upstream_version}+{target.local_label}"
+    return build_wheel(patched, version=version, cache=options.cache,
+                       dist_dir=options.dist_dir, target=target.name,
+                       reporter=options.reporter)

@@ -1,0 +1,52 @@
+"""Progress display on standard error (rich), silent when asked or not a terminal."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TransferSpeedColumn,
+)
+
+
+class Reporter:
+    """Where stages report progress. ``quiet`` silences everything (``--json`` runs).
+
+    Args:
+        quiet: print nothing.
+    """
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
+        self.console = Console(stderr=True, quiet=quiet, highlight=False)
+
+    def info(self, message: str) -> None:
+        """Print one line of progress."""
+        self.console.print(message)
+
+    @contextmanager
+    def download(self, label: str, total: int | None) -> Iterator[Progress]:
+        """Yield a byte progress bar (advance it with ``progress.advance(0, n)``)."""
+        progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                            TransferSpeedColumn(), console=self.console,
+                            disable=self.quiet, transient=False)
+        with progress:
+            progress.add_task(label, total=total)
+            yield progress
+
+    @contextmanager
+    def working(self, label: str) -> Iterator[None]:
+        """Show a spinner with the elapsed time while a long step runs."""
+        progress = Progress(TextColumn("{task.description}"), TimeElapsedColumn(),
+                            console=self.console, disable=self.quiet, transient=True)
+        with progress:
+            progress.add_task(label, total=None)
+            yield
+        self.info(f"{label} done")

@@ -1,0 +1,371 @@
+"""Source stage: a pinned upstream release as a verified, unpacked tree in the cache.
+
+Three ways in: an sdist from a package index (pinned by sha256, verified before it is
+unpacked), a git commit (cloned into a cache mirror with gitpython, checked out, HEAD
+verified against the pin), or a folder the user already has (``--source-dir``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tarfile
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import git
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from builder.cache import Cache, sha256_file, sha256_tree
+from builder.config import GitPin, Pin, SdistPin, SourceKind, Target
+from builder.errors import BuilderError
+from builder.layout import Layout
+from builder.progress import Reporter
+
+DEFAULT_INDEX_URL = "https://pypi.org/simple"
+_TIMEOUT_S = 60
+_JSON_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
+
+
+@dataclass(frozen=True)
+class SourceResult:
+    """An unpacked, verified upstream tree.
+
+    Attributes:
+        tree: the tree's root folder (treat as read-only: it is a cache entry or the
+            user's own folder).
+        layout: how the tree maps repository paths.
+        pin: the pin it came from (``None`` for ``--source-dir``).
+        upstream_version: the upstream release version.
+        source_date_epoch: seconds since the epoch of the upstream release (newest member
+            of the sdist, or the commit's committer date); used for reproducible builds.
+        key: a content key for caching later stages (the sdist's sha256, the commit, or
+            a hash of the folder's files).
+    """
+
+    tree: Path
+    layout: Layout
+    pin: Pin | None
+    upstream_version: Version
+    source_date_epoch: int
+    key: str
+
+    def describe(self) -> dict[str, Any]:
+        """Return JSON-ready data."""
+        return {"tree": str(self.tree), "layout": self.layout.kind,
+                "pin": self.pin.describe() if self.pin else None,
+                "upstream_version": str(self.upstream_version),
+                "source_date_epoch": self.source_date_epoch, "key": self.key}
+
+
+def fetch_source(target: Target, *, cache: Cache, kind: SourceKind | None = None,
+                 index_url: str = DEFAULT_INDEX_URL, git_url: str | None = None,
+                 reporter: Reporter | None = None) -> SourceResult:
+    """Fetch and unpack the target's upstream source into the cache.
+
+    Args:
+        target: the build target.
+        cache: the cache to use.
+        kind: ``sdist`` or ``git`` (default: the target's preferred kind).
+        index_url: PEP 503/691 simple index used to find an sdist by its sha256.
+        git_url: use this URL or path instead of the pin's (a mirror of the same history).
+        reporter: progress output.
+
+    Returns:
+        The verified tree.
+
+    Raises:
+        BuilderError: the source is unreachable, its sha256 or commit does not match the
+            pin, or the archive is unsafe.
+    """
+    reporter = reporter or Reporter(quiet=True)
+    pin = target.pin(kind)
+    if isinstance(pin, SdistPin):
+        return _fetch_sdist(pin, cache, index_url, reporter)
+    if git_url:
+        pin = GitPin(url=git_url, commit=pin.commit)
+    return _fetch_git(pin, target.upstream_version, cache, reporter)
+
+
+def local_source(path: Path, upstream_version: str | None = None) -> SourceResult:
+    """Describe a tree the user already has (``--source-dir``).
+
+    Args:
+        path: an SGLang checkout (git layout) or an unpacked sdist (sdist layout).
+        upstream_version: the release it is; default: ``Version`` in the sdist's PKG-INFO.
+
+    Raises:
+        BuilderError: the folder is missing, is not an SGLang tree, or has no version.
+    """
+    tree = path.resolve()
+    if not tree.is_dir():
+        raise BuilderError(f"source folder {path} does not exist", "check --source-dir")
+    layout = Layout.detect(tree)
+    version_text = upstream_version or _pkg_info_version(layout.package_root(tree))
+    if not version_text:
+        raise BuilderError(f"cannot tell the upstream version of {path}",
+                           "pass --upstream-version (e.g. 0.5.9)")
+    try:
+        version = Version(version_text)
+    except InvalidVersion:
+        raise BuilderError(f"{version_text!r} is not a PEP 440 version",
+                           "pass --upstream-version like 0.5.9") from None
+    newest = max((p.lstat().st_mtime for p in tree.rglob("*") if ".git" not in p.parts),
+                 default=0.0)
+    return SourceResult(tree=tree, layout=layout, pin=None, upstream_version=version,
+                        source_date_epoch=int(newest),
+                        key="dir-" + sha256_tree(tree, exclude=frozenset({".git"})))
+
+
+def _pkg_info_version(package_root: Path) -> str | None:
+    pkg_info = package_root / "PKG-INFO"
+    if not pkg_info.is_file():
+        return None
+    for line in pkg_info.read_text(errors="replace").splitlines():
+        if line.startswith("Version:"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+# --- sdist -------------------------------------------------------------------------------
+
+def _fetch_sdist(pin: SdistPin, cache: Cache, index_url: str,
+                 reporter: Reporter) -> SourceResult:
+    archive = _download_sdist(pin, cache, index_url, reporter)
+    key = f"sdist-{pin.sha256}"
+    entry = cache.lookup("source", key)
+    if entry is None:
+        reporter.info(f"Unpacking {archive.name}")
+        with cache.building("source", key) as tmp:
+            top = _safe_extract(archive, tmp)
+            (tmp / "source.json").write_text(json.dumps(
+                {"top": top, "source_date_epoch": _newest_member(archive)}))
+        entry = cache.entry("source", key)
+    meta = json.loads((entry / "source.json").read_text())
+    return SourceResult(tree=entry / meta["top"], layout=Layout("sdist"), pin=pin,
+                        upstream_version=Version(pin.version),
+                        source_date_epoch=int(meta["source_date_epoch"]), key=key)
+
+
+def _download_sdist(pin: SdistPin, cache: Cache, index_url: str, reporter: Reporter) -> Path:
+    """Return the cached archive, downloading and verifying it first if needed."""
+    entry = cache.lookup("sdist", pin.sha256)
+    if entry is not None:
+        archive = entry / pin.filename
+        if archive.is_file() and sha256_file(archive) == pin.sha256:
+            return archive
+        shutil.rmtree(entry)  # damaged entry: never trust it, fetch again
+    url = pin.url or _find_on_index(pin, index_url)
+    with cache.building("sdist", pin.sha256) as tmp:
+        archive = tmp / pin.filename
+        actual = _download(url, archive, reporter)
+        if actual != pin.sha256:
+            raise BuilderError(
+                f"sha256 mismatch for {pin.filename} from {url}: got {actual}, "
+                f"pinned {pin.sha256}",
+                "the file changed upstream or the pin is wrong; nothing was unpacked")
+    return cache.entry("sdist", pin.sha256) / pin.filename
+
+
+def _open(url: str, accept: str | None = None) -> Any:
+    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    try:
+        return urllib.request.urlopen(request, timeout=_TIMEOUT_S)
+    except urllib.error.HTTPError as exc:
+        raise BuilderError(f"{url} answered HTTP {exc.code} {exc.reason}",
+                           "check the URL, the index URL (--index-url) and the pin") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise BuilderError(f"could not reach {url}: {reason}",
+                           "check the network, or pass --index-url for a reachable index"
+                           ) from None
+
+
+def _download(url: str, destination: Path, reporter: Reporter) -> str:
+    """Stream ``url`` into ``destination``; return the hex sha256 of what was received."""
+    digest = hashlib.sha256()
+    with _open(url) as response, destination.open("wb") as out:
+        length = response.headers.get("Content-Length")
+        with reporter.download(f"Downloading {destination.name}",
+                               int(length) if length else None) as bar:
+            while chunk := response.read(1 << 16):
+                out.write(chunk)
+                digest.update(chunk)
+                bar.advance(bar.task_ids[0], len(chunk))
+    return digest.hexdigest()
+
+
+class _AnchorParser(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[tuple[str, str]] = []  # (file name, href)
+        self._href: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self._href = dict(attrs).get("href")
+
+    def handle_data(self, data: str) -> None:
+        if self._href is not None:
+            self.links.append((data.strip(), self._href))
+            self._href = None
+
+
+def _find_on_index(pin: SdistPin, index_url: str) -> str:
+    """Find the URL of the file with the pinned sha256 on a simple index (PEP 691 or 503)."""
+    project = canonicalize_name(pin.project)
+    page_url = f"{index_url.rstrip('/')}/{project}/"
+    with _open(page_url, _JSON_ACCEPT) as response:
+        body = response.read().decode("utf-8", "replace")
+        content_type = response.headers.get("Content-Type", "")
+    files: list[tuple[str, str, str]] = []  # (name, url, sha256)
+    if "json" in content_type:
+        for item in json.loads(body).get("files", []):
+            url = urllib.parse.urljoin(page_url, item["url"])
+            files.append((item["filename"], url, item.get("hashes", {}).get("sha256", "")))
+    else:
+        parser = _AnchorParser()
+        parser.feed(body)
+        for name, href in parser.links:
+            url = urllib.parse.urljoin(page_url, href)
+            fragment = urllib.parse.urlparse(url).fragment
+            sha = fragment.split("=", 1)[1] if fragment.startswith("sha256=") else ""
+            files.append((name, url.split("#", 1)[0], sha))
+    for name, url, sha in files:
+        if sha == pin.sha256:
+            if name != pin.filename:
+                raise BuilderError(f"sha256 {pin.sha256} on {page_url} belongs to {name}, "
+                                   f"not {pin.filename}", "fix the pin in the targets file")
+            return url
+    same_name = [f"{n} (sha256 {s or 'not listed'})" for n, _, s in files if n == pin.filename]
+    raise BuilderError(
+        f"sha256 mismatch: no file on {page_url} has the pinned sha256 {pin.sha256}"
+        + (f"; the index has {same_name[0]}" if same_name else
+           f"; {pin.filename} is not listed there"),
+        "the release may have been replaced or the pin is wrong; check it before re-pinning")
+
+
+def _newest_member(archive: Path) -> int:
+    with tarfile.open(archive) as tar:
+        return int(max((m.mtime for m in tar.getmembers()), default=0))
+
+
+def _safe_extract(archive: Path, destination: Path) -> str:
+    """Extract with tarfile's ``data`` filter (PEP 706); return the single top folder.
+
+    The filter refuses absolute paths, ``..`` components, links pointing outside the
+    destination, and device files; a refused member aborts the whole extraction.
+    """
+    try:
+        with tarfile.open(archive) as tar:
+            members = tar.getmembers()
+            tops = {m.name.split("/", 1)[0] for m in members if m.name not in (".", "")}
+            if len(tops) != 1:
+                raise BuilderError(f"{archive.name} does not hold one top-level folder "
+                                   f"(found {sorted(tops)[:5]})", "this is not an sdist")
+            tar.extractall(destination, filter="data")
+    except tarfile.FilterError as exc:
+        raise BuilderError(f"unsafe archive {archive.name}: {exc}",
+                           "refusing to unpack it; nothing was extracted") from None
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise BuilderError(f"cannot unpack {archive.name}: {exc}",
+                           "the download may be damaged") from None
+    return tops.pop()
+
+
+# --- git ---------------------------------------------------------------------------------
+
+def _fetch_git(pin: GitPin, version: Version, cache: Cache,
+               reporter: Reporter) -> SourceResult:
+    key = f"git-{pin.commit}"
+    entry = cache.lookup("source", key)
+    if entry is None:
+        mirror = _mirror_with_commit(pin, cache, reporter)
+        with cache.building("source", key) as tmp:
+            try:
+                repo = git.Repo.clone_from(str(mirror), str(tmp / "tree"), no_checkout=True)
+                repo.git.checkout("--detach", pin.commit)
+            except git.GitCommandError as exc:
+                raise BuilderError(f"cannot check out {pin.commit}: {_git_message(exc)}",
+                                   "") from None
+            head = repo.head.commit.hexsha
+            if head != pin.commit:
+                raise BuilderError(f"checked-out HEAD {head} is not the pin {pin.commit}",
+                                   "the mirror may be damaged: delete it from the cache")
+            (tmp / "source.json").write_text(json.dumps(
+                {"source_date_epoch": repo.head.commit.committed_date}))
+            repo.close()
+        entry = cache.entry("source", key)
+    tree = entry / "tree"
+    repo = git.Repo(str(tree))
+    head = repo.head.commit.hexsha
+    repo.close()
+    if head != pin.commit:
+        raise BuilderError(f"cached checkout {tree} has HEAD {head}, not {pin.commit}",
+                           f"delete {entry} and run again")
+    meta = json.loads((entry / "source.json").read_text())
+    return SourceResult(tree=tree, layout=Layout.detect(tree), pin=pin,
+                        upstream_version=version,
+                        source_date_epoch=int(meta["source_date_epoch"]), key=key)
+
+
+def _git_message(exc: git.GitCommandError) -> str:
+    text = str(exc.stderr or exc).strip().splitlines()
+    return text[-1].strip() if text else str(exc)
+
+
+def _has_commit(repo: git.Repo, commit: str) -> bool:
+    try:
+        repo.git.cat_file("-e", f"{commit}^{{commit}}")
+    except git.GitCommandError:
+        return False
+    return True
+
+
+def _mirror_with_commit(pin: GitPin, cache: Cache, reporter: Reporter) -> Path:
+    """Clone (or fetch into) the cache mirror of ``pin.url`` until it has the commit."""
+    key = hashlib.sha256(pin.url.encode()).hexdigest()[:32]
+    mirror = cache.lookup("git", key)
+    if mirror is None:
+        reporter.info(f"Cloning {pin.url}")
+        with cache.building("git", key) as tmp:
+            try:
+                git.Repo.clone_from(pin.url, str(tmp / "mirror.git"), mirror=True).close()
+            except git.GitCommandError as exc:
+                raise BuilderError(f"could not clone {pin.url}: {_git_message(exc)}",
+                                   "check the URL or path and your network") from None
+        mirror = cache.entry("git", key)
+    repo = git.Repo(str(mirror / "mirror.git"))
+    try:
+        if not _has_commit(repo, pin.commit):
+            reporter.info(f"Fetching {pin.url}")
+            try:
+                repo.git.fetch("--prune", "origin")
+            except git.GitCommandError as exc:
+                raise BuilderError(f"could not fetch {pin.url}: {_git_message(exc)}",
+                                   "check the URL or path and your network") from None
+            if not _has_commit(repo, pin.commit):
+                raise BuilderError(f"commit {pin.commit} is not in {pin.url}",
+                                   "check the pin; it must be a commit of that repository")
+    finally:
+        repo.close()
+    return mirror / "mirror.git"
+
+
+def copy_tree(source: Path, destination: Path) -> None:
+    """Copy a source tree without its ``.git`` folder, keeping symlinks as links."""
+    shutil.copytree(source, destination, symlinks=True,
+                    ignore=shutil.ignore_patterns(".git"), dirs_exist_ok=True)
+
+
+def scratch_dir(prefix: str) -> Path:
+    """Return a new temporary folder (the caller removes it)."""
+    return Path(tempfile.mkdtemp(prefix=prefix))

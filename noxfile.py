@@ -1,0 +1,42 @@
+"""nox sessions: build (the default target's wheel into dist/), tests, lint, benchmark.
+
+Thin by design: each session installs the builder and calls its CLI or pytest.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["build"]
+nox.options.reuse_existing_virtualenvs = True
+
+# Sessions use the interpreter that runs nox (Python >= 3.11).
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """Build a target's patched wheel into dist/ (``nox -s build -- --target NAME``)."""
+    session.install(".")
+    session.run("python", "-m", "builder", "wheel", *session.posargs)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run the test suite on real upstream sources (downloads are cached)."""
+    session.install(".[test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff and mypy, both clean."""
+    session.install(".[lint]")
+    session.run("ruff", "check", "builder", "tests", "benchmarks", "noxfile.py")
+    session.run("mypy")
+
+
+@nox.session
+def benchmark(session: nox.Session) -> None:
+    """Speed goals, reported as ratios measured in one run (not a test)."""
+    session.install(".")
+    session.run("python", "benchmarks/bench_wheel.py", *session.posargs)

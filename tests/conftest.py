@@ -1,0 +1,176 @@
+"""Shared fixtures: real SGLang sdists from PyPI (pinned by sha256, cached between runs),
+a local git repository built from those releases, and a CLI runner."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TEST_CACHE = Path(os.environ.get("SGLANG_SM120_TEST_CACHE", REPO / ".cache" / "tests"))
+MODEL_RUNNER = "sglang/srt/model_executor/model_runner.py"
+
+
+@dataclass(frozen=True)
+class Release:
+    version: str
+    sha256: str
+    url: str
+
+
+# The real sdists on PyPI (files.pythonhosted.org), the sha256 being the pin.
+RELEASES = {
+    "0.5.7": Release("0.5.7", "930e00658128016838d14dddb4527a0948d512cd1f265d465de98d32414b89ed",
+                     "https://files.pythonhosted.org/packages/d7/bd/1943cac907b2aa575853bf9d2a95c315caf3473ec6edd826e96d7e3adf7d/sglang-0.5.7.tar.gz"),
+    "0.5.9": Release("0.5.9", "11b1445bfb039c20217783850fda66a71b814391b2cf313f4e6cadc3b9fea41b",
+                     "https://files.pythonhosted.org/packages/3b/a8/2e75eae9f5817510175c299016b9c2fc324d06a9fa56944322a2e731ef59/sglang-0.5.9.tar.gz"),
+    "0.5.10.post1": Release(
+        "0.5.10.post1", "01f7adfe7cde85b238fb0e1bae4b31d494e19d1471cf35ff3c5489a02f9d2263",
+        "https://files.pythonhosted.org/packages/42/38/feb04f6478b90315606fcd62b798917e7fcee9f1d7d84b01cf477398045e/sglang-0.5.10.post1.tar.gz"),
+}
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _download(release: Release) -> Path:
+    folder = TEST_CACHE / "sdists"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"sglang-{release.version}.tar.gz"
+    if path.is_file() and _sha256(path) == release.sha256:
+        return path
+    tmp = path.with_suffix(".part")
+    with urllib.request.urlopen(release.url, timeout=120) as response, tmp.open("wb") as out:
+        shutil.copyfileobj(response, out)
+    assert _sha256(tmp) == release.sha256, f"PyPI served other bytes for {release.url}"
+    tmp.replace(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def sdists() -> dict[str, Path]:
+    """version -> path of the verified real sdist."""
+    return {version: _download(release) for version, release in RELEASES.items()}
+
+
+@pytest.fixture(scope="session")
+def unpacked(sdists: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+             ) -> dict[str, Path]:
+    """version -> an unpacked copy of the sdist (sdist layout), read-only by convention."""
+    root = tmp_path_factory.mktemp("unpacked")
+    trees = {}
+    for version, archive in sdists.items():
+        with tarfile.open(archive) as tar:
+            tar.extractall(root, filter="data")
+        trees[version] = root / f"sglang-{version}"
+    return trees
+
+
+@dataclass(frozen=True)
+class UpstreamRepo:
+    path: Path
+    commits: dict[str, str]  # version -> 40-hex commit
+
+
+@pytest.fixture(scope="session")
+def upstream_repo(unpacked: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+                  ) -> UpstreamRepo:
+    """A real git repository whose python/ folder holds each release in turn."""
+    path = tmp_path_factory.mktemp("upstream") / "sglang"
+    repo = git.Repo.init(path, initial_branch="main")
+    commits = {}
+    with repo.config_writer() as config:
+        config.set_value("user", "name", "test").set_value("user", "email", "t@example.invalid")
+    for version in ("0.5.7", "0.5.9", "0.5.10.post1"):
+        shutil.rmtree(path / "python", ignore_errors=True)
+        shutil.copytree(unpacked[version], path / "python",
+                        ignore=shutil.ignore_patterns("*.egg-info", "PKG-INFO"))
+        (path / "README.md").write_text(f"sglang {version}\n")
+        repo.git.add("-A")
+        env = {"GIT_COMMITTER_DATE": "2026-02-23T08:14:16Z",
+               "GIT_AUTHOR_DATE": "2026-02-23T08:14:16Z"}
+        repo.git.commit("-m", f"release {version}", env=env)
+        repo.create_tag(f"v{version}")
+        commits[version] = repo.head.commit.hexsha
+    repo.close()
+    return UpstreamRepo(path, commits)
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path) -> Path:
+    """A fresh, empty builder cache for one test."""
+    return tmp_path / "cache"
+
+
+@pytest.fixture(scope="session")
+def shared_cache() -> Path:
+    """A builder cache kept between runs (fetched sources are reused)."""
+    path = TEST_CACHE / "builder-cache"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def run_cli(*args: str, cwd: Path = REPO, cache: Path | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m builder ARGS`` as a user would; return the finished process."""
+    full_env = {**os.environ, **(env or {})}
+    if cache is not None:
+        full_env["SGLANG_SM120_CACHE"] = str(cache)
+    return subprocess.run([sys.executable, "-m", "builder", *args], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=900)
+
+
+def write_project(root: Path, *, sdist: Path | None = None, version: str = "0.5.9",
+                  sha256: str | None = None, patches: dict[str, str] | None = None,
+                  series: str | None = None, extra_target: str = "") -> Path:
+    """Write a small project (targets.toml, patches/) that builds from a local sdist URL.
+
+    Returns the folder; ``dist/`` inside it is where wheels would go.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "patches").mkdir(exist_ok=True)
+    for name, text in (patches or {}).items():
+        (root / "patches" / name).write_text(text)
+    if series is None:
+        shutil.copy(REPO / "patches" / "0001-enable-flashinfer-cutlass-autotune.patch",
+                    root / "patches")
+        series = (REPO / "patches" / "series.toml").read_text()
+    (root / "patches" / "series.toml").write_text(series)
+    url = f'url = "{sdist.as_uri()}"' if sdist else ""
+    sha = sha256 or RELEASES[version].sha256
+    (root / "targets.toml").write_text(f"""
+default = "t"
+
+[[target]]
+name = "t"
+upstream_version = "{version}"
+local_label = "sm120.7"
+series = "patches/series.toml"
+cuda_lane = "12.9"
+arch_list = ["12.0a"]
+
+[[target.source]]
+kind = "sdist"
+project = "sglang"
+version = "{version}"
+sha256 = "{sha}"
+{url}
+{extra_target}
+""")
+    return root
+
+
+def patch_sha(text: str) -> str:
+    """sha256 of a patch text as written by :func:`write_project`."""
+    return hashlib.sha256(text.encode()).hexdigest()

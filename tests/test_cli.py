@@ -1,0 +1,202 @@
+"""The CLI as a user runs it: the default target end to end from PyPI, JSON output, and
+every bad input giving one clear message, exit status 1, and nothing in dist/."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import RELEASES, REPO, patch_sha, run_cli, write_project
+
+SEED = REPO / "patches" / "0001-enable-flashinfer-cutlass-autotune.patch"
+SERIES_TEXT = (REPO / "patches" / "series.toml").read_text()
+BATCH_OPS = "python/sglang/srt/batch_invariant_ops/batch_invariant_ops.py"
+
+
+def _series_for(name: str, text: str, extra: str = "") -> str:
+    return f"""
+[[patch]]
+file = "{name}"
+sha256 = "{patch_sha(text)}"
+strip = 1
+versions = ">=0.5"
+{extra}
+"""
+
+
+def _assert_refused(done, message: str, dist: Path) -> None:  # type: ignore[no-untyped-def]
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert message in " ".join(done.stderr.split()), done.stderr
+    assert "Traceback" not in done.stderr
+    assert not dist.exists() or not any(dist.iterdir())
+
+
+def test_default_target_builds_from_pypi(shared_cache: Path, tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    done = run_cli("wheel", "--dist", str(dist), "--json", cache=shared_cache)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert Path(result["path"]).name == "sglang-0.5.9+sm120.1-py3-none-any.whl"
+    assert [p.name for p in dist.iterdir()] == ["sglang-0.5.9+sm120.1-py3-none-any.whl"]
+    upstream = result["provenance"]["upstream"]
+    assert upstream["sha256"] == RELEASES["0.5.9"].sha256 and upstream["kind"] == "sdist"
+    hunk = result["provenance"]["patches"][0]["files"][0]["hunks"][0]
+    assert (hunk["status"], hunk["changed_line"]) == ("clean", 1842)
+
+
+def test_targets_lists_the_shipped_targets() -> None:
+    done = run_cli("targets", "--json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["default"] == "sglang-0.5.9"
+    names = [t["name"] for t in data["targets"]]
+    assert names == ["sglang-0.5.9", "sglang-0.5.7", "sglang-0.5.10.post1"]
+    for target in data["targets"]:
+        assert target["prefer"] == "sdist"
+        assert {s["kind"] for s in target["sources"]} == {"sdist", "git"}
+
+
+def test_patch_report_table_and_dry_run(sdists: dict[str, Path], tmp_path: Path) -> None:
+    project = write_project(tmp_path / "p", sdist=sdists["0.5.10.post1"], version="0.5.10.post1")
+    done = run_cli("patch", "--dry-run", cwd=project, cache=tmp_path / "cache")
+    assert done.returncode == 0, done.stderr
+    assert "fuzz" in done.stderr and "2075" in done.stderr
+    assert "flashinfer_trtllm_routed" in " ".join(done.stderr.split())
+    assert "nothing written" in done.stderr
+    assert not (tmp_path / "cache" / "patched").exists()
+
+
+def test_help_teaches() -> None:
+    done = run_cli("--help")
+    assert done.returncode == 0
+    assert "examples:" in done.stdout and "exit status" in done.stdout
+    done = run_cli("patch", "--help")
+    assert "--source-dir" in done.stdout and "--max-fuzz" in done.stdout
+
+
+def test_unknown_target(tmp_path: Path) -> None:
+    done = run_cli("wheel", "--target", "nope", "--dist", str(tmp_path / "dist"))
+    _assert_refused(done, "unknown target 'nope'", tmp_path / "dist")
+    assert "sglang-0.5.9, sglang-0.5.7, sglang-0.5.10.post1" in done.stderr
+
+
+def test_unknown_target_as_json(tmp_path: Path) -> None:
+    done = run_cli("wheel", "--target", "nope", "--json", "--dist", str(tmp_path / "dist"))
+    assert done.returncode == 1
+    assert json.loads(done.stdout)["error"].startswith("unknown target 'nope'")
+
+
+def test_sha256_mismatch(sdists: dict[str, Path], tmp_path: Path) -> None:
+    project = write_project(tmp_path / "p", sdist=sdists["0.5.9"],
+                            sha256=RELEASES["0.5.7"].sha256)
+    done = run_cli("wheel", cwd=project, cache=tmp_path / "cache")
+    _assert_refused(done, "sha256 mismatch for sglang-0.5.9.tar.gz", project / "dist")
+
+
+def test_unreachable_source(tmp_path: Path) -> None:
+    project = write_project(tmp_path / "p")
+    done = run_cli("wheel", "--index-url", "http://127.0.0.1:9/simple", cwd=project,
+                   cache=tmp_path / "cache")
+    _assert_refused(done, "could not reach http://127.0.0.1:9/simple/sglang/", project / "dist")
+
+
+def test_malformed_patch(sdists: dict[str, Path], tmp_path: Path) -> None:
+    bad = f"--- a/{BATCH_OPS}\n+++ b/{BATCH_OPS}\n@@ -1,5 +1,5 @@\n import os\n-x\n"
+    project = write_project(tmp_path / "p", sdist=sdists["0.5.9"], patches={"bad.patch": bad},
+                            series=_series_for("bad.patch", bad))
+    done = run_cli("wheel", cwd=project, cache=tmp_path / "cache")
+    _assert_refused(done, "bad.patch is not a valid unified diff", project / "dist")
+
+
+def test_empty_patch(sdists: dict[str, Path], tmp_path: Path) -> None:
+    project = write_project(tmp_path / "p", sdist=sdists["0.5.9"], patches={"e.patch": ""},
+                            series=_series_for("e.patch", ""))
+    done = run_cli("wheel", cwd=project, cache=tmp_path / "cache")
+    _assert_refused(done, "e.patch contains no diff", project / "dist")
+
+
+def test_missing_patch_file(sdists: dict[str, Path], tmp_path: Path) -> None:
+    project = write_project(tmp_path / "p", sdist=sdists["0.5.9"],
+                            series=_series_for("gone.patch", "x"))
+    done = run_cli("wheel", cwd=project, cache=tmp_path / "cache")
+    _assert_refused(done, "patch file not found:", project / "dist")
+
+
+def test_patch_changed_after_pinning(sdists: dict[str, Path], tmp_path: Path) -> None:
+    project = write_project(tmp_path / "p", sdist=sdists["0.5.9"])
+    patch = project / "patches" / SEED.name
+    patch.write_text(patch.read_text().replace("fast path", "quick path"))
+    done = run_cli("wheel", cwd=project, cache=tmp_path / "cache")
+    _assert_refused(done, f"patch file {SEED.name} changed after it was pinned", project / "dist")
+
+
+def test_failed_hunk_shows_the_nearest_place(sdists: dict[str, Path], tmp_path: Path) -> None:
+    # The line right above the change differs: no fuzz can drop it, so the hunk fails.
+    text = SEED.read_text().replace("will cause some flashinfer", "may cause some flashinfer")
+    project = write_project(tmp_path / "p", sdist=sdists["0.5.9"], patches={"f.patch": text},
+                            series=_series_for("f.patch", text))
+    done = run_cli("wheel", cwd=project, cache=tmp_path / "cache")
+    _assert_refused(done, "patch f.patch failed", project / "dist")
+    assert "nearest place: line 1839 (6 of 7 lines equal)" in done.stderr
+    assert "+            # TODO: flashinfer_cutlass will cause some" in done.stderr
+
+
+def test_ambiguous_hunk(sdists: dict[str, Path], unpacked: dict[str, Path],
+                        tmp_path: Path) -> None:
+    lines = (unpacked["0.5.9"] / BATCH_OPS.removeprefix("python/")).read_text().splitlines()
+    block = lines[111:118]  # lines 112-118, repeated verbatim at 651-657
+    assert lines[650:657] == block
+    body = "".join(f" {line}\n" for line in block[:3]) + f"-{block[3]}\n" + \
+        f"+{block[3]}  # patched\n" + "".join(f" {line}\n" for line in block[4:])
+    text = f"--- a/{BATCH_OPS}\n+++ b/{BATCH_OPS}\n@@ -400,7 +400,7 @@\n{body}"
+    project = write_project(tmp_path / "p", sdist=sdists["0.5.9"], patches={"a.patch": text},
+                            series=_series_for("a.patch", text))
+    done = run_cli("wheel", cwd=project, cache=tmp_path / "cache")
+    _assert_refused(done, "hunk #1: ambiguous", project / "dist")
+    assert "it could land at lines 651, 112" in done.stderr
+
+
+def test_fuzz_over_the_limit(sdists: dict[str, Path], tmp_path: Path) -> None:
+    text = SEED.read_text()
+    project = write_project(tmp_path / "p", sdist=sdists["0.5.10.post1"], version="0.5.10.post1",
+                            patches={SEED.name: text}, series=_series_for(SEED.name, text))
+    done = run_cli("wheel", cwd=project, cache=tmp_path / "cache")
+    _assert_refused(done, "needs fuzz 1, the series allows 0", project / "dist")
+
+
+def test_failed_intent_check(sdists: dict[str, Path], tmp_path: Path) -> None:
+    text = SEED.read_text().replace('+            "flashinfer_cutlass",',
+                                    '+            # "flashinfer_cutlass",  (enabled)')
+    series = SERIES_TEXT.replace("0001-enable-flashinfer-cutlass-autotune.patch", "c.patch") \
+        .replace("dadf569a5a391510221cb6ae99cc40a838652ebec6cc871ba331caf33a008e86",
+                 patch_sha(text))
+    project = write_project(tmp_path / "p", sdist=sdists["0.5.9"], patches={"c.patch": text},
+                            series=series)
+    done = run_cli("wheel", cwd=project, cache=tmp_path / "cache")
+    _assert_refused(done, "intent check of c.patch failed", project / "dist")
+    assert "not in the literal" in " ".join(done.stderr.split())
+
+
+def test_patch_on_a_source_dir_in_place(unpacked: dict[str, Path], tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    shutil.copytree(unpacked["0.5.7"], tree)
+    done = run_cli("patch", "--source-dir", str(tree), "--patch", str(SEED), "--json")
+    assert done.returncode == 0, done.stderr
+    hunk = json.loads(done.stdout)["report"]["patches"][0]["files"][0]["hunks"][0]
+    assert (hunk["status"], hunk["offset"], hunk["changed_line"]) == ("offset", -151, 1691)
+    runner = tree / "sglang/srt/model_executor/model_runner.py"
+    assert runner.read_text().splitlines()[1690] == '            "flashinfer_cutlass",'
+
+
+@pytest.mark.parametrize("args", [["--strip", "0"], ["--strip", "5"]])
+def test_wrong_strip_level_is_refused(unpacked: dict[str, Path], tmp_path: Path,
+                                      args: list[str]) -> None:
+    tree = tmp_path / "tree"
+    shutil.copytree(unpacked["0.5.9"], tree)
+    before = (tree / "sglang/srt/model_executor/model_runner.py").read_bytes()
+    done = run_cli("patch", "--source-dir", str(tree), "--patch", str(SEED), *args)
+    assert done.returncode == 1
+    assert "error:" in done.stderr and "Traceback" not in done.stderr
+    assert (tree / "sglang/srt/model_executor/model_runner.py").read_bytes() == before
