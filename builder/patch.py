@@ -32,7 +32,7 @@ from builder.hunks import (
 )
 from builder.intent import IntentCheck
 from builder.layout import Layout
-from builder.source import SourceResult, copy_tree
+from builder.source import SourceResult, link_tree
 
 ENGINE_VERSION = "1"  # bump when placement rules change: it is part of the cache key
 
@@ -485,7 +485,8 @@ def apply_series(source: SourceResult, series: Series, *, cache: Cache | None = 
     entry = cache.lookup("patched", key)
     if entry is None:
         with cache.building("patched", key) as tmp:
-            copy_tree(source.tree, tmp / "tree")
+            # Hard links: _write_changes replaces files by rename, never in place.
+            link_tree(source.tree, tmp / "tree")
             _write_changes(tmp / "tree", changes)
         entry = cache.entry("patched", key)
     return PatchResult(entry / "tree", source.layout, source, report, key)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import tarfile
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -145,9 +145,9 @@ def _fetch_sdist(pin: SdistPin, cache: Cache, index_url: str,
     if entry is None:
         reporter.info(f"Unpacking {archive.name}")
         with cache.building("source", key) as tmp:
-            top = _safe_extract(archive, tmp)
+            top, newest = _safe_extract(archive, tmp)
             (tmp / "source.json").write_text(json.dumps(
-                {"top": top, "source_date_epoch": _newest_member(archive)}))
+                {"top": top, "source_date_epoch": newest}))
         entry = cache.entry("source", key)
     meta = json.loads((entry / "source.json").read_text())
     return SourceResult(tree=entry / meta["top"], layout=Layout("sdist"), pin=pin,
@@ -253,13 +253,10 @@ def _find_on_index(pin: SdistPin, index_url: str) -> str:
         "the release may have been replaced or the pin is wrong; check it before re-pinning")
 
 
-def _newest_member(archive: Path) -> int:
-    with tarfile.open(archive) as tar:
-        return int(max((m.mtime for m in tar.getmembers()), default=0))
+def _safe_extract(archive: Path, destination: Path) -> tuple[str, int]:
+    """Extract with tarfile's ``data`` filter (PEP 706).
 
-
-def _safe_extract(archive: Path, destination: Path) -> str:
-    """Extract with tarfile's ``data`` filter (PEP 706); return the single top folder.
+    Returns the single top folder's name and the newest member's mtime (the release time).
 
     The filter refuses absolute paths, ``..`` components, links pointing outside the
     destination, and device files; a refused member aborts the whole extraction.
@@ -272,13 +269,14 @@ def _safe_extract(archive: Path, destination: Path) -> str:
                 raise BuilderError(f"{archive.name} does not hold one top-level folder "
                                    f"(found {sorted(tops)[:5]})", "this is not an sdist")
             tar.extractall(destination, filter="data")
+            newest = int(max((m.mtime for m in members), default=0))
     except tarfile.FilterError as exc:
         raise BuilderError(f"unsafe archive {archive.name}: {exc}",
                            "refusing to unpack it; nothing was extracted") from None
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise BuilderError(f"cannot unpack {archive.name}: {exc}",
                            "the download may be damaged") from None
-    return tops.pop()
+    return tops.pop(), newest
 
 
 # --- git ---------------------------------------------------------------------------------
@@ -360,12 +358,19 @@ def _mirror_with_commit(pin: GitPin, cache: Cache, reporter: Reporter) -> Path:
     return mirror / "mirror.git"
 
 
-def copy_tree(source: Path, destination: Path) -> None:
-    """Copy a source tree without its ``.git`` folder, keeping symlinks as links."""
-    shutil.copytree(source, destination, symlinks=True,
+def _link_or_copy(source: str, destination: str) -> None:
+    try:
+        os.link(source, destination)
+    except OSError:  # another filesystem, or links not allowed
+        shutil.copy2(source, destination)
+
+
+def link_tree(source: Path, destination: Path) -> None:
+    """Mirror a source tree without its ``.git`` folder, hard-linking files where possible.
+
+    Cheap (no file data is copied), and safe as long as files in ``destination`` are only
+    ever *replaced* (write to a temporary file, then rename), never rewritten in place:
+    a rewrite would change the source too.
+    """
+    shutil.copytree(source, destination, symlinks=True, copy_function=_link_or_copy,
                     ignore=shutil.ignore_patterns(".git"), dirs_exist_ok=True)
-
-
-def scratch_dir(prefix: str) -> Path:
-    """Return a new temporary folder (the caller removes it)."""
-    return Path(tempfile.mkdtemp(prefix=prefix))

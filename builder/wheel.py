@@ -184,7 +184,10 @@ def _add_provenance(built: Path, destination: Path, record: dict[str, Any],
 
 @contextmanager
 def _source_date_epoch(epoch: int) -> Iterator[None]:
-    """Set SOURCE_DATE_EPOCH while ``wheel`` writes RECORD (it reads the variable)."""
+    """Set SOURCE_DATE_EPOCH while ``wheel`` writes RECORD (it reads the variable).
+
+    This changes the process environment for the duration: not safe with threads.
+    """
     saved = os.environ.get("SOURCE_DATE_EPOCH")
     os.environ["SOURCE_DATE_EPOCH"] = str(epoch)
     try:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import venv
 import zipfile
 from pathlib import Path
 
+import git
 import pytest
-from conftest import MODEL_RUNNER, RELEASES, write_project
+from conftest import MODEL_RUNNER, RELEASES, REPO, UpstreamRepo, write_project
 
 from builder import PROVENANCE_FILE, Options, run_wheel
 
@@ -45,6 +47,12 @@ def test_wheel_name_and_metadata_version(two_builds: tuple[Path, Path, Path]) ->
 def test_two_builds_are_byte_identical(two_builds: tuple[Path, Path, Path]) -> None:
     _, first, second = two_builds
     assert first.read_bytes() == second.read_bytes()
+    # Equal bytes could hide a clock-based stamp (zip times have 2 s resolution): every
+    # entry, RECORD included, must carry the release time, 2026-02-23 (the sdist's newest
+    # member), not the build time.
+    with zipfile.ZipFile(first) as archive:
+        stamps = {info.date_time[:3] for info in archive.infolist()}
+    assert stamps == {(2026, 2, 23)}
 
 
 def test_record_covers_the_provenance_file(two_builds: tuple[Path, Path, Path]) -> None:
@@ -102,3 +110,34 @@ def test_build_uses_a_pristine_copy(two_builds: tuple[Path, Path, Path]) -> None
     assert patched and not list(patched[0].glob("build")) and \
         not (patched[0] / "dist").exists()
     assert sys.executable  # the build ran in build's isolated env, not this interpreter
+
+
+def test_wheel_from_a_git_pin(upstream_repo: UpstreamRepo, tmp_path: Path) -> None:
+    commit = upstream_repo.commits["0.5.10.post1"]
+    targets = tmp_path / "targets.toml"
+    targets.write_text(f"""
+[[target]]
+name = "git"
+upstream_version = "0.5.10.post1"
+local_label = "sm120.3"
+series = "{REPO / 'patches' / 'series.toml'}"
+cuda_lane = "12.9"
+arch_list = ["12.0f"]
+[[target.source]]
+kind = "git"
+url = "{upstream_repo.path}"
+commit = "{commit}"
+""")
+    result = run_wheel(Options(targets_file=targets, cache_dir=tmp_path / "cache",
+                               dist_dir=tmp_path / "dist"))
+    assert result.path.name == "sglang-0.5.10.post1+sm120.3-py3-none-any.whl"
+    assert result.provenance["upstream"] == {"kind": "git", "url": str(upstream_repo.path),
+                                             "commit": commit}
+    committed = git.Repo(upstream_repo.path).commit(commit).committed_date
+    assert result.provenance["source_date_epoch"] == committed
+    hunk = result.provenance["patches"][0]["files"][0]["hunks"][0]
+    assert (hunk["status"], hunk["fuzz"], hunk["changed_line"]) == ("fuzz", 1, 2078)
+    with zipfile.ZipFile(result.path) as archive:
+        runner = archive.read(MODEL_RUNNER).decode().splitlines()
+        assert runner[2077] == '            "flashinfer_cutlass",'
+        assert time.gmtime(committed)[:6] == archive.getinfo(MODEL_RUNNER).date_time
