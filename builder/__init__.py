@@ -30,9 +30,9 @@ from builder.patch import (
     PatchResult,
     PatchStatus,
     apply_series,
-    parse_patch,
     plan_series,
 )
+from builder.patchfile import FilePatch, Operation, ParsedPatch, parse_patch
 from builder.pipeline import Options, run_fetch, run_patch, run_wheel
 from builder.source import SourceResult, fetch_source, local_source
 from builder.wheel import PROVENANCE_FILE, WheelResult, build_wheel, builder_version
@@ -41,6 +41,7 @@ __all__ = [
     "PROVENANCE_FILE",
     "BuilderError",
     "Cache",
+    "FilePatch",
     "GitPin",
     "Hunk",
     "HunkResult",
@@ -48,7 +49,9 @@ __all__ = [
     "IntentCheck",
     "IntentOutcome",
     "Layout",
+    "Operation",
     "Options",
+    "ParsedPatch",
     "PatchOutcome",
     "PatchReport",
     "PatchResult",

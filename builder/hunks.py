@@ -40,6 +40,11 @@ class HunkStatus(StrEnum):
     FAILED = "failed"
     AMBIGUOUS = "ambiguous"
     ALREADY_APPLIED = "already-applied"
+    # Set by the patch stage, which sees files rather than lines:
+    NEW_FILE_EXISTS = "new-file-exists"
+    MISSING_FILE = "missing-file"
+    EOL_MISMATCH = "eol-mismatch"
+    BINARY = "binary"
 
 
 APPLIED_STATUSES = frozenset({HunkStatus.CLEAN, HunkStatus.OFFSET, HunkStatus.FUZZ})
@@ -243,8 +248,21 @@ def _matches(lines: Sequence[str], pattern: Sequence[str], where: int, skip_fron
 
 
 def _candidates(lines: Sequence[str], hunk: Hunk, first_guess: int, fuzz: int,
-                last_frozen: int) -> list[int]:
-    """Every line where ``hunk``'s preimage matches at ``fuzz``, nearest first (GNU order)."""
+                last_frozen: int) -> tuple[list[int], int]:
+    """Lines where ``hunk``'s preimage matches at ``fuzz``, nearest first (GNU order).
+
+    GNU patch lets the kept leading context reach back over lines an earlier hunk
+    already consumed; such places are dropped here (two hunks of one patch may not use
+    the same region) and only counted, as the second value.
+    """
+    found, skip_front = _gnu_candidates(lines, hunk, first_guess, fuzz, last_frozen)
+    kept = [w for w in found if w + skip_front > last_frozen]
+    return kept, len(found) - len(kept)
+
+
+def _gnu_candidates(lines: Sequence[str], hunk: Hunk, first_guess: int, fuzz: int,
+                    last_frozen: int) -> tuple[list[int], int]:
+    """GNU patch's search window; returns the matches and the leading lines skipped."""
     pattern = hunk.preimage
     pat_lines = len(pattern)
     prefix, suffix = hunk.prefix_context, hunk.suffix_context
@@ -252,26 +270,26 @@ def _candidates(lines: Sequence[str], hunk: Hunk, first_guess: int, fuzz: int,
     prefix_fuzz = fuzz + prefix - context
     suffix_fuzz = fuzz + suffix - context
     if pat_lines == 0:
-        return [first_guess]  # an empty range matches anywhere
+        return [first_guess], 0  # an empty range matches anywhere
     max_where = len(lines) - (pat_lines - suffix_fuzz) + 1
     min_where = max(last_frozen + 1 - (prefix - prefix_fuzz), 1)
     if prefix_fuzz < 0 and hunk.first_line() <= 1:
         # Less leading than trailing context at line 1: it can only match the start.
         if suffix_fuzz < 0 and (pat_lines != len(lines) or prefix < last_frozen):
-            return []
+            return [], 0
         ok = last_frozen <= prefix and max_where >= 1 and \
             _matches(lines, pattern, 1, 0, max(suffix_fuzz, 0))
-        return [1] if ok else []
+        return ([1] if ok else []), 0
     prefix_fuzz = max(prefix_fuzz, 0)
     if suffix_fuzz < 0:
         # Less trailing than leading context: it can only match the end of the file.
         where = len(lines) - pat_lines + 1
         ok = where >= min_where and _matches(lines, pattern, where, prefix_fuzz, 0)
-        return [where] if ok else []
+        return ([where] if ok else []), prefix_fuzz
     found = [w for w in range(min_where, max_where + 1)
              if _matches(lines, pattern, w, prefix_fuzz, suffix_fuzz)]
     found.sort(key=lambda w: (abs(w - first_guess), w < first_guess))
-    return found
+    return found, prefix_fuzz
 
 
 def _near_miss(lines: Sequence[str], hunk: Hunk, first_guess: int) -> NearMiss | None:
@@ -365,9 +383,14 @@ def _place(lines: Sequence[str], hunk: Hunk, cursor: _Cursor, fuzz_search: int,
     undo = hunk.reversed()
     reverse_first = undo.first_line() + cursor.in_offset
     max_fuzz = min(fuzz_search, max(hunk.prefix_context, hunk.suffix_context))
+    overlapping = 0
     for fuzz in range(max_fuzz + 1):
-        forward = _candidates(lines, hunk, forward_first, fuzz, cursor.last_frozen)
-        backward = _candidates(lines, undo, reverse_first, fuzz, cursor.last_frozen)
+        forward, dropped = _candidates(lines, hunk, forward_first, fuzz, cursor.last_frozen)
+        # An empty postimage (a hunk that only removes, without context) "matches"
+        # anywhere; it can never show that the change is already there.
+        backward = _candidates(lines, undo, reverse_first, fuzz, cursor.last_frozen)[0] \
+            if hunk.postimage else []
+        overlapping += dropped
         if not forward and not backward:
             continue
         if backward and (not forward or abs(backward[0] - reverse_first)
@@ -397,6 +420,8 @@ def _place(lines: Sequence[str], hunk: Hunk, cursor: _Cursor, fuzz_search: int,
                   HunkStatus.OFFSET if cursor.in_offset else HunkStatus.CLEAN)
         return HunkResult(hunk.index, status, line=line, offset=cursor.in_offset, fuzz=fuzz,
                           changed_line=line + hunk.prefix_context)
+    note = ("it matches only where it would overlap the region an earlier hunk changed"
+            if overlapping else "the preimage was not found")
     return HunkResult(hunk.index, HunkStatus.FAILED, line=forward_first + cursor.out_offset,
-                      near_miss=_near_miss(lines, hunk, forward_first),
-                      note="the preimage was not found", text=hunk.render())
+                      near_miss=_near_miss(lines, hunk, forward_first), note=note,
+                      text=hunk.render())

@@ -10,13 +10,10 @@ file through temporary files and renames.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
-
-from unidiff.errors import UnidiffParseError
-from unidiff.patch import PatchSet
 
 from builder.cache import Cache, atomic_write_bytes, sha256_file, sha256_json
 from builder.config import Series, SeriesEntry
@@ -32,9 +29,10 @@ from builder.hunks import (
 )
 from builder.intent import IntentCheck
 from builder.layout import Layout
+from builder.patchfile import FilePatch, Operation, ParsedPatch, parse_patch
 from builder.source import SourceResult, link_tree
 
-ENGINE_VERSION = "1"  # bump when placement rules change: it is part of the cache key
+ENGINE_VERSION = "2"  # bump when placement rules change: it is part of the cache key
 
 
 class PatchStatus(StrEnum):
@@ -43,50 +41,33 @@ class PatchStatus(StrEnum):
     APPLIED = "applied"
     ALREADY_APPLIED = "already-applied"
     FAILED = "failed"
+    OBSOLETE = "obsolete"
     NOT_APPLICABLE = "not-applicable"
     NOT_REACHED = "not-reached"
 
 
 @dataclass(frozen=True)
-class FilePatch:
-    """One file's part of a patch.
+class FileReport:
+    """Per-file part of a patch report.
 
     Attributes:
-        old_path: repository path before (``None`` when the patch creates the file).
-        new_path: repository path after (``None`` when the patch deletes the file).
-        hunks: the hunks in order.
+        path: the repository path (the new one for renames and copies).
+        status: ``patched``, ``created``, ``deleted``, ``renamed``, ``copied``, ``mode``
+            (permissions only), ``already-applied``, or a refusal: ``failed``,
+            ``new-file-exists``, ``missing-file``, ``eol-mismatch``, ``binary``.
+        hunks: per-hunk results.
+        note: why, for refusals and special cases.
     """
 
-    old_path: str | None
-    new_path: str | None
-    hunks: tuple[Hunk, ...]
-
-    @property
-    def path(self) -> str:
-        """The path reports name: the new path, or the old one for a deletion."""
-        return self.new_path or self.old_path or "?"
-
-
-@dataclass(frozen=True)
-class ParsedPatch:
-    """A patch file parsed at a fixed strip level."""
-
-    path: Path
-    sha256: str
-    header: str
-    files: tuple[FilePatch, ...]
-
-
-@dataclass(frozen=True)
-class FileReport:
-    """Per-file part of a patch report."""
-
     path: str
-    hunks: tuple[HunkResult, ...]
+    status: str
+    hunks: tuple[HunkResult, ...] = ()
+    note: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """Return JSON-ready data."""
-        return {"path": self.path, "hunks": [h.to_json() for h in self.hunks]}
+        return {"path": self.path, "status": self.status, "note": self.note,
+                "hunks": [h.to_json() for h in self.hunks]}
 
 
 @dataclass(frozen=True)
@@ -153,7 +134,7 @@ class PatchReport:
 
     @property
     def ok(self) -> bool:
-        """True when no patch failed and every intent check holds."""
+        """True when no patch failed and every intent check holds after the series."""
         return all(p.status != PatchStatus.FAILED for p in self.patches) and \
             all(i.holds for i in self.intents)
 
@@ -170,8 +151,8 @@ class PatchReport:
             PatchOutcome(name=p["name"], sha256=p["sha256"], status=PatchStatus(p["status"]),
                          strip=p["strip"], max_fuzz=p["max_fuzz"],
                          fuzz_reason=p["fuzz_reason"], message=p["message"],
-                         files=tuple(FileReport(f["path"], tuple(
-                             HunkResult.from_json(h) for h in f["hunks"]))
+                         files=tuple(FileReport(f["path"], f["status"], tuple(
+                             HunkResult.from_json(h) for h in f["hunks"]), f["note"])
                              for f in p["files"]))
             for p in data["patches"])
         return cls(data["upstream_version"], patches,
@@ -204,190 +185,307 @@ class _TreeView:
     root: Path
     layout: Layout
     changes: dict[str, bytes | None] = field(default_factory=dict)
+    modes: dict[str, int] = field(default_factory=dict)
 
     def tree_path(self, repo_path: str) -> str | None:
         return self.layout.tree_path(repo_path)
 
-    def read(self, tree_path: str) -> str | None:
+    def read_bytes(self, tree_path: str) -> bytes | None:
         if tree_path in self.changes:
-            data = self.changes[tree_path]
-        else:
-            file = self.root / tree_path
-            data = file.read_bytes() if file.is_file() else None
+            return self.changes[tree_path]
+        file = self.root / tree_path
+        return file.read_bytes() if file.is_file() else None
+
+    def read(self, tree_path: str) -> str | None:
+        data = self.read_bytes(tree_path)
         return None if data is None else data.decode("utf-8", "surrogateescape")
+
+    def mode(self, tree_path: str) -> int | None:
+        if tree_path in self.modes:
+            return self.modes[tree_path]
+        file = self.root / tree_path
+        return file.stat().st_mode & 0o777 if file.is_file() else None
 
     def read_repo_path(self, repo_path: str) -> str | None:
         tree_path = self.tree_path(repo_path)
         return None if tree_path is None else self.read(tree_path)
 
+    def files_named(self, name: str, limit: int = 20) -> list[str]:
+        """Tree paths of existing files called ``name`` (for "moved elsewhere?" hints)."""
+        found = [p for p, data in self.changes.items() if data is not None
+                 and p.rsplit("/", 1)[-1] == name]
+        for path in self.root.rglob(name):
+            rel = path.relative_to(self.root).as_posix()
+            if ".git" not in path.parts and rel not in self.changes and path.is_file():
+                found.append(rel)
+            if len(found) >= limit:
+                break
+        return sorted(found)
 
-def _strip(name: str, strip: int, patch: Path) -> str | None:
-    if name == "/dev/null":
-        return None
-    parts = [p for p in name.split("/") if p]
-    if len(parts) <= strip:
-        raise BuilderError(f"{patch.name}: path {name!r} has no component left after "
-                           f"stripping {strip}", "check the series' strip level for it")
-    rest = parts[strip:]
-    if any(p == ".." for p in rest) or (name.startswith("/") and strip == 0):
-        raise BuilderError(f"{patch.name}: unsafe path {name!r}", "refusing to write there")
-    return "/".join(rest)
+
+@dataclass
+class _FileOutcome:
+    report: FileReport
+    state: str  # "applied", "already" or "failed"
+    staged: dict[str, bytes | None] = field(default_factory=dict)
+    modes: dict[str, int] = field(default_factory=dict)
 
 
-def parse_patch(path: Path, strip: int) -> ParsedPatch:
-    """Parse a unified diff (plain or ``git format-patch``) at a fixed strip level.
+def _encode(lines: list[str]) -> bytes:
+    return "".join(lines).encode("utf-8", "surrogateescape")
 
-    Args:
-        path: the patch file.
-        strip: leading path components to remove (``-p``), e.g. 1 for ``a/`` ``b/``.
 
-    Raises:
-        BuilderError: the file is missing or unreadable, holds no diff, is malformed,
-            holds a binary diff, or names a path unsafe or too short for ``strip``.
-    """
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise BuilderError(f"patch file not found: {path}",
-                           "check the series file's 'file' entries") from None
-    except OSError as exc:
-        raise BuilderError(f"cannot read patch file {path}: {exc.strerror}", "") from None
-    text = data.decode("utf-8", "surrogateescape")
-    try:
-        patch_set = PatchSet(text)
-    except UnidiffParseError as exc:
-        raise BuilderError(f"{path.name} is not a valid unified diff: {exc}",
-                           "regenerate it with git diff or git format-patch") from None
-    if not len(patch_set):
-        raise BuilderError(f"{path.name} contains no diff",
-                           "an empty or truncated patch file; regenerate it")
-    files = []
-    header = ""
-    for index, patched in enumerate(patch_set):
-        if index == 0:
-            header = str(patched.patch_info or "")
-        if patched.is_binary_file:
-            raise BuilderError(f"{path.name}: {patched.path} is a binary diff",
-                               "binary patches are not supported; ship the file another way")
-        hunks = []
-        for number, hunk in enumerate(patched, 1):
-            lines: list[tuple[str, str]] = []
-            for line in hunk:
-                if line.line_type == "\\":
-                    if lines:
-                        kind, value = lines[-1]
-                        lines[-1] = (kind, value.rstrip("\n"))
-                    continue
-                lines.append((line.line_type, line.value))
-            hunks.append(Hunk(number, hunk.source_start, hunk.source_length,
-                              hunk.target_start, hunk.target_length, tuple(lines),
-                              hunk.section_header and " " + hunk.section_header))
-        files.append(FilePatch(_strip(patched.source_file, strip, path),
-                               _strip(patched.target_file, strip, path), tuple(hunks)))
-    return ParsedPatch(path=path, sha256=sha256_file(path), header=header, files=tuple(files))
+def _eol(lines: list[str]) -> str:
+    crlf = sum(1 for line in lines if line.endswith("\r\n"))
+    lf = sum(1 for line in lines if line.endswith("\n")) - crlf
+    return "crlf" if crlf > lf else "lf" if lf else "none"
+
+
+def _without_cr(lines: list[str]) -> list[str]:
+    return [line[:-2] + "\n" if line.endswith("\r\n") else line for line in lines]
+
+
+def _eol_mismatch(lines: list[str], hunks: tuple[Hunk, ...],
+                  results: list[HunkResult], search: int) -> list[HunkResult]:
+    """Mark failed hunks that would apply if only line endings were equal."""
+    file_eol = _eol(lines)
+    patch_eol = _eol([text for h in hunks for _, text in h.lines])
+    if HunkStatus.FAILED not in {r.status for r in results} or "none" in (file_eol, patch_eol) \
+            or file_eol == patch_eol:
+        return results
+    plain = [Hunk(h.index, h.source_start, h.source_length, h.target_start, h.target_length,
+                  tuple((k, t[:-2] + "\n" if t.endswith("\r\n") else t) for k, t in h.lines),
+                  h.section) for h in hunks]
+    normalised = apply_file_hunks(_without_cr(lines), plain, fuzz_search=search)
+    marked = []
+    for result, trial in zip(results, normalised.results, strict=True):
+        if result.status == HunkStatus.FAILED and trial.status in APPLIED_STATUSES:
+            result = HunkResult(result.hunk, HunkStatus.EOL_MISMATCH, line=trial.line,
+                                text=result.text,
+                                note=f"the file has {file_eol.upper()} line endings and the "
+                                     f"patch {patch_eol.upper()}; not converting")
+        marked.append(result)
+    return marked
+
+
+def _apply_hunks(view: _TreeView, file_patch: FilePatch, current: str, max_fuzz: int
+                 ) -> tuple[list[HunkResult], list[str] | None, bool]:
+    """Apply the hunks with the fuzz policy: (results, new lines or None, all already)."""
+    lines = split_lines(current)
+    search = max(DEFAULT_FUZZ_SEARCH, max_fuzz)
+    outcome = apply_file_hunks(lines, file_patch.hunks, fuzz_search=search)
+    results = list(outcome.results)
+    for i, result in enumerate(results):
+        if result.status == HunkStatus.FUZZ and (result.fuzz or 0) > max_fuzz:
+            results[i] = HunkResult(
+                result.hunk, HunkStatus.FAILED, line=result.line, offset=result.offset,
+                fuzz=result.fuzz, changed_line=result.changed_line,
+                note=f"needs fuzz {result.fuzz}, the series allows {max_fuzz} here")
+    results = _eol_mismatch(lines, file_patch.hunks, results, search)
+    ok = all(r.status in APPLIED_STATUSES for r in results)
+    return results, (outcome.new_lines if ok else None), outcome.already_applied
+
+
+def _refuse(path: str, status: str, note: str, hunks: tuple[Hunk, ...],
+            hunk_status: HunkStatus) -> _FileOutcome:
+    results = tuple(HunkResult(h.index, hunk_status, note=note) for h in hunks)
+    return _FileOutcome(FileReport(path, status, results, note), "failed")
+
+
+def _moved_hint(view: _TreeView, file_patch: FilePatch, max_fuzz: int) -> str:
+    assert file_patch.old_path is not None
+    name = file_patch.old_path.rsplit("/", 1)[-1]
+    for candidate in view.files_named(name):
+        text = view.read(candidate)
+        if text is not None and file_patch.hunks and \
+                _apply_hunks(view, file_patch, text, max_fuzz)[1] is not None:
+            return f"; a file with matching content is at {candidate} (moved?)"
+    return ""
+
+
+def _apply_file(view: _TreeView, patch_name: str, file_patch: FilePatch,
+                max_fuzz: int) -> _FileOutcome:
+    """Apply one file patch to the view (without changing it); decide its status."""
+    repo_path = file_patch.path
+    old = view.tree_path(file_patch.old_path) if file_patch.old_path else None
+    new = view.tree_path(file_patch.new_path) if file_patch.new_path else None
+    if (file_patch.old_path and old is None) or (file_patch.new_path and new is None):
+        raise BuilderError(f"{patch_name}: {repo_path} is outside the {view.layout.kind} "
+                           "layout", "this file is not in an sdist; build from git "
+                           "(--source git)")
+    hunks = file_patch.hunks
+    if file_patch.binary:
+        return _refuse(repo_path, "binary", "binary diffs (GIT binary patch) are not "
+                       "supported; ship the file another way", hunks, HunkStatus.BINARY)
+    op = file_patch.operation
+    if op == Operation.CREATE:
+        assert new is not None
+        existing = view.read(new)
+        content = "".join(t for h in hunks for t in h.postimage)
+        if existing is not None:
+            same = existing == content
+            note = ("the file to create already exists with identical content"
+                    if same else "the file to create already exists with different content")
+            refused = tuple(HunkResult(h.index, HunkStatus.NEW_FILE_EXISTS, note=note)
+                            for h in hunks)
+            return _FileOutcome(FileReport(repo_path, "already-applied" if same else
+                                           "new-file-exists", refused, note),
+                                "already" if same else "failed")
+        created = tuple(HunkResult(h.index, HunkStatus.CLEAN, line=1, offset=0, fuzz=0,
+                                   changed_line=1) for h in hunks)
+        return _FileOutcome(FileReport(repo_path, "created", created), "applied",
+                            {new: content.encode("utf-8", "surrogateescape")},
+                            {new: file_patch.new_mode or 0o644})
+    assert old is not None
+    current = view.read(old)
+    if current is None:
+        if op == Operation.DELETE:
+            note = "the file to delete is already absent"
+            return _FileOutcome(FileReport(repo_path, "already-applied", tuple(
+                HunkResult(h.index, HunkStatus.ALREADY_APPLIED, note=note) for h in hunks),
+                note), "already")
+        moved_to = view.read(new) if op == Operation.RENAME and new else None
+        if moved_to is not None:  # renamed already? then the hunks are in the new file
+            results, _, already = _apply_hunks(view, file_patch, moved_to, max_fuzz)
+            if already or not hunks:
+                return _FileOutcome(FileReport(repo_path, "already-applied", tuple(results),
+                                               "already renamed"), "already")
+        note = f"{file_patch.old_path} does not exist" + _moved_hint(view, file_patch,
+                                                                       max_fuzz)
+        return _refuse(repo_path, "missing-file", note, hunks, HunkStatus.MISSING_FILE)
+    if op in (Operation.RENAME, Operation.COPY) and new is not None and new != old and \
+            view.read(new) is not None:
+        note = f"{file_patch.new_path} already exists; the {op} would overwrite it"
+        return _refuse(repo_path, "new-file-exists", note, hunks, HunkStatus.NEW_FILE_EXISTS)
+    results, new_lines, already = _apply_hunks(view, file_patch, current, max_fuzz) \
+        if hunks else ([], split_lines(current), False)
+    report_hunks = tuple(results)
+    if new_lines is None:
+        if already:
+            return _FileOutcome(FileReport(repo_path, "already-applied", report_hunks),
+                                "already")
+        statuses = {r.status for r in results}
+        if HunkStatus.ALREADY_APPLIED in statuses and statuses <= {
+                HunkStatus.ALREADY_APPLIED, *APPLIED_STATUSES}:
+            note = "some hunks are already applied and others are not"
+        else:
+            note = "; ".join(f"hunk #{r.hunk}: {r.status}" + (f" ({r.note})" if r.note else "")
+                             for r in results if r.status not in APPLIED_STATUSES)
+        status = "eol-mismatch" if HunkStatus.EOL_MISMATCH in statuses else "failed"
+        return _FileOutcome(FileReport(repo_path, status, report_hunks, note), "failed")
+    mode = view.mode(old)
+    new_mode = file_patch.new_mode if file_patch.new_mode is not None else mode
+    if op == Operation.DELETE:
+        if new_lines:
+            note = "the file's content differs from what the patch deletes; not deleting it"
+            return _FileOutcome(FileReport(repo_path, "failed", report_hunks, note), "failed")
+        return _FileOutcome(FileReport(repo_path, "deleted", report_hunks), "applied", {old: None})
+    data = _encode(new_lines)
+    if op == Operation.MODIFY and not hunks:
+        if new_mode == mode:
+            return _FileOutcome(FileReport(repo_path, "already-applied", (),
+                                           f"mode is already {new_mode:o}"), "already")
+        return _FileOutcome(FileReport(repo_path, "mode", (), f"mode {mode:o} -> {new_mode:o}"),
+                            "applied", {old: data}, {old: new_mode or 0o644})
+    assert new is not None
+    staged: dict[str, bytes | None] = {new: data}
+    if op == Operation.RENAME and new != old:
+        staged[old] = None
+    status = {Operation.RENAME: "renamed", Operation.COPY: "copied"}.get(op, "patched")
+    return _FileOutcome(FileReport(repo_path, status, report_hunks), "applied", staged,
+                        {new: new_mode or 0o644})
 
 
 def _apply_patch(view: _TreeView, parsed: ParsedPatch, entry: SeriesEntry,
                  max_fuzz: int, fuzz_reason: str
-                 ) -> tuple[PatchOutcome, dict[str, bytes | None]]:
+                 ) -> tuple[PatchOutcome, dict[str, bytes | None], dict[str, int]]:
     """Apply one patch to the view; return its outcome and the changes to stage."""
+    # Files of one patch see each other's changes (a patch may touch a file twice).
+    scratch = _TreeView(view.root, view.layout, dict(view.changes), dict(view.modes))
     reports: list[FileReport] = []
-    staged: dict[str, bytes | None] = {}
-    problems: list[str] = []
     states: set[str] = set()
     for file_patch in parsed.files:
-        repo_path = file_patch.new_path or file_patch.old_path
-        assert repo_path is not None
-        tree_path = view.tree_path(repo_path)
-        old_tree_path = view.tree_path(file_patch.old_path) if file_patch.old_path else None
-        if tree_path is None or (file_patch.old_path and old_tree_path is None):
-            raise BuilderError(f"{parsed.path.name}: {repo_path} is outside the "
-                               f"{view.layout.kind} layout",
-                               "this file is not in an sdist; build from git (--source git)")
-        current = view.read(old_tree_path) if old_tree_path else None
-        if file_patch.old_path and current is None:
-            problems.append(f"{repo_path}: file to patch does not exist")
-            reports.append(FileReport(repo_path, tuple(
-                HunkResult(h.index, HunkStatus.FAILED, note="file does not exist")
-                for h in file_patch.hunks)))
-            continue
-        search = max(DEFAULT_FUZZ_SEARCH, max_fuzz)
-        outcome = apply_file_hunks(split_lines(current or ""), file_patch.hunks,
-                                   fuzz_search=search)
-        results = list(outcome.results)
-        for i, result in enumerate(results):
-            if result.status == HunkStatus.FUZZ and (result.fuzz or 0) > max_fuzz:
-                results[i] = HunkResult(
-                    result.hunk, HunkStatus.FAILED, line=result.line, offset=result.offset,
-                    fuzz=result.fuzz, changed_line=result.changed_line,
-                    note=f"needs fuzz {result.fuzz}, the series allows {max_fuzz} here")
-        reports.append(FileReport(repo_path, tuple(results)))
-        bad = [r for r in results if r.status not in APPLIED_STATUSES
-               and r.status != HunkStatus.ALREADY_APPLIED]
-        if bad:
-            problems.extend(f"{repo_path} hunk #{r.hunk}: {r.status}"
-                            + (f" ({r.note})" if r.note else "") for r in bad)
-            continue
-        if outcome.already_applied:
-            states.add("already")
-            continue
-        if any(r.status == HunkStatus.ALREADY_APPLIED for r in results):
-            problems.append(f"{repo_path}: some hunks are already applied and others not")
-            continue
-        states.add("applied")
-        assert outcome.new_lines is not None
-        if file_patch.new_path is None:
-            staged[tree_path] = None
-        else:
-            staged[tree_path] = "".join(outcome.new_lines).encode("utf-8", "surrogateescape")
-            if old_tree_path and old_tree_path != tree_path:
-                staged[old_tree_path] = None
+        outcome = _apply_file(scratch, parsed.path.name, file_patch, max_fuzz)
+        reports.append(outcome.report)
+        states.add(outcome.state)
+        scratch.changes.update(outcome.staged)
+        scratch.modes.update(outcome.modes)
+    problems = [f"{r.path}: {r.status}" + (f" ({r.note})" if r.note else "")
+                for r in reports if r.status in _REFUSALS]
     if not problems and states == {"applied", "already"}:
         problems.append("part of the patch is already applied and part is not")
+    staged = {p: d for p, d in scratch.changes.items() if view.changes.get(p, b"\0") != d
+              or p not in view.changes}
+    modes = {p: m for p, m in scratch.modes.items() if view.modes.get(p) != m}
     if problems:
-        status, staged = PatchStatus.FAILED, {}
+        status, staged, modes = PatchStatus.FAILED, {}, {}
     elif states == {"already"}:
-        status, staged = PatchStatus.ALREADY_APPLIED, {}
+        status, staged, modes = PatchStatus.ALREADY_APPLIED, {}, {}
     else:
         status = PatchStatus.APPLIED
     return PatchOutcome(name=parsed.path.name, sha256=parsed.sha256, status=status,
                         strip=entry.strip, max_fuzz=max_fuzz, fuzz_reason=fuzz_reason,
-                        files=tuple(reports), message="; ".join(problems)), staged
+                        files=tuple(reports), message="; ".join(problems)), staged, modes
 
 
-def _check_pin(entry: SeriesEntry) -> str:
-    if not entry.path.is_file():
-        raise BuilderError(f"patch file not found: {entry.path}",
-                           "check the series file's 'file' entries")
-    actual = sha256_file(entry.path)
-    if entry.sha256 is not None and actual != entry.sha256:
-        raise BuilderError(
-            f"patch file {entry.name} changed after it was pinned: sha256 {actual}, "
-            f"series says {entry.sha256}",
-            "review the change, then put the new sha256 into the series file")
-    return actual
+_REFUSALS = frozenset({"failed", "new-file-exists", "missing-file", "eol-mismatch", "binary"})
 
 
-def plan_series(source: SourceResult, series: Series
-                ) -> tuple[PatchReport, dict[str, bytes | None]]:
-    """Apply ``series`` to ``source`` in memory and check intents; write nothing.
+def read_series(series: Series) -> dict[Path, ParsedPatch]:
+    """Check every patch file against its pinned sha256 and parse it (no tree needed).
+
+    Called before a source is fetched, so a bad series fails fast.
 
     Returns:
-        The report and the changes (tree path -> new bytes, ``None`` to delete). The
-        changes are empty unless the report is ok.
+        The parsed patches by path.
+
+    Raises:
+        BuilderError: a patch file is missing, changed after it was pinned, or malformed.
+    """
+    parsed = {}
+    for entry in series.entries:
+        if not entry.path.is_file():
+            raise BuilderError(f"patch file not found: {entry.path}",
+                               "check the series file's 'file' entries")
+        actual = sha256_file(entry.path)
+        if entry.sha256 is not None and actual != entry.sha256:
+            raise BuilderError(
+                f"patch file {entry.name} changed after it was pinned: sha256 {actual}, "
+                f"series says {entry.sha256}",
+                "review the change, then put the new sha256 into the series file")
+        parsed[entry.path] = parse_patch(entry.path, entry.strip)
+    return parsed
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What a series does to a tree: new bytes per tree path (``None`` deletes) and modes."""
+
+    files: dict[str, bytes | None] = field(default_factory=dict)
+    modes: dict[str, int] = field(default_factory=dict)
+
+
+def plan_series(source: SourceResult, series: Series) -> tuple[PatchReport, Changes]:
+    """Apply ``series`` to ``source`` in memory and check intents; write nothing.
+
+    A patch that declares intent checks which all hold before it is applied is
+    ``obsolete`` (unless it is ``already-applied``): it is not applied and does not fail.
+
+    Returns:
+        The report and the changes; the changes are empty unless the report is ok.
 
     Raises:
         BuilderError: a patch file is missing, changed after pinning, or malformed, or
             names a path outside the tree's layout (raised before any hunk is tried).
     """
     version = source.upstream_version
-    digests = [_check_pin(entry) for entry in series.entries]
-    parsed = {entry.path: parse_patch(entry.path, entry.strip) for entry in series.entries}
+    parsed = read_series(series)
     view = _TreeView(source.tree, source.layout)
-    before = _TreeView(source.tree, source.layout)
     outcomes: list[PatchOutcome] = []
+    held_before: dict[int, list[bool]] = {}
     failed = False
-    for entry, digest in zip(series.entries, digests, strict=True):
+    for index, entry in enumerate(series.entries):
+        digest = parsed[entry.path].sha256
         if series.path is not None and not entry.applies_to(version):
             outcomes.append(PatchOutcome(entry.name, digest, PatchStatus.NOT_APPLICABLE,
                                          entry.strip, message=f"declared for {entry.versions}"))
@@ -396,26 +494,39 @@ def plan_series(source: SourceResult, series: Series
             outcomes.append(PatchOutcome(entry.name, digest, PatchStatus.NOT_REACHED,
                                          entry.strip, message="an earlier patch failed"))
             continue
+        held_before[index] = [check.evaluate(view.read_repo_path(check.file)).holds
+                              for check in entry.intents]
         max_fuzz, reason = entry.fuzz_limit(version)
-        outcome, staged = _apply_patch(view, parsed[entry.path], entry, max_fuzz, reason)
+        outcome, staged, modes = _apply_patch(view, parsed[entry.path], entry, max_fuzz,
+                                              reason)
+        if held_before[index] and all(held_before[index]) and \
+                outcome.status != PatchStatus.ALREADY_APPLIED:
+            # Upstream already does what the patch means: change nothing, fail nothing.
+            outcome = replace(outcome, status=PatchStatus.OBSOLETE,
+                              message="its intent checks already hold without it; "
+                                      "nothing applied" + (f" (the patch itself: "
+                                                           f"{outcome.message})"
+                                                           if outcome.message else ""))
+            staged, modes = {}, {}
         outcomes.append(outcome)
         failed = outcome.status == PatchStatus.FAILED
         view.changes.update(staged)
-    intents: list[IntentReport] = []
-    for entry, outcome in zip(series.entries, outcomes, strict=True):
-        if outcome.status not in (PatchStatus.APPLIED, PatchStatus.ALREADY_APPLIED):
-            continue
-        for check in entry.intents:
-            intents.append(_run_intent(entry, check, before, view))
+        view.modes.update(modes)
+    intents = [
+        _intent_report(entry, check, held, view)
+        for index, entry in enumerate(series.entries) if index in held_before
+        for check, held in zip(entry.intents, held_before[index], strict=True)]
     report = PatchReport(str(version), tuple(outcomes), tuple(intents))
-    return report, (view.changes if report.ok else {})
+    if not report.ok:
+        return report, Changes()
+    return report, Changes(dict(view.changes), dict(view.modes))
 
 
-def _run_intent(entry: SeriesEntry, check: IntentCheck, before: _TreeView,
-                after: _TreeView) -> IntentReport:
-    held = check.evaluate(before.read_repo_path(check.file)).holds
+def _intent_report(entry: SeriesEntry, check: IntentCheck, held_before: bool,
+                   after: _TreeView) -> IntentReport:
     outcome = check.evaluate(after.read_repo_path(check.file))
-    return IntentReport(entry.name, check.describe(), held, outcome.holds, outcome.detail)
+    return IntentReport(entry.name, check.describe(), held_before, outcome.holds,
+                        outcome.detail)
 
 
 def _failure(report: PatchReport) -> BuilderError:
@@ -432,13 +543,13 @@ def _failure(report: PatchReport) -> BuilderError:
                         report=report)
 
 
-def _write_changes(root: Path, changes: dict[str, bytes | None]) -> None:
-    for tree_path, data in sorted(changes.items()):
+def _write_changes(root: Path, changes: Changes) -> None:
+    for tree_path, data in sorted(changes.files.items()):
         target = root / tree_path
         if data is None:
             target.unlink(missing_ok=True)
         else:
-            atomic_write_bytes(target, data)
+            atomic_write_bytes(target, data, changes.modes.get(tree_path))
 
 
 def patch_key(source: SourceResult, series: Series) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 from builder.cache import Cache, default_cache_root
 from builder.config import Series, SourceKind, Target, load_series, load_targets
 from builder.errors import BuilderError
-from builder.patch import PatchResult, apply_series
+from builder.patch import PatchResult, apply_series, read_series
 from builder.progress import Reporter
 from builder.source import DEFAULT_INDEX_URL, SourceResult, fetch_source, local_source
 from builder.wheel import WheelResult, build_wheel
@@ -118,8 +118,9 @@ def run_patch(options: Options, *, in_place: bool = False, dry_run: bool = False
     """
     ad_hoc = options.source_dir is not None and (options.series or options.patch)
     target = None if ad_hoc and options.target is None else select_target(options)
-    source = obtain_source(options, target)
     series = select_series(options, target)
+    read_series(series)  # a bad series fails before any download
+    source = obtain_source(options, target)
     result = apply_series(source, series, cache=options.cache, in_place=in_place,
                           dry_run=dry_run)
     return result
@@ -128,8 +129,9 @@ def run_patch(options: Options, *, in_place: bool = False, dry_run: bool = False
 def run_wheel(options: Options) -> WheelResult:
     """Source, patch and wheel stages for the selected target; the wheel lands in dist."""
     target = select_target(options)
-    source = obtain_source(options, target)
     series = select_series(options, target)
+    read_series(series)  # a bad series fails before any download
+    source = obtain_source(options, target)
     patched = apply_series(source, series, cache=options.cache)
     version = f"{source.upstream_version}+{target.local_label}"
     return build_wheel(patched, version=version, cache=options.cache,

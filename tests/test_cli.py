@@ -114,7 +114,7 @@ def test_empty_patch(sdists: dict[str, Path], tmp_path: Path) -> None:
     project = write_project(tmp_path / "p", sdist=sdists["0.5.9"], patches={"e.patch": ""},
                             series=_series_for("e.patch", ""))
     done = run_cli("wheel", cwd=project, cache=tmp_path / "cache")
-    _assert_refused(done, "e.patch contains no diff", project / "dist")
+    _assert_refused(done, "e.patch is empty", project / "dist")
 
 
 def test_missing_patch_file(sdists: dict[str, Path], tmp_path: Path) -> None:

@@ -46,7 +46,7 @@ def test_seed_patch_on_real_releases(unpacked: dict[str, Path], version: str,
     assert patch.status == PatchStatus.APPLIED
     assert (hunk.status, hunk.changed_line, hunk.offset, hunk.fuzz) == \
         (status, changed_line, offset, fuzz)
-    new_text = changes[MODEL_RUNNER].decode().splitlines()
+    new_text = changes.files[MODEL_RUNNER].decode().splitlines()
     assert new_text[changed_line - 1] == '            "flashinfer_cutlass",'
     (intent,) = report.intents
     assert intent.holds and not intent.held_before
@@ -148,7 +148,7 @@ def test_version_outside_range_is_not_applicable(unpacked: dict[str, Path],
         'file = "0001', f'file = "{REPO}/patches/0001').replace(
         'versions = ">=0.5.7,<0.5.11"', 'versions = ">=0.6"'))
     report, changes = plan_series(local_source(unpacked["0.5.9"]), load_series(series_file))
-    assert report.patches[0].status == PatchStatus.NOT_APPLICABLE and changes == {}
+    assert report.patches[0].status == PatchStatus.NOT_APPLICABLE and changes.files == {}
 
 
 def test_git_layout_from_a_local_repository(upstream_repo: UpstreamRepo,
