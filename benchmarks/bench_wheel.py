@@ -41,7 +41,7 @@ WARM_GOAL_S = 2.0
 def builder_cold(work: Path, download: Path, target: str, run: int) -> tuple[float, str]:
     """Time a builder build from a fresh cache seeded with only the sdist download."""
     cache = work / f"cache-{run}"
-    shutil.copytree(download / "sdist", cache / "sdist")
+    shutil.copytree(download / "downloads", cache / "downloads")
     options = Options(targets_file=ROOT / "targets.toml", target=target, cache_dir=cache,
                       dist_dir=work / f"dist-builder-{run}")
     start = time.perf_counter()

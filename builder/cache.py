@@ -11,7 +11,9 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -97,7 +99,9 @@ class Cache:
         """
         final = self.entry(kind, key)
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=final.parent))
+        _remove_orphans(final.parent)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}.{os.getpid()}.", suffix=".tmp",
+                                    dir=final.parent))
         try:
             yield tmp
             try:
@@ -111,6 +115,43 @@ class Cache:
             raise
 
 
+def _remove_orphans(folder: Path) -> None:
+    """Remove temporary entries left by builds that were killed (their process is gone)."""
+    for tmp in folder.glob(".*.tmp"):
+        parts = tmp.name.split(".")
+        if len(parts) < 4 or not parts[2].isdigit():
+            continue
+        try:
+            os.kill(int(parts[2]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(tmp, ignore_errors=True)
+        except PermissionError:
+            pass  # alive, owned by someone else
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM until the block is done, then act on them.
+
+    For writing several files that must all change or none: a Ctrl-C in the middle
+    waits for the last rename. (SIGKILL cannot be held.)
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in saved:
+        signal.signal(sig, lambda number, _frame: received.append(number))
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        if received:
+            signal.raise_signal(received[0])
+
+
 def atomic_copy(source: Path, destination: Path) -> None:
     """Copy ``source`` to ``destination`` through a temporary file in the same folder.
 
@@ -122,6 +163,7 @@ def atomic_copy(source: Path, destination: Path) -> None:
     tmp = Path(tmp_name)
     try:
         shutil.copyfile(source, tmp)
+        tmp.chmod(0o644)  # mkstemp makes 0600; a published wheel is world-readable
         tmp.replace(destination)
     except BaseException:
         tmp.unlink(missing_ok=True)

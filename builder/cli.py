@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,7 +18,7 @@ from builder.config import SOURCE_KINDS, load_targets
 from builder.errors import BuilderError
 from builder.hunks import HunkResult
 from builder.patch import PatchReport
-from builder.pipeline import Options, run_fetch, run_patch, run_wheel
+from builder.pipeline import Options, run_check, run_fetch, run_patch, run_refresh, run_wheel
 from builder.progress import Reporter
 from builder.source import DEFAULT_INDEX_URL
 
@@ -28,10 +29,26 @@ examples:
   python -m builder wheel --target sglang-0.5.7 --json
   python -m builder patch --target sglang-0.5.10.post1 --dry-run
   python -m builder patch --source-dir ~/src/sglang --patch my.patch --max-fuzz 1 --dry-run
+  python -m builder check --format markdown        # the series x every target
+  python -m builder check --versions 0.5.9,0.5.11,0.5.13
+  python -m builder refresh --target sglang-0.5.10.post1 --accept-fuzz --dry-run
 
+Results go to stdout, progress and errors to stderr.
 exit status: 0 success, 1 the build refused or failed (one-line cause and a hint on
 stderr; with --json a JSON object with "error" on stdout), 2 bad usage.
 """
+
+
+def _count(limit: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not 0 <= value <= limit:
+            raise argparse.ArgumentTypeError(f"must be from 0 to {limit}")
+        return value
+    return parse
 
 
 def _common(parser: argparse.ArgumentParser, *, target: bool = True) -> None:
@@ -68,9 +85,9 @@ def _series_args(parser: argparse.ArgumentParser) -> None:
                        help="apply this series file instead of the target's")
     group.add_argument("--patch", type=Path, metavar="FILE",
                        help="apply just this patch (unpinned, for trying one out)")
-    group.add_argument("--strip", type=int, default=1, metavar="N",
+    group.add_argument("--strip", type=_count(20), default=1, metavar="N",
                        help="strip level for --patch (default: %(default)s)")
-    group.add_argument("--max-fuzz", type=int, default=0, metavar="N",
+    group.add_argument("--max-fuzz", type=_count(3), default=0, metavar="N",
                        help="fuzz allowed for --patch (default: %(default)s)")
 
 
@@ -113,6 +130,41 @@ def build_parser() -> argparse.ArgumentParser:
     wheel.add_argument("--dist", type=Path, default=Path("dist"), metavar="DIR",
                        help="output folder (default: %(default)s)")
     wheel.set_defaults(handler=_cmd_wheel, patch=None, strip=1, max_fuzz=0)
+
+    check = commands.add_parser(
+        "check", help="compatibility matrix: the series on several upstream releases",
+        description="Apply the series (in memory) to every target, or to --versions "
+                    "found on the index (sdist, else a released wheel read as source), or "
+                    "to --commits of a git repository, and print patch x release. Exits 1 "
+                    "when a target of the targets file would break.")
+    _common(check, target=False)
+    check.add_argument("--versions", metavar="V1,V2", help="upstream versions to check")
+    check.add_argument("--commits", metavar="C1,C2", help="git commits to check")
+    check.add_argument("--git-url", metavar="URL", help="repository of --commits "
+                       "(default: the default target's git URL)")
+    check.add_argument("--index-url", default=DEFAULT_INDEX_URL,
+                       help="simple index for --versions (default: %(default)s)")
+    check.add_argument("--series", type=Path, metavar="FILE",
+                       help="series to check (default: the default target's)")
+    check.add_argument("--format", choices=("table", "markdown"), default="table",
+                       help="human output: a table, or Markdown for a pull request")
+    check.set_defaults(handler=_cmd_check)
+
+    refresh = commands.add_parser(
+        "refresh", help="regenerate the series' patches against a target's upstream",
+        description="Rewrite each patch so it applies to the target with zero fuzz and "
+                    "exact line numbers, keeping its header; updates the sha256 pins in "
+                    "the series file. Hunks that needed fuzz need --accept-fuzz and are "
+                    "shown before and after.")
+    _common(refresh)
+    _source_args(refresh)
+    refresh.add_argument("--accept-fuzz", action="store_true",
+                         help="also refresh hunks that needed fuzz (review them!)")
+    refresh.add_argument("--output-dir", type=Path, metavar="DIR",
+                         help="write refreshed patches here; the series is left alone")
+    refresh.add_argument("--dry-run", action="store_true", help="only report")
+    refresh.set_defaults(handler=_cmd_refresh, series=None, patch=None, strip=1,
+                         max_fuzz=0)
     return parser
 
 
@@ -134,19 +186,18 @@ def _cmd_targets(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]
     table = Table("target", "version", "sources", "CUDA", "arch list", title="Targets")
     for target in targets.targets.values():
         mark = " (default)" if target.name == targets.default else ""
-        kinds = ", ".join(("sdist" if p.describe()["kind"] == "sdist" else "git")
-                          + ("*" if p.describe()["kind"] == target.prefer else "")
+        kinds = ", ".join(p.kind + ("*" if p.kind == target.prefer else "")
                           for p in target.sources)
         table.add_row(target.name + mark, target.version, kinds, target.cuda_lane,
                       " ".join(target.arch_list))
-    reporter.console.print(table)
+    reporter.result(table)
     return {"default": targets.default,
             "targets": [t.describe() for t in targets.targets.values()]}
 
 
 def _cmd_fetch(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     source = run_fetch(_options(args, reporter))
-    reporter.info(f"Source {source.upstream_version} ({source.layout.kind}) at {source.tree}")
+    reporter.result(f"Source {source.upstream_version} ({source.layout.kind}) at {source.tree}")
     return source.describe()
 
 
@@ -156,9 +207,12 @@ def render_report(report: PatchReport, console: Console) -> None:
     for column in ("patch", "file", "hunk", "status", "line", "offset", "fuzz", "note"):
         table.add_column(column, overflow="fold")
     for patch in report.patches:
-        if not patch.files:
+        if not patch.files or patch.status == "obsolete":
             table.add_row(patch.name, "", "", str(patch.status), "", "", "", patch.message)
+            continue
         for file in patch.files:
+            if not file.hunks:
+                table.add_row(patch.name, file.path, "", file.status, "", "", "", file.note)
             for hunk in file.hunks:
                 note = hunk.note
                 if hunk.status == "fuzz":
@@ -174,7 +228,9 @@ def render_report(report: PatchReport, console: Console) -> None:
                           markup=False)
     for intent in report.intents:
         mark = "[green]holds[/]" if intent.holds else "[red]FAILS[/]"
-        console.print(f"intent {mark}: {intent.check} -- {intent.detail}")
+        before = "held before" if intent.held_before else "did not hold before"
+        console.print(f"intent {mark} ({before}): ", end="")
+        console.print(f"{intent.check} -- {intent.detail}", markup=False)
     for patch in report.patches:
         for file in patch.files:
             for hunk in file.hunks:
@@ -198,43 +254,120 @@ def _print_failed_hunk(console: Console, patch: str, path: str, hunk: HunkResult
 def _cmd_patch(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     in_place = args.source_dir is not None
     result = run_patch(_options(args, reporter), in_place=in_place, dry_run=args.dry_run)
-    render_report(result.report, reporter.console)
+    render_report(result.report, reporter.out)
+    applied = any(p.status == "applied" for p in result.report.patches)
     where = ("nothing written (--dry-run)" if args.dry_run else
-             f"patched in place: {result.tree}" if in_place else f"patched tree: {result.tree}")
-    reporter.info(where)
+             "nothing to write: nothing left to apply" if not applied else
+             f"patched in place: {result.tree}" if in_place else
+             f"patched tree (a cache entry: do not edit): {result.tree}")
+    reporter.result(where)
     return {"tree": None if args.dry_run else str(result.tree), "key": result.key,
             "report": result.report.to_json()}
 
 
 def _cmd_wheel(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     result = run_wheel(_options(args, reporter))
-    render_report(PatchReport.from_json(result.provenance), reporter.console)
+    render_report(PatchReport.from_json(result.provenance), reporter.out)
     how = "from cache" if result.cached else "built"
-    reporter.info(f"[bold]{result.path}[/] ({how}, sha256 {result.sha256})")
+    reporter.result(f"{result.path} ({how}, sha256 {result.sha256})", style="bold")
     return result.describe()
+
+
+def _list(text: str | None) -> list[str]:
+    return [item.strip() for item in (text or "").split(",") if item.strip()]
+
+
+def _cmd_check(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    if args.versions and args.commits:
+        raise BuilderError("--versions and --commits exclude each other", "give one of them")
+    matrix = run_check(_options(args, reporter), versions=_list(args.versions),
+                       commits=_list(args.commits))
+    if args.format == "markdown":
+        reporter.raw(matrix.to_markdown())
+    else:
+        table = Table(title="Patch compatibility")
+        table.add_column("patch", overflow="fold")
+        for column in matrix.columns:
+            table.add_column(column.label + (f"\n({column.target})" if column.target else ""),
+                             overflow="fold")
+        for name, row in zip(matrix.patches, matrix.cells, strict=True):
+            table.add_row(name, *(cell.text + {True: " ✓", False: " ✗", None: ""}[cell.intents]
+                                  for cell in row))
+        reporter.result(table)
+        reporter.result("✓ / ✗: the patch's intent checks hold / fail after the series")
+    if matrix.broken_targets:
+        raise BuilderError(f"the series would break target(s): "
+                           f"{', '.join(matrix.broken_targets)}",
+                           "run python -m builder patch --target NAME --dry-run for detail",
+                           report=matrix)
+    return matrix.to_json()
+
+
+def _cmd_refresh(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    results = run_refresh(_options(args, reporter), accept_fuzz=args.accept_fuzz,
+                          output_dir=args.output_dir, dry_run=args.dry_run)
+    table = Table(title="Refresh")
+    for column in ("patch", "status", "old sha256", "new sha256", "written to"):
+        table.add_column(column, overflow="fold")
+    for item in results:
+        table.add_row(item.name, item.status, item.old_sha256[:12], item.new_sha256[:12],
+                      str(item.written or "-"))
+    reporter.result(table)
+    for item in results:
+        for hunk in item.fuzzed:
+            reporter.raw(f"\n{item.name} {hunk.path}: this hunk needed fuzz {hunk.fuzz}; "
+                         f"check that the refreshed placement is right.\nbefore:\n"
+                         f"{hunk.before}after:\n"
+                         f"{hunk.after or '(not found in the refreshed patch)'}\n")
+    return {"patches": [item.to_json() for item in results], "dry_run": args.dry_run}
+
+
+def _terminate(number: int, _frame: object) -> None:
+    raise KeyboardInterrupt(number)
+
+
+def _print_error(exc: BuilderError) -> None:
+    err = Console(stderr=True, highlight=False)
+    if isinstance(exc.report, PatchReport):
+        render_report(exc.report, err)
+    err.print("error:", style="bold red", end=" ")
+    err.print(exc.cause, markup=False, soft_wrap=True)
+    if exc.hint:
+        err.print("hint:", style="bold", end=" ")
+        err.print(exc.hint, markup=False, soft_wrap=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit status (0 ok, 1 refused or failed, 2 usage)."""
     args = build_parser().parse_args(argv)
+    if getattr(args, "upstream_version", None) and not getattr(args, "source_dir", None):
+        build_parser().error("--upstream-version only applies with --source-dir")
     reporter = Reporter(quiet=args.json)
     handler: Callable[[argparse.Namespace, Reporter], dict[str, Any]] = args.handler
+    previous = signal.signal(signal.SIGTERM, _terminate)  # clean up as on Ctrl-C
     try:
         payload = handler(args, reporter)
     except BuilderError as exc:
         if args.json:
             print(json.dumps(exc.to_json(), indent=2))
         else:
-            err = Console(stderr=True, highlight=False)
-            if isinstance(exc.report, PatchReport):
-                render_report(exc.report, err)
-            err.print(f"[bold red]error:[/] {exc.cause}", markup=True, soft_wrap=True)
-            if exc.hint:
-                err.print(f"[bold]hint:[/] {exc.hint}", soft_wrap=True)
+            _print_error(exc)
         return 1
-    except KeyboardInterrupt:
+    except OSError as exc:  # a path the user gave cannot be read or written
+        where = f": {exc.filename}" if exc.filename else ""
+        error = BuilderError(f"{exc.strerror or exc}{where}",
+                             "check the paths given (--dist, --cache-dir, ...) and their "
+                             "permissions")
+        if args.json:
+            print(json.dumps(error.to_json(), indent=2))
+        else:
+            _print_error(error)
+        return 1
+    except KeyboardInterrupt as exc:
         print("interrupted; nothing half-written was kept", file=sys.stderr)
-        return 130
+        return 143 if exc.args == (signal.SIGTERM,) else 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if args.json:
         print(json.dumps(payload, indent=2))
     return 0

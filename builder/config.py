@@ -21,8 +21,8 @@ from packaging.version import InvalidVersion, Version
 from builder.errors import BuilderError
 from builder.intent import IntentCheck, parse_intent_check
 
-SourceKind = Literal["sdist", "git"]
-SOURCE_KINDS: tuple[SourceKind, ...] = ("sdist", "git")
+SourceKind = Literal["sdist", "wheel", "git"]
+SOURCE_KINDS: tuple[SourceKind, ...] = ("sdist", "wheel", "git")
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -47,6 +47,7 @@ class SdistPin:
     version: str
     sha256: str
     url: str | None = None
+    kind: SourceKind = field(default="sdist", init=False)
 
     @property
     def filename(self) -> str:
@@ -70,13 +71,42 @@ class GitPin:
 
     url: str
     commit: str
+    kind: SourceKind = field(default="git", init=False)
 
     def describe(self) -> dict[str, Any]:
         """Return the pin as JSON-ready data (for reports and provenance)."""
         return {"kind": "git", "url": self.url, "commit": self.commit}
 
 
-Pin = SdistPin | GitPin
+@dataclass(frozen=True)
+class WheelPin:
+    """A released wheel on a package index, pinned by file name and sha256.
+
+    From 0.5.11 on SGLang publishes no sdist, only binary wheels; their Python files
+    are the repository's ``python/`` folder, like an sdist's.
+
+    Attributes:
+        project: the index project name.
+        version: the release version.
+        filename: the wheel's file name (one platform / Python tag).
+        sha256: hex sha256 of that file.
+        url: optional direct URL; otherwise found on the index by sha256.
+    """
+
+    project: str
+    version: str
+    filename: str
+    sha256: str
+    url: str | None = None
+    kind: SourceKind = field(default="wheel", init=False)
+
+    def describe(self) -> dict[str, Any]:
+        """Return the pin as JSON-ready data (for reports and provenance)."""
+        return {"kind": "wheel", "project": self.project, "version": self.version,
+                "filename": self.filename, "sha256": self.sha256, "url": self.url}
+
+
+Pin = SdistPin | WheelPin | GitPin
 
 
 @dataclass(frozen=True)
@@ -108,6 +138,11 @@ class Target:
         """The version our wheel carries: ``<upstream>+<local label>`` (PEP 440)."""
         return f"{self.upstream_version}+{self.local_label}"
 
+    @property
+    def sdist_project(self) -> str:
+        """The index project name of the target's sdist or wheel pins (``sglang``)."""
+        return next((p.project for p in self.sources if not isinstance(p, GitPin)), "sglang")
+
     def pin(self, kind: SourceKind | None = None) -> Pin:
         """Return the first pin of ``kind`` (default: the preferred kind).
 
@@ -116,10 +151,9 @@ class Target:
         """
         wanted = kind or self.prefer
         for pin in self.sources:
-            if (wanted == "sdist") == isinstance(pin, SdistPin):
+            if pin.kind == wanted:
                 return pin
-        declared = ", ".join(sorted({"sdist" if isinstance(p, SdistPin) else "git"
-                                     for p in self.sources}))
+        declared = ", ".join(sorted({p.kind for p in self.sources}))
         raise BuilderError(f"target {self.name!r} declares no {wanted} source (it has: {declared})",
                            "add a [[target.source]] of that kind to the targets file, "
                            "or choose another with --source")
@@ -270,7 +304,7 @@ def _specifier(text: str, where: str) -> SpecifierSet:
 
 def _parse_source(table: dict[str, Any], where: str) -> Pin:
     kind = _require(table, "kind", str, where)
-    if kind == "sdist":
+    if kind in ("sdist", "wheel"):
         sha = _require(table, "sha256", str, where).lower()
         if not _SHA256.match(sha):
             raise BuilderError(f"{where}: sha256 {sha!r} is not 64 hex digits",
@@ -278,8 +312,15 @@ def _parse_source(table: dict[str, Any], where: str) -> Pin:
         url = table.get("url")
         if url is not None and not isinstance(url, str):
             raise BuilderError(f"{where}: 'url' must be a string", "")
-        return SdistPin(project=_require(table, "project", str, where),
-                        version=_require(table, "version", str, where), sha256=sha, url=url)
+        project = _require(table, "project", str, where)
+        version = _require(table, "version", str, where)
+        if kind == "sdist":
+            return SdistPin(project=project, version=version, sha256=sha, url=url)
+        filename = _require(table, "filename", str, where)
+        if not filename.endswith(".whl"):
+            raise BuilderError(f"{where}: wheel filename {filename!r} does not end in .whl", "")
+        return WheelPin(project=project, version=version, filename=filename, sha256=sha,
+                        url=url)
     if kind == "git":
         commit = _require(table, "commit", str, where)
         if not _COMMIT.match(commit):
@@ -306,13 +347,12 @@ def _parse_target(table: dict[str, Any], base: Path, where: str) -> Target:
                     for i, s in enumerate(_require(table, "source", list, where), 1))
     if not sources:
         raise BuilderError(f"{where}: declares no source", "add a [[target.source]] table")
-    prefer = table.get("prefer", "sdist" if any(isinstance(s, SdistPin) for s in sources)
-                       else "git")
+    prefer = table.get("prefer", sources[0].kind)
     if prefer not in SOURCE_KINDS:
         raise BuilderError(f"{where}: prefer must be one of {SOURCE_KINDS}", "")
     for pin in sources:
-        if isinstance(pin, SdistPin) and Version(pin.version) != upstream:
-            raise BuilderError(f"{where}: sdist version {pin.version} differs from "
+        if not isinstance(pin, GitPin) and Version(pin.version) != upstream:
+            raise BuilderError(f"{where}: {pin.kind} version {pin.version} differs from "
                                f"upstream_version {upstream}", "make them agree")
     arch_list = tuple(_require(table, "arch_list", list, where))
     for arch in arch_list:

@@ -248,16 +248,15 @@ def _matches(lines: Sequence[str], pattern: Sequence[str], where: int, skip_fron
 
 
 def _candidates(lines: Sequence[str], hunk: Hunk, first_guess: int, fuzz: int,
-                last_frozen: int) -> tuple[list[int], int]:
+                last_frozen: int) -> tuple[list[int], list[int]]:
     """Lines where ``hunk``'s preimage matches at ``fuzz``, nearest first (GNU order).
 
-    GNU patch lets the kept leading context reach back over lines an earlier hunk
-    already consumed; such places are dropped here (two hunks of one patch may not use
-    the same region) and only counted, as the second value.
+    Returns GNU patch's candidates and, second, those that do not reach back over lines
+    an earlier hunk already consumed (GNU lets kept leading context do that; here two
+    hunks of one patch may not use the same region).
     """
     found, skip_front = _gnu_candidates(lines, hunk, first_guess, fuzz, last_frozen)
-    kept = [w for w in found if w + skip_front > last_frozen]
-    return kept, len(found) - len(kept)
+    return found, [w for w in found if w + skip_front > last_frozen]
 
 
 def _gnu_candidates(lines: Sequence[str], hunk: Hunk, first_guess: int, fuzz: int,
@@ -383,15 +382,20 @@ def _place(lines: Sequence[str], hunk: Hunk, cursor: _Cursor, fuzz_search: int,
     undo = hunk.reversed()
     reverse_first = undo.first_line() + cursor.in_offset
     max_fuzz = min(fuzz_search, max(hunk.prefix_context, hunk.suffix_context))
-    overlapping = 0
     for fuzz in range(max_fuzz + 1):
-        forward, dropped = _candidates(lines, hunk, forward_first, fuzz, cursor.last_frozen)
+        everywhere, forward = _candidates(lines, hunk, forward_first, fuzz,
+                                          cursor.last_frozen)
         # An empty postimage (a hunk that only removes, without context) "matches"
         # anywhere; it can never show that the change is already there.
-        backward = _candidates(lines, undo, reverse_first, fuzz, cursor.last_frozen)[0] \
+        backward = _candidates(lines, undo, reverse_first, fuzz, cursor.last_frozen)[1] \
             if hunk.postimage else []
-        overlapping += dropped
-        if not forward and not backward:
+        if everywhere and everywhere[0] not in forward and not backward:
+            # GNU patch takes this nearest place and then fails ("misordered hunks").
+            return HunkResult(hunk.index, HunkStatus.FAILED,
+                              line=forward_first + cursor.out_offset,
+                              note="it matches nearest where it would overlap the region "
+                                   "an earlier hunk changed", text=hunk.render())
+        if not everywhere and not backward:
             continue
         if backward and (not forward or abs(backward[0] - reverse_first)
                          <= abs(forward[0] - forward_first)):
@@ -405,12 +409,16 @@ def _place(lines: Sequence[str], hunk: Hunk, cursor: _Cursor, fuzz_search: int,
                               note="the hunk's postimage is already in the file")
         where = forward[0]
         exact = fuzz == 0 and where == forward_first
-        if len(forward) > 1 and not exact:
+        # Off its line, any second copy of the preimage in the whole file (even one an
+        # earlier hunk used) means line numbers cannot say which place was meant.
+        copies = everywhere if exact else _candidates(lines, hunk, forward_first, fuzz, 0)[0]
+        if len(copies) > 1 and not exact:
+            shown = ", ".join(map(str, copies[:10])) + (
+                f" and {len(copies) - 10} more" if len(copies) > 10 else "")
             return HunkResult(hunk.index, HunkStatus.AMBIGUOUS, fuzz=fuzz,
-                              candidates=tuple(w + cursor.out_offset for w in forward),
-                              note=f"the preimage matches {len(forward)} places "
-                                   f"(lines {', '.join(map(str, forward))} before patching)",
-                              text=hunk.render())
+                              candidates=tuple(w + cursor.out_offset for w in copies[:50]),
+                              note=f"the preimage matches {len(copies)} places "
+                                   f"(lines {shown} before patching)", text=hunk.render())
         cursor.in_offset = where - hunk.first_line()
         cursor.last_frozen = _frozen_after(hunk, where)
         line = where + cursor.out_offset
@@ -420,8 +428,6 @@ def _place(lines: Sequence[str], hunk: Hunk, cursor: _Cursor, fuzz_search: int,
                   HunkStatus.OFFSET if cursor.in_offset else HunkStatus.CLEAN)
         return HunkResult(hunk.index, status, line=line, offset=cursor.in_offset, fuzz=fuzz,
                           changed_line=line + hunk.prefix_context)
-    note = ("it matches only where it would overlap the region an earlier hunk changed"
-            if overlapping else "the preimage was not found")
     return HunkResult(hunk.index, HunkStatus.FAILED, line=forward_first + cursor.out_offset,
-                      near_miss=_near_miss(lines, hunk, forward_first), note=note,
-                      text=hunk.render())
+                      near_miss=_near_miss(lines, hunk, forward_first),
+                      note="the preimage was not found", text=hunk.render())

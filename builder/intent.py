@@ -6,12 +6,17 @@ declare checks, evaluated after the whole series (and, for reports, before it):
 ``literal-contains``
     A list/tuple/set literal, live code (the syntax tree, so comments never count),
     contains a constant. Scope it with ``function`` (literals inside a function or
-    method of that name) or ``assignment`` (literals assigned to that name); with
-    ``compared_with`` only literals used in an ``in``/``not in`` test against that name
-    count, directly or through a local variable assigned from it
+    method of that name, or of any name in a list: upstream renames things) or
+    ``assignment`` (literals assigned to that name); with ``compared_with`` only
+    literals used in an ``in``/``not in`` test against that name count, directly or
+    through a local variable assigned from an expression that mentions it
     (``backend = self.server_args.moe_runner_backend`` then ``backend not in [...]``).
 ``regex-present`` / ``regex-absent``
     A Python regular expression (multiline mode) must / must not match the file.
+
+``file`` is a repository path, or an ``fnmatch`` pattern (``*`` also crosses ``/``)
+for code that upstream moves between files: a check holds when it holds in one of the
+matching files (``regex-absent``: in all of them).
 """
 
 from __future__ import annotations
@@ -19,12 +24,33 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from builder.errors import BuilderError
 
 IntentKind = Literal["literal-contains", "regex-present", "regex-absent"]
 INTENT_KINDS: tuple[IntentKind, ...] = ("literal-contains", "regex-present", "regex-absent")
+
+
+class RepoReader(Protocol):
+    """Read access to a (possibly patched) tree by repository path."""
+
+    def read_repo_path(self, repo_path: str) -> str | None:
+        """The file's text, or ``None`` if it does not exist."""
+
+    def glob_repo_paths(self, pattern: str) -> list[str]:
+        """Existing repository paths matching an ``fnmatch`` pattern, sorted."""
+
+
+def is_pattern(path: str) -> bool:
+    """True when ``path`` holds ``fnmatch`` wildcards."""
+    return any(char in path for char in "*?[")
+
+
+def pattern_root(pattern: str) -> str:
+    """The folder part of ``pattern`` before its first wildcard (where to start a walk)."""
+    head = re.split(r"[*?\[]", pattern, maxsplit=1)[0]
+    return head.rsplit("/", 1)[0] if "/" in head else ""
 
 
 @dataclass(frozen=True)
@@ -47,7 +73,7 @@ class IntentCheck:
     kind: IntentKind
     file: str
     value: str | None = None
-    function: str | None = None
+    function: tuple[str, ...] = ()
     assignment: str | None = None
     compared_with: str | None = None
     pattern: str | None = None
@@ -55,15 +81,41 @@ class IntentCheck:
     def describe(self) -> str:
         """Return a one-line human description of the check."""
         if self.kind == "literal-contains":
-            scope = (f"function {self.function}" if self.function
+            scope = (f"function {' or '.join(self.function)}" if self.function
                      else f"assignment {self.assignment}")
             against = f" compared with {self.compared_with}" if self.compared_with else ""
             return f"{self.file}: a literal in {scope}{against} contains {self.value!r}"
         verb = "matches" if self.kind == "regex-present" else "does not match"
         return f"{self.file}: /{self.pattern}/ {verb}"
 
+    def evaluate_tree(self, reader: RepoReader) -> IntentOutcome:
+        """Evaluate the check on a tree (every file ``file`` names or matches)."""
+        if not is_pattern(self.file):
+            return self.evaluate(reader.read_repo_path(self.file))
+        paths = reader.glob_repo_paths(self.file)
+        if not paths:
+            return IntentOutcome(False, f"no file matches {self.file}")
+        if self.kind != "regex-absent":
+            outcomes = []
+            for path in paths:
+                text = reader.read_repo_path(path)
+                # Cheap text filter first: a file without the value cannot hold it.
+                if text is None or (self.value is not None and self.value not in text):
+                    continue
+                outcome = self.evaluate(text)
+                if outcome.holds:
+                    return IntentOutcome(True, f"{path}: {outcome.detail}")
+                outcomes.append(f"{path}: {outcome.detail}")
+            return IntentOutcome(False, "; ".join(outcomes[:3]) or
+                                 f"{self.value or self.pattern!r} not found in {self.file}")
+        for path in paths:  # regex-absent: must hold everywhere
+            outcome = self.evaluate(reader.read_repo_path(path))
+            if not outcome.holds:
+                return IntentOutcome(False, f"{path}: {outcome.detail}")
+        return IntentOutcome(True, f"pattern absent from {len(paths)} files")
+
     def evaluate(self, text: str | None) -> IntentOutcome:
-        """Evaluate the check on the file's text (``None``: the file does not exist)."""
+        """Evaluate the check on one file's text (``None``: the file does not exist)."""
         if text is None:
             return IntentOutcome(False, f"{self.file} does not exist")
         if self.kind == "regex-present" or self.kind == "regex-absent":
@@ -87,9 +139,10 @@ class IntentCheck:
         if self.function:
             scopes = [node for node in ast.walk(tree)
                       if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-                      and node.name == self.function]
+                      and node.name in self.function]
             if not scopes:
-                return IntentOutcome(False, f"function {self.function} not found")
+                return IntentOutcome(False, f"function {' or '.join(self.function)} "
+                                            "not found")
         else:
             scopes = [tree]
         literals: list[ast.List | ast.Tuple | ast.Set] = []
@@ -144,7 +197,8 @@ class IntentCheck:
             return set()
         names = {self.compared_with}
         for node in ast.walk(scope):
-            if isinstance(node, ast.Assign) and _terminal_name(node.value) in names:
+            if isinstance(node, ast.Assign) and any(
+                    _terminal_name(part) in names for part in ast.walk(node.value)):
                 names.update(n for t in node.targets if (n := _terminal_name(t)))
         return names
 
@@ -177,7 +231,10 @@ def parse_intent_check(table: dict[str, Any], where: str) -> IntentCheck:
         if not isinstance(value, str) or (function is None) == (assignment is None):
             raise BuilderError(f"{where}: literal-contains needs 'value' and exactly one of "
                                "'function' or 'assignment'", "")
-        return IntentCheck(kind=kind, file=file, value=value, function=function,
+        names = (function,) if isinstance(function, str) else tuple(function or ())
+        if function is not None and (not names or not all(isinstance(n, str) for n in names)):
+            raise BuilderError(f"{where}: 'function' must be a name or a list of names", "")
+        return IntentCheck(kind=kind, file=file, value=value, function=names,
                            assignment=assignment, compared_with=table.get("compared_with"))
     pattern = table.get("pattern")
     if not isinstance(pattern, str):

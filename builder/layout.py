@@ -35,6 +35,10 @@ class Layout:
         prefix = PACKAGE_FOLDER + "/"
         return repo_path[len(prefix):] if repo_path.startswith(prefix) else None
 
+    def repo_path(self, tree_path: str) -> str:
+        """Map a path relative to the tree back to the repository path."""
+        return tree_path if self.kind == "git" else f"{PACKAGE_FOLDER}/{tree_path}"
+
     def package_root(self, tree: Path) -> Path:
         """Return the folder holding ``pyproject.toml`` (what the wheel is built from)."""
         return tree / PACKAGE_FOLDER if self.kind == "git" else tree

@@ -10,12 +10,14 @@ file through temporary files and renames.
 
 from __future__ import annotations
 
+import fnmatch
+import hashlib
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from builder.cache import Cache, atomic_write_bytes, sha256_file, sha256_json
+from builder.cache import Cache, atomic_write_bytes, sha256_file, sha256_json, signals_deferred
 from builder.config import Series, SeriesEntry
 from builder.errors import BuilderError
 from builder.hunks import (
@@ -27,7 +29,7 @@ from builder.hunks import (
     apply_file_hunks,
     split_lines,
 )
-from builder.intent import IntentCheck
+from builder.intent import IntentCheck, pattern_root
 from builder.layout import Layout
 from builder.patchfile import FilePatch, Operation, ParsedPatch, parse_patch
 from builder.source import SourceResult, link_tree
@@ -209,6 +211,29 @@ class _TreeView:
     def read_repo_path(self, repo_path: str) -> str | None:
         tree_path = self.tree_path(repo_path)
         return None if tree_path is None else self.read(tree_path)
+
+    def glob_repo_paths(self, pattern: str) -> list[str]:
+        """Existing repository paths matching an ``fnmatch`` pattern (changes included)."""
+        root = pattern_root(pattern)
+        tree_root = self.tree_path(root + "/") if root else ""
+        found: set[str] = set()
+        if tree_root is not None:
+            base = self.root / tree_root
+            if base.is_dir():
+                for path in base.rglob("*"):
+                    if ".git" in path.parts or not path.is_file():
+                        continue
+                    repo = self.layout.repo_path(path.relative_to(self.root).as_posix())
+                    if fnmatch.fnmatchcase(repo, pattern):
+                        found.add(repo)
+        for tree_path, data in self.changes.items():
+            repo = self.layout.repo_path(tree_path)
+            if fnmatch.fnmatchcase(repo, pattern):
+                if data is None:
+                    found.discard(repo)
+                else:
+                    found.add(repo)
+        return sorted(found)
 
     def files_named(self, name: str, limit: int = 20) -> list[str]:
         """Tree paths of existing files called ``name`` (for "moved elsewhere?" hints)."""
@@ -446,6 +471,7 @@ def read_series(series: Series) -> dict[Path, ParsedPatch]:
     for entry in series.entries:
         if not entry.path.is_file():
             raise BuilderError(f"patch file not found: {entry.path}",
+                               "check the --patch path" if entry.sha256 is None else
                                "check the series file's 'file' entries")
         actual = sha256_file(entry.path)
         if entry.sha256 is not None and actual != entry.sha256:
@@ -465,6 +491,88 @@ class Changes:
     modes: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class PatchStep:
+    """One series entry replayed: its outcome and the files it touched, before and after.
+
+    Attributes:
+        entry: the series entry.
+        parsed: the parsed patch.
+        outcome: what happened.
+        before: repository path -> content before this patch (``None``: absent).
+        after: repository path -> content after it (equal to ``before`` unless applied).
+        held_before: each intent check's result before this patch.
+    """
+
+    entry: SeriesEntry
+    parsed: ParsedPatch
+    outcome: PatchOutcome
+    before: dict[str, bytes | None]
+    after: dict[str, bytes | None]
+    held_before: tuple[bool, ...]
+
+
+def replay_series(source: SourceResult, series: Series, *, fuzz: int | None = None
+                  ) -> tuple[list[PatchStep | PatchOutcome], _TreeView]:
+    """Apply ``series`` to ``source`` in memory, one entry after another.
+
+    Args:
+        source: the tree.
+        series: the patches.
+        fuzz: the fuzz to allow every patch instead of the series' policy (``refresh
+            --accept-fuzz``); ``None`` keeps the policy.
+
+    Returns:
+        Per entry a :class:`PatchStep`, or only a :class:`PatchOutcome` when the entry
+        was not tried (not applicable, or after a failure); and the final view.
+
+    Raises:
+        BuilderError: a patch file is missing, changed after pinning, or malformed, or
+            names a path outside the tree's layout.
+    """
+    version = source.upstream_version
+    parsed = read_series(series)
+    view = _TreeView(source.tree, source.layout)
+    steps: list[PatchStep | PatchOutcome] = []
+    failed = False
+    for entry in series.entries:
+        patch = parsed[entry.path]
+        if series.path is not None and not entry.applies_to(version):
+            steps.append(PatchOutcome(entry.name, patch.sha256, PatchStatus.NOT_APPLICABLE,
+                                      entry.strip, message=f"declared for {entry.versions}"))
+            continue
+        if failed:
+            steps.append(PatchOutcome(entry.name, patch.sha256, PatchStatus.NOT_REACHED,
+                                      entry.strip, message="an earlier patch failed"))
+            continue
+        held = tuple(check.evaluate_tree(view).holds for check in entry.intents)
+        max_fuzz, reason = entry.fuzz_limit(version)
+        if fuzz is not None:
+            max_fuzz, reason = max(max_fuzz, fuzz), reason or "--accept-fuzz"
+        outcome, staged, modes = _apply_patch(view, patch, entry, max_fuzz, reason)
+        if held and all(held) and outcome.status != PatchStatus.ALREADY_APPLIED:
+            # Upstream already does what the patch means: change nothing, fail nothing.
+            outcome = replace(outcome, status=PatchStatus.OBSOLETE,
+                              message="its intent checks already hold without it; "
+                                      "nothing applied" + (f" (the patch itself: "
+                                                           f"{outcome.message})"
+                                                           if outcome.message else ""))
+            staged, modes = {}, {}
+        touched = {path for fp in patch.files for path in (fp.old_path, fp.new_path) if path}
+        before = {path: _read_repo_bytes(view, path) for path in sorted(touched)}
+        view.changes.update(staged)
+        view.modes.update(modes)
+        after = {path: _read_repo_bytes(view, path) for path in sorted(touched)}
+        steps.append(PatchStep(entry, patch, outcome, before, after, held))
+        failed = outcome.status == PatchStatus.FAILED
+    return steps, view
+
+
+def _read_repo_bytes(view: _TreeView, repo_path: str) -> bytes | None:
+    tree_path = view.tree_path(repo_path)
+    return None if tree_path is None else view.read_bytes(tree_path)
+
+
 def plan_series(source: SourceResult, series: Series) -> tuple[PatchReport, Changes]:
     """Apply ``series`` to ``source`` in memory and check intents; write nothing.
 
@@ -478,45 +586,12 @@ def plan_series(source: SourceResult, series: Series) -> tuple[PatchReport, Chan
         BuilderError: a patch file is missing, changed after pinning, or malformed, or
             names a path outside the tree's layout (raised before any hunk is tried).
     """
-    version = source.upstream_version
-    parsed = read_series(series)
-    view = _TreeView(source.tree, source.layout)
-    outcomes: list[PatchOutcome] = []
-    held_before: dict[int, list[bool]] = {}
-    failed = False
-    for index, entry in enumerate(series.entries):
-        digest = parsed[entry.path].sha256
-        if series.path is not None and not entry.applies_to(version):
-            outcomes.append(PatchOutcome(entry.name, digest, PatchStatus.NOT_APPLICABLE,
-                                         entry.strip, message=f"declared for {entry.versions}"))
-            continue
-        if failed:
-            outcomes.append(PatchOutcome(entry.name, digest, PatchStatus.NOT_REACHED,
-                                         entry.strip, message="an earlier patch failed"))
-            continue
-        held_before[index] = [check.evaluate(view.read_repo_path(check.file)).holds
-                              for check in entry.intents]
-        max_fuzz, reason = entry.fuzz_limit(version)
-        outcome, staged, modes = _apply_patch(view, parsed[entry.path], entry, max_fuzz,
-                                              reason)
-        if held_before[index] and all(held_before[index]) and \
-                outcome.status != PatchStatus.ALREADY_APPLIED:
-            # Upstream already does what the patch means: change nothing, fail nothing.
-            outcome = replace(outcome, status=PatchStatus.OBSOLETE,
-                              message="its intent checks already hold without it; "
-                                      "nothing applied" + (f" (the patch itself: "
-                                                           f"{outcome.message})"
-                                                           if outcome.message else ""))
-            staged, modes = {}, {}
-        outcomes.append(outcome)
-        failed = outcome.status == PatchStatus.FAILED
-        view.changes.update(staged)
-        view.modes.update(modes)
-    intents = [
-        _intent_report(entry, check, held, view)
-        for index, entry in enumerate(series.entries) if index in held_before
-        for check, held in zip(entry.intents, held_before[index], strict=True)]
-    report = PatchReport(str(version), tuple(outcomes), tuple(intents))
+    steps, view = replay_series(source, series)
+    outcomes = [s.outcome if isinstance(s, PatchStep) else s for s in steps]
+    intents = [_intent_report(step.entry, check, held, view)
+               for step in steps if isinstance(step, PatchStep)
+               for check, held in zip(step.entry.intents, step.held_before, strict=True)]
+    report = PatchReport(str(source.upstream_version), tuple(outcomes), tuple(intents))
     if not report.ok:
         return report, Changes()
     return report, Changes(dict(view.changes), dict(view.modes))
@@ -524,7 +599,7 @@ def plan_series(source: SourceResult, series: Series) -> tuple[PatchReport, Chan
 
 def _intent_report(entry: SeriesEntry, check: IntentCheck, held_before: bool,
                    after: _TreeView) -> IntentReport:
-    outcome = check.evaluate(after.read_repo_path(check.file))
+    outcome = check.evaluate_tree(after)
     return IntentReport(entry.name, check.describe(), held_before, outcome.holds,
                         outcome.detail)
 
@@ -533,7 +608,7 @@ def _failure(report: PatchReport) -> BuilderError:
     for outcome in report.patches:
         if outcome.status == PatchStatus.FAILED:
             return BuilderError(f"patch {outcome.name} failed: {outcome.message}",
-                                "see the hunk report above; fix or refresh the patch, or "
+                                "see the hunk report; fix or refresh the patch, or "
                                 "declare a fuzz allowance with a reason in the series",
                                 report=report)
     broken = next(i for i in report.intents if not i.holds)
@@ -552,13 +627,18 @@ def _write_changes(root: Path, changes: Changes) -> None:
             atomic_write_bytes(target, data, changes.modes.get(tree_path))
 
 
-def patch_key(source: SourceResult, series: Series) -> str:
-    """Return the content key of ``series`` applied to ``source`` (for the cache)."""
+def patched_tree_key(source: SourceResult, changes: Changes) -> str:
+    """Return the content key of a patched tree: the source plus exactly what changed.
+
+    Keyed by the result, not by the series' text, so no setting that decides which
+    patches apply (version ranges, fuzz policy, intents) can make two different trees
+    share an entry.
+    """
     return sha256_json({
         "engine": ENGINE_VERSION, "source": source.key,
-        "version": str(source.upstream_version),
-        "patches": [[e.name, sha256_file(e.path), e.strip,
-                     e.fuzz_limit(source.upstream_version)[0]] for e in series.entries],
+        "files": {path: None if data is None else hashlib.sha256(data).hexdigest()
+                  for path, data in sorted(changes.files.items())},
+        "modes": dict(sorted(changes.modes.items())),
     })
 
 
@@ -585,11 +665,12 @@ def apply_series(source: SourceResult, series: Series, *, cache: Cache | None = 
     report, changes = plan_series(source, series)
     if not report.ok:
         raise _failure(report)
-    key = patch_key(source, series)
+    key = patched_tree_key(source, changes)
     if dry_run:
         return PatchResult(source.tree, source.layout, source, report, key)
     if in_place:
-        _write_changes(source.tree, changes)
+        with signals_deferred():  # all files or none, even on Ctrl-C
+            _write_changes(source.tree, changes)
         return PatchResult(source.tree, source.layout, source, report, key)
     if cache is None:
         raise ValueError("apply_series needs a cache unless in_place or dry_run")

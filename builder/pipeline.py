@@ -9,12 +9,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.version import Version
+
 from builder.cache import Cache, default_cache_root
-from builder.config import Series, SourceKind, Target, load_series, load_targets
+from builder.config import GitPin, Series, SourceKind, Target, load_series, load_targets
 from builder.errors import BuilderError
-from builder.patch import PatchResult, apply_series, read_series
+from builder.matrix import Column, Matrix, check_matrix
+from builder.patch import PatchResult, PatchStatus, apply_series, read_series
 from builder.progress import Reporter
-from builder.source import DEFAULT_INDEX_URL, SourceResult, fetch_source, local_source
+from builder.refresh import RefreshedPatch, refresh_series
+from builder.source import (
+    DEFAULT_INDEX_URL,
+    SourceResult,
+    fetch_pin,
+    fetch_source,
+    find_release,
+    local_source,
+)
 from builder.wheel import WheelResult, build_wheel
 
 
@@ -133,7 +144,68 @@ def run_wheel(options: Options) -> WheelResult:
     read_series(series)  # a bad series fails before any download
     source = obtain_source(options, target)
     patched = apply_series(source, series, cache=options.cache)
+    if not any(p.status not in (PatchStatus.NOT_APPLICABLE, PatchStatus.NOT_REACHED)
+               for p in patched.report.patches):
+        raise BuilderError(f"no patch of the series applies to upstream "
+                           f"{source.upstream_version}: the wheel would be upstream's under "
+                           f"our label", "check the series' version ranges for this target",
+                           report=patched.report)
     version = f"{source.upstream_version}+{target.local_label}"
     return build_wheel(patched, version=version, cache=options.cache,
                        dist_dir=options.dist_dir, target=target.name,
                        reporter=options.reporter)
+
+
+def run_check(options: Options, *, versions: list[str] | None = None,
+              commits: list[str] | None = None) -> Matrix:
+    """The compatibility matrix of the series (``--series`` or the default target's).
+
+    Columns: every target (its preferred pin), or the given upstream ``versions`` (found
+    on the index: the sdist, else a released wheel read as source), or git ``commits``
+    (of ``--git-url``, default the default target's git URL).
+
+    Raises:
+        BuilderError: a source cannot be fetched, or the series is invalid.
+    """
+    targets = load_targets(options.targets_file)
+    default = targets.get(None)
+    series = load_series(options.series) if options.series else load_series(default.series)
+    read_series(series)
+    columns: list[Column] = []
+    cache = options.cache
+    if versions:
+        for version in versions:
+            pin = find_release(default.sdist_project, version, options.index_url)
+            source = fetch_pin(pin, Version(version), cache=cache, index_url=options.index_url,
+                               reporter=options.reporter)
+            columns.append(Column(version, source))
+    elif commits:
+        url = options.git_url or _git_url(default)
+        for commit in commits:
+            source = fetch_pin(GitPin(url, commit), default.upstream_version, cache=cache,
+                               reporter=options.reporter)
+            columns.append(Column(commit[:12], source))
+    else:
+        for target in targets.targets.values():
+            source = fetch_source(target, cache=cache, index_url=options.index_url,
+                                  reporter=options.reporter)
+            columns.append(Column(str(target.upstream_version), source, target.name))
+    return check_matrix(series, columns)
+
+
+def _git_url(target: Target) -> str:
+    pin = target.pin("git")
+    assert isinstance(pin, GitPin)
+    return pin.url
+
+
+def run_refresh(options: Options, *, accept_fuzz: bool = False,
+                output_dir: Path | None = None, dry_run: bool = False
+                ) -> tuple[RefreshedPatch, ...]:
+    """Refresh the target's series against the target's upstream (see :mod:`refresh`)."""
+    target = select_target(options)
+    series = select_series(options, target)
+    read_series(series)
+    source = obtain_source(options, target)
+    return refresh_series(source, series, accept_fuzz=accept_fuzz, output_dir=output_dir,
+                          dry_run=dry_run)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -26,10 +27,21 @@ class Reporter:
     def __init__(self, quiet: bool = False) -> None:
         self.quiet = quiet
         self.console = Console(stderr=True, quiet=quiet, highlight=False)
+        self.out = Console(quiet=quiet, highlight=False)
 
     def info(self, message: str) -> None:
-        """Print one line of progress."""
-        self.console.print(message)
+        """Print one line of progress on standard error (text is never read as markup)."""
+        self.console.print(message, markup=False)
+
+    def raw(self, text: str) -> None:
+        """Write text to standard output exactly as given (Markdown, diffs)."""
+        if not self.quiet:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+    def result(self, renderable: object, *, style: str | None = None) -> None:
+        """Print part of the command's result on standard output (not with ``--json``)."""
+        self.out.print(renderable, markup=False, style=style)
 
     @contextmanager
     def download(self, label: str, total: int | None) -> Iterator[Progress]:

@@ -7,25 +7,28 @@ verified against the pin), or a folder the user already has (``--source-dir``).
 
 from __future__ import annotations
 
+import calendar
 import hashlib
 import json
 import os
 import shutil
+import stat
 import tarfile
 import urllib.error
 import urllib.parse
 import urllib.request
+import zipfile
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import git
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from builder.cache import Cache, sha256_file, sha256_tree
-from builder.config import GitPin, Pin, SdistPin, SourceKind, Target
+from builder.config import GitPin, Pin, SdistPin, SourceKind, Target, WheelPin
 from builder.errors import BuilderError
 from builder.layout import Layout
 from builder.progress import Reporter
@@ -49,6 +52,8 @@ class SourceResult:
             of the sdist, or the commit's committer date); used for reproducible builds.
         key: a content key for caching later stages (the sdist's sha256, the commit, or
             a hash of the folder's files).
+        tree_sha256: digest of the tree's files when it was unpacked into the cache
+            (``None`` for ``--source-dir``); the wheel stage checks it before building.
     """
 
     tree: Path
@@ -57,6 +62,7 @@ class SourceResult:
     upstream_version: Version
     source_date_epoch: int
     key: str
+    tree_sha256: str | None = None
 
     def describe(self) -> dict[str, Any]:
         """Return JSON-ready data."""
@@ -74,7 +80,7 @@ def fetch_source(target: Target, *, cache: Cache, kind: SourceKind | None = None
     Args:
         target: the build target.
         cache: the cache to use.
-        kind: ``sdist`` or ``git`` (default: the target's preferred kind).
+        kind: ``sdist``, ``wheel`` or ``git`` (default: the target's preferred kind).
         index_url: PEP 503/691 simple index used to find an sdist by its sha256.
         git_url: use this URL or path instead of the pin's (a mirror of the same history).
         reporter: progress output.
@@ -86,13 +92,34 @@ def fetch_source(target: Target, *, cache: Cache, kind: SourceKind | None = None
         BuilderError: the source is unreachable, its sha256 or commit does not match the
             pin, or the archive is unsafe.
     """
-    reporter = reporter or Reporter(quiet=True)
     pin = target.pin(kind)
+    if git_url and isinstance(pin, GitPin):
+        pin = GitPin(url=git_url, commit=pin.commit)
+    return fetch_pin(pin, target.upstream_version, cache=cache, index_url=index_url,
+                     reporter=reporter)
+
+
+def fetch_pin(pin: Pin, version: Version, *, cache: Cache,
+              index_url: str = DEFAULT_INDEX_URL,
+              reporter: Reporter | None = None) -> SourceResult:
+    """Fetch and unpack one pinned source (see :func:`fetch_source`).
+
+    Args:
+        pin: an sdist, wheel or git pin.
+        version: the upstream version it is (used for a git pin, which has none).
+        cache: the cache to use.
+        index_url: simple index used to find archives by sha256.
+        reporter: progress output.
+
+    Raises:
+        BuilderError: as :func:`fetch_source`.
+    """
+    reporter = reporter or Reporter(quiet=True)
     if isinstance(pin, SdistPin):
         return _fetch_sdist(pin, cache, index_url, reporter)
-    if git_url:
-        pin = GitPin(url=git_url, commit=pin.commit)
-    return _fetch_git(pin, target.upstream_version, cache, reporter)
+    if isinstance(pin, WheelPin):
+        return _fetch_wheel(pin, cache, index_url, reporter)
+    return _fetch_git(pin, version, cache, reporter)
 
 
 def local_source(path: Path, upstream_version: str | None = None) -> SourceResult:
@@ -106,8 +133,10 @@ def local_source(path: Path, upstream_version: str | None = None) -> SourceResul
         BuilderError: the folder is missing, is not an SGLang tree, or has no version.
     """
     tree = path.resolve()
-    if not tree.is_dir():
+    if not tree.exists():
         raise BuilderError(f"source folder {path} does not exist", "check --source-dir")
+    if not tree.is_dir():
+        raise BuilderError(f"{path} is not a folder", "point --source-dir at a source tree")
     layout = Layout.detect(tree)
     version_text = upstream_version or _pkg_info_version(layout.package_root(tree))
     if not version_text:
@@ -139,7 +168,7 @@ def _pkg_info_version(package_root: Path) -> str | None:
 
 def _fetch_sdist(pin: SdistPin, cache: Cache, index_url: str,
                  reporter: Reporter) -> SourceResult:
-    archive = _download_sdist(pin, cache, index_url, reporter)
+    archive = _download_pinned(pin, cache, index_url, reporter)
     key = f"sdist-{pin.sha256}"
     entry = cache.lookup("source", key)
     if entry is None:
@@ -147,24 +176,78 @@ def _fetch_sdist(pin: SdistPin, cache: Cache, index_url: str,
         with cache.building("source", key) as tmp:
             top, newest = _safe_extract(archive, tmp)
             (tmp / "source.json").write_text(json.dumps(
-                {"top": top, "source_date_epoch": newest}))
+                {"top": top, "source_date_epoch": newest,
+                 "tree_sha256": sha256_tree(tmp / top)}))
         entry = cache.entry("source", key)
     meta = json.loads((entry / "source.json").read_text())
     return SourceResult(tree=entry / meta["top"], layout=Layout("sdist"), pin=pin,
                         upstream_version=Version(pin.version),
-                        source_date_epoch=int(meta["source_date_epoch"]), key=key)
+                        source_date_epoch=int(meta["source_date_epoch"]), key=key,
+                        tree_sha256=meta.get("tree_sha256"))
 
 
-def _download_sdist(pin: SdistPin, cache: Cache, index_url: str, reporter: Reporter) -> Path:
+def _fetch_wheel(pin: WheelPin, cache: Cache, index_url: str,
+                 reporter: Reporter) -> SourceResult:
+    """A released wheel, unpacked as a source tree (its root is the sdist layout's)."""
+    archive = _download_pinned(pin, cache, index_url, reporter)
+    key = f"wheel-{pin.sha256}"
+    entry = cache.lookup("source", key)
+    if entry is None:
+        reporter.info(f"Unpacking {archive.name}")
+        with cache.building("source", key) as tmp:
+            newest = _safe_unzip(archive, tmp / "tree")
+            (tmp / "source.json").write_text(json.dumps(
+                {"source_date_epoch": newest, "tree_sha256": sha256_tree(tmp / "tree")}))
+        entry = cache.entry("source", key)
+    meta = json.loads((entry / "source.json").read_text())
+    return SourceResult(tree=entry / "tree", layout=Layout("sdist"), pin=pin,
+                        upstream_version=Version(pin.version),
+                        source_date_epoch=int(meta["source_date_epoch"]), key=key,
+                        tree_sha256=meta.get("tree_sha256"))
+
+
+def _safe_unzip(archive: Path, destination: Path) -> int:
+    """Extract a wheel, refusing absolute paths, ``..`` and symlinks; return newest mtime.
+
+    Every name is checked before anything is written, so a refused archive leaves
+    nothing behind.
+    """
+    try:
+        with zipfile.ZipFile(archive) as wheel:
+            infos = wheel.infolist()
+            for info in infos:
+                parts = info.filename.split("/")
+                mode = info.external_attr >> 16
+                if info.filename.startswith("/") or ".." in parts or "\\" in info.filename \
+                        or stat.S_ISLNK(mode):
+                    raise BuilderError(f"unsafe archive {archive.name}: member "
+                                       f"{info.filename!r}", "refusing to unpack it")
+            for info in infos:
+                if info.is_dir():
+                    continue
+                target = destination / info.filename
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(wheel.read(info))
+                if (info.external_attr >> 16) & 0o111:
+                    target.chmod(0o755)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise BuilderError(f"cannot unpack {archive.name}: {exc}",
+                           "the download may be damaged") from None
+    stamps = [calendar.timegm((*i.date_time, 0, 0, 0)) for i in infos]
+    return max(stamps, default=0)
+
+
+def _download_pinned(pin: SdistPin | WheelPin, cache: Cache, index_url: str,
+                     reporter: Reporter) -> Path:
     """Return the cached archive, downloading and verifying it first if needed."""
-    entry = cache.lookup("sdist", pin.sha256)
+    entry = cache.lookup("downloads", pin.sha256)
     if entry is not None:
         archive = entry / pin.filename
         if archive.is_file() and sha256_file(archive) == pin.sha256:
             return archive
         shutil.rmtree(entry)  # damaged entry: never trust it, fetch again
     url = pin.url or _find_on_index(pin, index_url)
-    with cache.building("sdist", pin.sha256) as tmp:
+    with cache.building("downloads", pin.sha256) as tmp:
         archive = tmp / pin.filename
         actual = _download(url, archive, reporter)
         if actual != pin.sha256:
@@ -172,7 +255,7 @@ def _download_sdist(pin: SdistPin, cache: Cache, index_url: str, reporter: Repor
                 f"sha256 mismatch for {pin.filename} from {url}: got {actual}, "
                 f"pinned {pin.sha256}",
                 "the file changed upstream or the pin is wrong; nothing was unpacked")
-    return cache.entry("sdist", pin.sha256) / pin.filename
+    return cache.entry("downloads", pin.sha256) / pin.filename
 
 
 def _open(url: str, accept: str | None = None) -> Any:
@@ -182,6 +265,9 @@ def _open(url: str, accept: str | None = None) -> Any:
     except urllib.error.HTTPError as exc:
         raise BuilderError(f"{url} answered HTTP {exc.code} {exc.reason}",
                            "check the URL, the index URL (--index-url) and the pin") from None
+    except ValueError:
+        raise BuilderError(f"{url!r} is not a URL",
+                           "give an https://, http:// or file:// URL") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise BuilderError(f"could not reach {url}: {reason}",
@@ -219,14 +305,13 @@ class _AnchorParser(HTMLParser):
             self._href = None
 
 
-def _find_on_index(pin: SdistPin, index_url: str) -> str:
-    """Find the URL of the file with the pinned sha256 on a simple index (PEP 691 or 503)."""
-    project = canonicalize_name(pin.project)
-    page_url = f"{index_url.rstrip('/')}/{project}/"
+def _index_files(project: str, index_url: str) -> tuple[str, list[tuple[str, str, str]]]:
+    """The project page's URL and its files as (name, url, sha256) (PEP 691 or PEP 503)."""
+    page_url = f"{index_url.rstrip('/')}/{canonicalize_name(project)}/"
     with _open(page_url, _JSON_ACCEPT) as response:
         body = response.read().decode("utf-8", "replace")
         content_type = response.headers.get("Content-Type", "")
-    files: list[tuple[str, str, str]] = []  # (name, url, sha256)
+    files: list[tuple[str, str, str]] = []
     if "json" in content_type:
         for item in json.loads(body).get("files", []):
             url = urllib.parse.urljoin(page_url, item["url"])
@@ -239,6 +324,12 @@ def _find_on_index(pin: SdistPin, index_url: str) -> str:
             fragment = urllib.parse.urlparse(url).fragment
             sha = fragment.split("=", 1)[1] if fragment.startswith("sha256=") else ""
             files.append((name, url.split("#", 1)[0], sha))
+    return page_url, files
+
+
+def _find_on_index(pin: SdistPin | WheelPin, index_url: str) -> str:
+    """Find the URL of the file with the pinned sha256 on a simple index."""
+    page_url, files = _index_files(pin.project, index_url)
     for name, url, sha in files:
         if sha == pin.sha256:
             if name != pin.filename:
@@ -251,6 +342,46 @@ def _find_on_index(pin: SdistPin, index_url: str) -> str:
         + (f"; the index has {same_name[0]}" if same_name else
            f"; {pin.filename} is not listed there"),
         "the release may have been replaced or the pin is wrong; check it before re-pinning")
+
+
+def find_release(project: str, version: str, index_url: str = DEFAULT_INDEX_URL
+                 ) -> SdistPin | WheelPin:
+    """Pin a release by what the index lists now (for ``check --versions``).
+
+    Prefers the sdist; without one (SGLang from 0.5.11 on) a pure-Python wheel, else
+    the alphabetically first ``x86_64`` wheel (the Python files are the same in all).
+    The sha256 is the index's, verified on download.
+
+    Raises:
+        BuilderError: the index is unreachable or lists no usable file for ``version``.
+    """
+    page_url, files = _index_files(project, index_url)
+    wanted = Version(version)
+    sdists, wheels = [], []
+    for name, url, sha in sorted(files):
+        if not sha:
+            continue
+        if name.endswith(".tar.gz"):
+            try:
+                if Version(name[:-len(".tar.gz")].rsplit("-", 1)[1]) == wanted:
+                    sdists.append(SdistPin(project, version, sha, url))
+            except (IndexError, InvalidVersion):
+                continue
+        elif name.endswith(".whl"):
+            try:
+                _, file_version, _, tags = parse_wheel_filename(name)
+            except InvalidWheelFilename:
+                continue
+            if file_version == wanted:
+                rank = 0 if any(t.abi == "none" and t.platform == "any" for t in tags) else \
+                    1 if "x86_64" in name else 2
+                wheels.append((rank, WheelPin(project, version, name, sha, url)))
+    if sdists:
+        return sdists[0]
+    if wheels:
+        return min(wheels, key=lambda item: (item[0], item[1].filename))[1]
+    raise BuilderError(f"{page_url} lists no sdist or wheel (with a sha256) for {version}",
+                       "check the version number")
 
 
 def _safe_extract(archive: Path, destination: Path) -> tuple[str, int]:
@@ -299,7 +430,8 @@ def _fetch_git(pin: GitPin, version: Version, cache: Cache,
                 raise BuilderError(f"checked-out HEAD {head} is not the pin {pin.commit}",
                                    "the mirror may be damaged: delete it from the cache")
             (tmp / "source.json").write_text(json.dumps(
-                {"source_date_epoch": repo.head.commit.committed_date}))
+                {"source_date_epoch": repo.head.commit.committed_date,
+                 "tree_sha256": sha256_tree(tmp / "tree", exclude=frozenset({".git"}))}))
             repo.close()
         entry = cache.entry("source", key)
     tree = entry / "tree"
@@ -312,12 +444,16 @@ def _fetch_git(pin: GitPin, version: Version, cache: Cache,
     meta = json.loads((entry / "source.json").read_text())
     return SourceResult(tree=tree, layout=Layout.detect(tree), pin=pin,
                         upstream_version=version,
-                        source_date_epoch=int(meta["source_date_epoch"]), key=key)
+                        source_date_epoch=int(meta["source_date_epoch"]), key=key,
+                        tree_sha256=meta.get("tree_sha256"))
 
 
 def _git_message(exc: git.GitCommandError) -> str:
-    text = str(exc.stderr or exc).strip().splitlines()
-    return text[-1].strip() if text else str(exc)
+    """git's own words: the ``fatal:`` line, else the last line with text in it."""
+    lines = [line.strip().strip("'\"").strip() for line in str(exc.stderr or "").splitlines()]
+    lines = [line.removeprefix("stderr: ").strip("'\" ") for line in lines if line]
+    fatal = [line for line in lines if "fatal:" in line]
+    return (fatal or lines or [str(exc)])[-1]
 
 
 def _has_commit(repo: git.Repo, commit: str) -> bool:

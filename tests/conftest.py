@@ -140,11 +140,11 @@ def write_project(root: Path, *, sdist: Path | None = None, version: str = "0.5.
     """
     root.mkdir(parents=True, exist_ok=True)
     (root / "patches").mkdir(exist_ok=True)
+    for shipped in (REPO / "patches").glob("*.patch"):
+        shutil.copy(shipped, root / "patches")
     for name, text in (patches or {}).items():
         (root / "patches" / name).write_text(text)
     if series is None:
-        shutil.copy(REPO / "patches" / "0001-enable-flashinfer-cutlass-autotune.patch",
-                    root / "patches")
         series = (REPO / "patches" / "series.toml").read_text()
     (root / "patches" / "series.toml").write_text(series)
     url = f'url = "{sdist.as_uri()}"' if sdist else ""

@@ -113,7 +113,7 @@ def test_generated_corpus_agrees_with_gnu_patch(tmp_path: Path) -> None:
     rng = random.Random(20261130)
     seen: dict[str, int] = {}
     for case in range(CASES):
-        base, patch_text, drifted = make_case(rng)
+        _, patch_text, drifted = make_case(rng)
         if not patch_text:
             continue
         (tmp_path / "case.diff").write_text(patch_text)

@@ -276,3 +276,22 @@ def test_every_rejection_names_patch_hunk_and_reason(tmp_path: Path) -> None:
              "@@ -14,3 +14,3 @@\n line 14\n-not there\n+x\n line 16\n")
     refused(tree, series_of(tmp_path, patch), "patch 0001-case.patch failed",
             "f.txt: failed", "hunk #2: failed", "the preimage was not found")
+
+
+def test_same_hunk_twice_is_refused_not_applied_elsewhere(tmp_path: Path) -> None:
+    content = LINES + LINES.replace("line", "copy")  # the block, and a near twin later
+    content += "".join(f"line {i}\n" for i in range(4, 11))  # an exact twin of 4..10
+    tree = make_tree(tmp_path / "t", {"f.txt": content})
+    hunk = ("@@ -4,7 +4,7 @@\n line 4\n line 5\n line 6\n-line 7\n+line seven\n line 8\n"
+            " line 9\n line 10\n")
+    patch = "--- a/f.txt\n+++ b/f.txt\n" + hunk + hunk
+    # GNU patch applies hunk 2 to the twin at line 41 and reports success.
+    error = refused(tree, series_of(tmp_path, patch), "hunk #2: ambiguous")
+    assert file_report(error).hunks[1].candidates == (4, 41)
+
+
+def test_deletion_without_context(tmp_path: Path) -> None:
+    tree = make_tree(tmp_path / "t", {"f.txt": "x = 0\ny = 1\n"})
+    patch = "--- a/f.txt\n+++ b/f.txt\n@@ -1 +0,0 @@\n-x = 0\n"
+    apply(tree, series_of(tmp_path, patch))
+    assert (tree / "f.txt").read_text() == "y = 1\n"

@@ -27,7 +27,7 @@ def _target(*sources: SdistPin | GitPin, version: str = "0.5.9") -> Target:
 
     return Target(name="t", upstream_version=Version(version), local_label="sm120.1",
                   series=Path("series.toml"), sources=sources,
-                  prefer="sdist" if isinstance(sources[0], SdistPin) else "git",
+                  prefer=sources[0].kind,
                   cuda_lane="12.9", arch_list=("12.0a",))
 
 
@@ -55,7 +55,7 @@ def test_sha256_mismatch_is_refused_and_nothing_cached(sdists: dict[str, Path],
     wrong = RELEASES["0.5.7"].sha256  # the 0.5.9 file does not have 0.5.7's hash
     with pytest.raises(BuilderError, match="sha256 mismatch .* pinned " + wrong):
         fetch_source(_target(_pin(sdists, sha256=wrong)), cache=cache)
-    assert not (tmp_path / "cache" / "sdist" / wrong).exists()
+    assert not (tmp_path / "cache" / "downloads" / wrong).exists()
     assert not any((tmp_path / "cache" / "source").glob("*")) if \
         (tmp_path / "cache" / "source").exists() else True
 
@@ -64,7 +64,7 @@ def test_damaged_cache_entry_is_not_trusted(sdists: dict[str, Path], tmp_path: P
     cache = Cache(tmp_path / "cache")
     pin = _pin(sdists)
     fetch_source(_target(pin), cache=cache)
-    archive = cache.entry("sdist", pin.sha256) / pin.filename
+    archive = cache.entry("downloads", pin.sha256) / pin.filename
     archive.write_bytes(b"truncated")
     fetch_source(_target(pin), cache=Cache(tmp_path / "cache"))
     assert archive.read_bytes() == sdists["0.5.9"].read_bytes()
