@@ -40,3 +40,4 @@ def benchmark(session: nox.Session) -> None:
     """Speed goals, reported as ratios measured in one run (not a test)."""
     session.install(".")
     session.run("python", "benchmarks/bench_wheel.py", *session.posargs)
+    session.run("python", "benchmarks/bench_matrix.py")

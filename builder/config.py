@@ -294,7 +294,34 @@ def _require(table: dict[str, Any], key: str, kind: type, where: str) -> Any:
     return value
 
 
+_FORMAT_HINT = "see README.md for the file format"
+
+
+def _known_keys(table: Any, allowed: set[str], where: str) -> dict[str, Any]:
+    """Refuse a non-table or a key nobody reads (a typo would silently do nothing)."""
+    if not isinstance(table, dict):
+        raise BuilderError(f"{where}: expected a table, got {table!r}",
+                           "use [[...]] for arrays of tables; " + _FORMAT_HINT)
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise BuilderError(f"{where}: unknown key(s) {', '.join(unknown)}",
+                           f"known keys: {', '.join(sorted(allowed))}")
+    return table
+
+
+def _tables(table: dict[str, Any], key: str, where: str) -> list[Any]:
+    value = table.get(key, [])
+    if not isinstance(value, list):
+        raise BuilderError(f"{where}: {key!r} must be an array of tables ([[...{key}]])",
+                           _FORMAT_HINT)
+    return value
+
+
 def _specifier(text: str, where: str) -> SpecifierSet:
+    clauses = [c.strip() for c in text.split(",")]
+    if not text.strip() or not all(clauses):
+        raise BuilderError(f"{where}: version range {text!r} is empty or has an empty clause",
+                           "write it like '>=0.5.7,<0.5.11'")
     try:
         return SpecifierSet(text)
     except InvalidSpecifier:
@@ -302,8 +329,13 @@ def _specifier(text: str, where: str) -> SpecifierSet:
                            "write it like '>=0.5.7,<0.5.11'") from None
 
 
-def _parse_source(table: dict[str, Any], where: str) -> Pin:
+def _parse_source(table: Any, where: str) -> Pin:
+    if not isinstance(table, dict):
+        raise BuilderError(f"{where}: expected a table, got {table!r}",
+                           "use [[target.source]]; " + _FORMAT_HINT)
     kind = _require(table, "kind", str, where)
+    if kind in _SOURCE_KEYS:
+        _known_keys(table, _SOURCE_KEYS[kind], where)
     if kind in ("sdist", "wheel"):
         sha = _require(table, "sha256", str, where).lower()
         if not _SHA256.match(sha):
@@ -311,14 +343,15 @@ def _parse_source(table: dict[str, Any], where: str) -> Pin:
                                "copy the sha256 from the index's file listing")
         url = table.get("url")
         if url is not None and not isinstance(url, str):
-            raise BuilderError(f"{where}: 'url' must be a string", "")
+            raise BuilderError(f"{where}: 'url' must be a string", "quote the URL")
         project = _require(table, "project", str, where)
         version = _require(table, "version", str, where)
         if kind == "sdist":
             return SdistPin(project=project, version=version, sha256=sha, url=url)
         filename = _require(table, "filename", str, where)
         if not filename.endswith(".whl"):
-            raise BuilderError(f"{where}: wheel filename {filename!r} does not end in .whl", "")
+            raise BuilderError(f"{where}: wheel filename {filename!r} does not end in .whl",
+                               "copy the wheel's file name from the index")
         return WheelPin(project=project, version=version, filename=filename, sha256=sha,
                         url=url)
     if kind == "git":
@@ -332,24 +365,34 @@ def _parse_source(table: dict[str, Any], where: str) -> Pin:
                        f"use one of: {', '.join(SOURCE_KINDS)}")
 
 
+_TARGET_KEYS = {"name", "upstream_version", "local_label", "series", "prefer", "cuda_lane",
+                "arch_list", "source"}
+_SOURCE_KEYS = {"sdist": {"kind", "project", "version", "sha256", "url"},
+                "wheel": {"kind", "project", "version", "filename", "sha256", "url"},
+                "git": {"kind", "url", "commit"}}
+
+
 def _parse_target(table: dict[str, Any], base: Path, where: str) -> Target:
+    _known_keys(table, _TARGET_KEYS, where)
     name = _require(table, "name", str, where)
     where = f"{where} (target {name!r})"
     try:
         upstream = Version(_require(table, "upstream_version", str, where))
     except InvalidVersion:
-        raise BuilderError(f"{where}: upstream_version is not a PEP 440 version", "") from None
+        raise BuilderError(f"{where}: upstream_version is not a PEP 440 version",
+                           "write it like 0.5.9 or 0.5.10.post1") from None
     label = _require(table, "local_label", str, where)
     if not _LOCAL_LABEL.match(label):
         raise BuilderError(f"{where}: local_label {label!r} is not a PEP 440 local label",
                            "use lowercase letters and digits separated by dots, e.g. sm120.1")
     sources = tuple(_parse_source(s, f"{where} source #{i}")
-                    for i, s in enumerate(_require(table, "source", list, where), 1))
+                    for i, s in enumerate(_tables(table, "source", where), 1))
     if not sources:
         raise BuilderError(f"{where}: declares no source", "add a [[target.source]] table")
     prefer = table.get("prefer", sources[0].kind)
     if prefer not in SOURCE_KINDS:
-        raise BuilderError(f"{where}: prefer must be one of {SOURCE_KINDS}", "")
+        raise BuilderError(f"{where}: prefer must be one of {', '.join(SOURCE_KINDS)}",
+                           "name the kind of one of the target's [[target.source]] tables")
     for pin in sources:
         if not isinstance(pin, GitPin) and Version(pin.version) != upstream:
             raise BuilderError(f"{where}: {pin.kind} version {pin.version} differs from "
@@ -357,7 +400,8 @@ def _parse_target(table: dict[str, Any], base: Path, where: str) -> Target:
     arch_list = tuple(_require(table, "arch_list", list, where))
     for arch in arch_list:
         if not isinstance(arch, str) or not _ARCH.match(arch):
-            raise BuilderError(f"{where}: arch {arch!r} is not like '12.0a' or '12.0f'", "")
+            raise BuilderError(f"{where}: arch {arch!r} is not like '12.0a' or '12.0f'",
+                               "12.0a for FlashInfer <= 0.6.6, 12.0f from 0.6.7")
     return Target(name=name, upstream_version=upstream, local_label=label,
                   series=(base / _require(table, "series", str, where)).resolve(),
                   sources=sources, prefer=prefer,
@@ -380,12 +424,16 @@ def load_targets(path: Path) -> TargetsFile:
     """
     data = _read_toml(path, "targets file")
     where = str(path)
-    tables = _require(data, "target", list, where)
+    _known_keys(data, {"default", "target"}, where)
+    tables = _tables(data, "target", where)
+    if not tables:
+        raise BuilderError(f"{where}: declares no [[target]]", _FORMAT_HINT)
     targets: dict[str, Target] = {}
     for index, table in enumerate(tables, 1):
         target = _parse_target(table, path.parent, f"{where} target #{index}")
         if target.name in targets:
-            raise BuilderError(f"{where}: target {target.name!r} is declared twice", "")
+            raise BuilderError(f"{where}: target {target.name!r} is declared twice",
+                               "give every target its own name")
         targets[target.name] = target
     default = data.get("default") or next(iter(targets), "")
     if default not in targets:
@@ -394,7 +442,12 @@ def load_targets(path: Path) -> TargetsFile:
     return TargetsFile(path=path, default=default, targets=targets)
 
 
+_ENTRY_KEYS = {"file", "sha256", "description", "strip", "versions", "max_fuzz",
+               "fuzz_allowance", "intent"}
+
+
 def _parse_entry(table: dict[str, Any], base: Path, where: str) -> SeriesEntry:
+    _known_keys(table, _ENTRY_KEYS, where)
     file_name = _require(table, "file", str, where)
     where = f"{where} ({file_name})"
     sha = _require(table, "sha256", str, where).lower()
@@ -403,26 +456,32 @@ def _parse_entry(table: dict[str, Any], base: Path, where: str) -> SeriesEntry:
                            f"pin it with: sha256sum patches/{file_name}")
     strip = _require(table, "strip", int, where)
     if strip < 0:
-        raise BuilderError(f"{where}: strip level must be >= 0", "")
+        raise BuilderError(f"{where}: strip level must be >= 0", "1 for a/ b/ prefixes")
     max_fuzz = table.get("max_fuzz", 0)
     if not isinstance(max_fuzz, int) or not 0 <= max_fuzz <= 3:
-        raise BuilderError(f"{where}: max_fuzz must be an integer from 0 to 3", "")
+        raise BuilderError(f"{where}: max_fuzz must be an integer from 0 to 3",
+                           "GNU patch's fuzz is at most the context size, usually 3")
+    versions = _specifier(_require(table, "versions", str, where), where)
     allowances = []
-    for i, allowance in enumerate(table.get("fuzz_allowance", []), 1):
+    for i, allowance in enumerate(_tables(table, "fuzz_allowance", where), 1):
         here = f"{where} fuzz_allowance #{i}"
+        _known_keys(allowance, {"versions", "max_fuzz", "reason"}, here)
         fuzz = _require(allowance, "max_fuzz", int, here)
         if not 0 <= fuzz <= 3:
-            raise BuilderError(f"{here}: max_fuzz must be from 0 to 3", "")
+            raise BuilderError(f"{here}: max_fuzz must be from 0 to 3",
+                               "GNU patch's fuzz is at most the context size, usually 3")
         reason = _require(allowance, "reason", str, here).strip()
         if not reason:
             raise BuilderError(f"{here}: a fuzz allowance needs a reason", "say why it is safe")
         allowances.append(FuzzAllowance(
             versions=_specifier(_require(allowance, "versions", str, here), here),
             max_fuzz=fuzz, reason=reason))
-    intents = tuple(parse_intent_check(t, f"{where} intent #{i}")
-                    for i, t in enumerate(table.get("intent", []), 1))
+    intents = tuple(parse_intent_check(
+        _known_keys(t, {"check", "file", "value", "function", "assignment", "compared_with",
+                        "pattern"}, f"{where} intent #{i}"), f"{where} intent #{i}")
+        for i, t in enumerate(_tables(table, "intent", where), 1))
     return SeriesEntry(path=(base / file_name).resolve(), sha256=sha, strip=strip,
-                       versions=_specifier(table.get("versions", ""), where),
+                       versions=versions,
                        max_fuzz=max_fuzz, allowances=tuple(allowances), intents=intents,
                        description=str(table.get("description", "")))
 
@@ -440,9 +499,8 @@ def load_series(path: Path) -> Series:
         BuilderError: the file is missing, not TOML, or an entry breaks the schema.
     """
     data = _read_toml(path, "series file")
-    tables = data.get("patch", [])
-    if not isinstance(tables, list):
-        raise BuilderError(f"{path}: 'patch' must be an array of tables ([[patch]])", "")
+    _known_keys(data, {"patch"}, str(path))
+    tables = _tables(data, "patch", str(path))
     entries = tuple(_parse_entry(t, path.parent, f"{path} patch #{i}")
                     for i, t in enumerate(tables, 1))
     return Series(path=path, entries=entries)

@@ -224,7 +224,8 @@ def parse_intent_check(table: dict[str, Any], where: str) -> IntentCheck:
                            f"use one of: {', '.join(INTENT_KINDS)}")
     file = table.get("file")
     if not isinstance(file, str) or not file:
-        raise BuilderError(f"{where}: an intent check needs 'file' (a repository path)", "")
+        raise BuilderError(f"{where}: an intent check needs 'file' (a repository path)",
+                           "for example file = \"python/sglang/srt/server_args.py\"")
     if kind == "literal-contains":
         value = table.get("value")
         function, assignment = table.get("function"), table.get("assignment")
@@ -233,14 +234,18 @@ def parse_intent_check(table: dict[str, Any], where: str) -> IntentCheck:
                                "'function' or 'assignment'", "")
         names = (function,) if isinstance(function, str) else tuple(function or ())
         if function is not None and (not names or not all(isinstance(n, str) for n in names)):
-            raise BuilderError(f"{where}: 'function' must be a name or a list of names", "")
+            raise BuilderError(f"{where}: 'function' must be a name or a list of names",
+                               'for example function = ["old_name", "new_name"]')
         return IntentCheck(kind=kind, file=file, value=value, function=names,
                            assignment=assignment, compared_with=table.get("compared_with"))
     pattern = table.get("pattern")
     if not isinstance(pattern, str):
-        raise BuilderError(f"{where}: {kind} needs 'pattern'", "")
+        raise BuilderError(f"{where}: {kind} needs 'pattern'",
+                           "a Python regular expression, matched in multiline mode")
     try:
         re.compile(pattern)
     except re.error as exc:
-        raise BuilderError(f"{where}: bad regular expression {pattern!r}: {exc}", "") from None
+        raise BuilderError(f"{where}: bad regular expression {pattern!r}: {exc}",
+                           "TOML strings need doubled backslashes, or use '...' literals"
+                           ) from None
     return IntentCheck(kind=kind, file=file, pattern=pattern)

@@ -329,15 +329,17 @@ def _moved_hint(view: _TreeView, file_patch: FilePatch, max_fuzz: int) -> str:
 
 
 def _apply_file(view: _TreeView, patch_name: str, file_patch: FilePatch,
-                max_fuzz: int) -> _FileOutcome:
+                max_fuzz: int, strip: int) -> _FileOutcome:
     """Apply one file patch to the view (without changing it); decide its status."""
     repo_path = file_patch.path
     old = view.tree_path(file_patch.old_path) if file_patch.old_path else None
     new = view.tree_path(file_patch.new_path) if file_patch.new_path else None
     if (file_patch.old_path and old is None) or (file_patch.new_path and new is None):
-        raise BuilderError(f"{patch_name}: {repo_path} is outside the {view.layout.kind} "
-                           "layout", "this file is not in an sdist; build from git "
-                           "(--source git)")
+        raise BuilderError(f"{patch_name}: {repo_path} (after stripping {strip} leading "
+                           f"path components) is not in the {view.layout.kind} layout, "
+                           "which holds only python/",
+                           "check the strip level, or build from git (--source git) for "
+                           "files outside python/")
     hunks = file_patch.hunks
     if file_patch.binary:
         return _refuse(repo_path, "binary", "binary diffs (GIT binary patch) are not "
@@ -430,7 +432,7 @@ def _apply_patch(view: _TreeView, parsed: ParsedPatch, entry: SeriesEntry,
     reports: list[FileReport] = []
     states: set[str] = set()
     for file_patch in parsed.files:
-        outcome = _apply_file(scratch, parsed.path.name, file_patch, max_fuzz)
+        outcome = _apply_file(scratch, parsed.path.name, file_patch, max_fuzz, entry.strip)
         reports.append(outcome.report)
         states.add(outcome.state)
         scratch.changes.update(outcome.staged)

@@ -173,7 +173,8 @@ def parse_patch(path: Path, strip: int) -> ParsedPatch:
         raise BuilderError(f"patch file not found: {path}",
                            "check the series file's 'file' entries") from None
     except OSError as exc:
-        raise BuilderError(f"cannot read patch file {path}: {exc.strerror}", "") from None
+        raise BuilderError(f"cannot read patch file {path}: {exc.strerror}",
+                           "check its permissions") from None
     if not data.strip():
         raise BuilderError(f"{path.name} is empty", "an empty or truncated patch file; "
                            "regenerate it, or drop it from the series")

@@ -210,6 +210,13 @@ def refresh_series(source: SourceResult, series: Series, *, accept_fuzz: bool = 
             results.append(RefreshedPatch(outcome.name, str(outcome.status), None,
                                           outcome.sha256, outcome.sha256))
             continue
+        fuzzy = [f"{f.path} hunk #{h.hunk} (fuzz {h.fuzz})" for f in outcome.files
+                 for h in f.hunks if h.status == HunkStatus.FUZZ]
+        if fuzzy and not accept_fuzz:  # even where the series allows it: review first
+            raise BuilderError(f"cannot refresh {outcome.name} without review: "
+                               f"{', '.join(fuzzy)} needed fuzz",
+                               "pass --accept-fuzz, then review every hunk shown before "
+                               "and after")
         text = _new_text(step)
         data = text.encode("utf-8", "surrogateescape")
         new_sha = hashlib.sha256(data).hexdigest()

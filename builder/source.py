@@ -424,7 +424,8 @@ def _fetch_git(pin: GitPin, version: Version, cache: Cache,
                 repo.git.checkout("--detach", pin.commit)
             except git.GitCommandError as exc:
                 raise BuilderError(f"cannot check out {pin.commit}: {_git_message(exc)}",
-                                   "") from None
+                                   "the mirror may be damaged: delete it from the cache"
+                                   ) from None
             head = repo.head.commit.hexsha
             if head != pin.commit:
                 raise BuilderError(f"checked-out HEAD {head} is not the pin {pin.commit}",

@@ -157,7 +157,8 @@ def _metadata_version(wheel: Path) -> str:
         names = [n for n in archive.namelist()
                  if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
         if len(names) != 1:
-            raise BuilderError(f"{wheel.name} has {len(names)} METADATA files", "")
+            raise BuilderError(f"{wheel.name} has {len(names)} METADATA files",
+                               "the build backend produced a broken wheel; see its log")
         metadata = archive.read(names[0])
     return str(email.parser.BytesParser().parsebytes(metadata)["Version"])
 

@@ -40,6 +40,28 @@ RELEASES = {
 }
 
 
+# Later releases, for the compatibility matrix: 0.5.10rc0 is the last sdist before
+# 0.5.10.post1; from 0.5.11 PyPI has only wheels (cp311 x86_64 pinned here).
+FILES = "https://files.pythonhosted.org/packages"
+MATRIX_RELEASES = {
+    "0.5.10rc0": Release("0.5.10rc0",
+                         "ae471aa262a5605329e557dc17e422876f27c1827dc8950cb8911a1c08c640d7",
+                         f"{FILES}/cd/1f/aebf2398c1a81e1d1dd81d69f6e719e676b17bf9d263416e1768bef5c3ed/sglang-0.5.10rc0.tar.gz"),
+    "0.5.11": Release("0.5.11",
+                      "fe0748beaff218d3e16c9018a5e19f018db06fc3c7ac4f90d2f93da1cf074b6f",
+                      f"{FILES}/22/38/69c189787023034a3c594d8bb9eefbac86cfa5cd4114c29836b97fce8a10/sglang-0.5.11-cp311-cp311-manylinux_2_34_x86_64.whl"),
+    "0.5.12.post1": Release(
+        "0.5.12.post1", "94b3f3cc6b97f1364f247b8d9c1d106ec63cf22c55d6b65bc40ff29b0206ef5f",
+        f"{FILES}/0a/72/705194e7ad564a578251307b51bf3a8275668ab2c534a17ca0dc45767204/sglang-0.5.12.post1-cp311-cp311-manylinux_2_34_x86_64.whl"),
+    "0.5.13": Release("0.5.13",
+                      "9d26266ab7e99165098f9e173f4a5a0ef6a0b64a6f30ef0b5ee859eead37e75a",
+                      f"{FILES}/34/a3/b1e44dc83ba5230943fc54f369b7e3f686e81ede86a757cf9e4845890b97/sglang-0.5.13-cp311-cp311-manylinux_2_34_x86_64.whl"),
+    "0.5.16": Release("0.5.16",
+                      "d5f345a18953dd35df568ac56bdcb7f5ee910ab39efea4469b714556d1070713",
+                      f"{FILES}/1f/ae/b7c8395c265a93bb73618a694594ad1e042ff9f43259d45e54a77a2a4bdf/sglang-0.5.16-cp311-cp311-manylinux_2_34_x86_64.whl"),
+}
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -47,7 +69,7 @@ def _sha256(path: Path) -> str:
 def _download(release: Release) -> Path:
     folder = TEST_CACHE / "sdists"
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"sglang-{release.version}.tar.gz"
+    path = folder / release.url.rsplit("/", 1)[1]
     if path.is_file() and _sha256(path) == release.sha256:
         return path
     tmp = path.with_suffix(".part")
@@ -62,6 +84,12 @@ def _download(release: Release) -> Path:
 def sdists() -> dict[str, Path]:
     """version -> path of the verified real sdist."""
     return {version: _download(release) for version, release in RELEASES.items()}
+
+
+@pytest.fixture(scope="session")
+def matrix_files() -> dict[str, Path]:
+    """version -> path of the verified real file (sdist or wheel) of a later release."""
+    return {version: _download(release) for version, release in MATRIX_RELEASES.items()}
 
 
 @pytest.fixture(scope="session")

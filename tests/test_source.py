@@ -212,3 +212,42 @@ def test_source_dir_version_comes_from_pkg_info(unpacked: dict[str, Path]) -> No
 def test_source_dir_that_is_not_sglang(tmp_path: Path) -> None:
     with pytest.raises(BuilderError, match=r"no pyproject\.toml"):
         local_source(tmp_path)
+
+
+def test_released_wheel_is_read_as_an_sdist_layout_tree(matrix_files: dict[str, Path],
+                                                        tmp_path: Path) -> None:
+    from conftest import MATRIX_RELEASES
+
+    from builder.config import WheelPin
+
+    wheel = matrix_files["0.5.11"]
+    pin = WheelPin("sglang", "0.5.11", wheel.name, MATRIX_RELEASES["0.5.11"].sha256,
+                   wheel.as_uri())
+    source = fetch_source(_target(pin, version="0.5.11"), cache=Cache(tmp_path / "cache"))
+    assert source.layout == Layout("sdist")
+    assert (source.tree / "sglang" / "srt" / "model_executor" / "model_runner.py").is_file()
+    assert source.tree_sha256
+
+
+@pytest.mark.parametrize("member", ["../evil.py", "/abs.py", "link"])
+def test_unsafe_wheels_are_refused(tmp_path: Path, member: str) -> None:
+    import hashlib
+    import stat
+    import zipfile
+
+    from builder.config import WheelPin
+
+    wheel = tmp_path / "pkg-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("pkg/ok.py", "ok = 1\n")
+        info = zipfile.ZipInfo(member)
+        if member == "link":
+            info.external_attr = (stat.S_IFLNK | 0o777) << 16
+        archive.writestr(info, "../../etc/passwd" if member == "link" else "evil = 1\n")
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    cache = Cache(tmp_path / "cache")
+    pin = WheelPin("pkg", "1.0", wheel.name, sha, wheel.as_uri())
+    with pytest.raises(BuilderError, match="unsafe archive"):
+        fetch_source(_target(pin, version="1.0"), cache=cache)
+    assert not (tmp_path / "evil.py").exists()
+    assert cache.lookup("source", f"wheel-{sha}") is None
