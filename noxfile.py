@@ -41,3 +41,4 @@ def benchmark(session: nox.Session) -> None:
     session.install(".")
     session.run("python", "benchmarks/bench_wheel.py", *session.posargs)
     session.run("python", "benchmarks/bench_matrix.py")
+    session.run("python", "benchmarks/bench_repack.py")

@@ -33,7 +33,7 @@ from builder.patch import (
     plan_series,
 )
 from builder.patchfile import FilePatch, Operation, ParsedPatch, parse_patch
-from builder.pipeline import Options, run_fetch, run_patch, run_wheel
+from builder.pipeline import Options, run_fetch, run_patch, run_wheel, run_wheels
 from builder.source import SourceResult, fetch_source, local_source
 from builder.wheel import PROVENANCE_FILE, WheelResult, build_wheel, builder_version
 
@@ -77,5 +77,6 @@ __all__ = [
     "run_fetch",
     "run_patch",
     "run_wheel",
+    "run_wheels",
     "split_lines",
 ]

@@ -18,7 +18,7 @@ from builder.config import SOURCE_KINDS, load_targets
 from builder.errors import BuilderError
 from builder.hunks import HunkResult
 from builder.patch import PatchReport
-from builder.pipeline import Options, run_check, run_fetch, run_patch, run_refresh, run_wheel
+from builder.pipeline import Options, run_check, run_fetch, run_patch, run_refresh, run_wheels
 from builder.progress import Reporter
 from builder.source import DEFAULT_INDEX_URL
 
@@ -67,7 +67,8 @@ def _common(parser: argparse.ArgumentParser, *, target: bool = True) -> None:
 def _source_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("source")
     group.add_argument("--source", choices=SOURCE_KINDS,
-                       help="take the target's sdist or git pin (default: its 'prefer')")
+                       help="take the target's sdist, wheel or git pin (default: its "
+                            "'prefer')")
     group.add_argument("--git-url", metavar="URL",
                        help="clone the git pin's commit from this URL or path instead")
     group.add_argument("--index-url", default=DEFAULT_INDEX_URL,
@@ -266,11 +267,12 @@ def _cmd_patch(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
 
 
 def _cmd_wheel(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
-    result = run_wheel(_options(args, reporter))
-    render_report(PatchReport.from_json(result.provenance), reporter.out)
-    how = "from cache" if result.cached else "built"
-    reporter.result(f"{result.path} ({how}, sha256 {result.sha256})", style="bold")
-    return result.describe()
+    results = run_wheels(_options(args, reporter))
+    render_report(PatchReport.from_json(results[0].provenance), reporter.out)
+    for result in results:
+        how = "from cache" if result.cached else "built"
+        reporter.result(f"{result.path} ({how}, sha256 {result.sha256})", style="bold")
+    return {"wheels": [result.describe() for result in results]}
 
 
 def _list(text: str | None) -> list[str]:

@@ -12,12 +12,14 @@ from pathlib import Path
 from packaging.version import Version
 
 from builder.cache import Cache, default_cache_root
-from builder.config import GitPin, Series, SourceKind, Target, load_series, load_targets
+from builder.config import GitPin, Pin, Series, SourceKind, Target, load_series, load_targets
 from builder.errors import BuilderError
+from builder.layout import Layout
 from builder.matrix import Column, Matrix, check_matrix
 from builder.patch import PatchResult, PatchStatus, apply_series, read_series
 from builder.progress import Reporter
 from builder.refresh import RefreshedPatch, refresh_series
+from builder.repack import refuse_unshipped
 from builder.source import (
     DEFAULT_INDEX_URL,
     SourceResult,
@@ -138,22 +140,55 @@ def run_patch(options: Options, *, in_place: bool = False, dry_run: bool = False
 
 
 def run_wheel(options: Options) -> WheelResult:
-    """Source, patch and wheel stages for the selected target; the wheel lands in dist."""
+    """Source, patch and wheel stages for the selected target's first pin of its kind."""
+    return run_wheels(options)[0]
+
+
+def run_wheels(options: Options) -> list[WheelResult]:
+    """Source, patch and wheel stages for the selected target; the wheels land in dist.
+
+    A target built from released wheels (no sdist upstream) may pin one wheel per
+    platform and Python tag: each is patched and repacked. Otherwise one wheel is built.
+
+    Raises:
+        BuilderError: any stage refused; or no patch of the series applies to this
+            upstream version (the wheel would be upstream's under our label); or, for
+            released wheels, a patch touches compiled code or a build file.
+    """
     target = select_target(options)
     series = select_series(options, target)
-    read_series(series)  # a bad series fails before any download
-    source = obtain_source(options, target)
-    patched = apply_series(source, series, cache=options.cache)
-    if not any(p.status not in (PatchStatus.NOT_APPLICABLE, PatchStatus.NOT_REACHED)
-               for p in patched.report.patches):
-        raise BuilderError(f"no patch of the series applies to upstream "
-                           f"{source.upstream_version}: the wheel would be upstream's under "
-                           f"our label", "check the series' version ranges for this target",
-                           report=patched.report)
-    version = f"{source.upstream_version}+{target.local_label}"
-    return build_wheel(patched, version=version, cache=options.cache,
-                       dist_dir=options.dist_dir, target=target.name,
-                       reporter=options.reporter)
+    parsed = read_series(series)  # a bad series fails before any download
+    kind = options.source or target.prefer
+    if options.source_dir is not None:
+        pins: list[Pin | None] = [None]
+    elif kind == "wheel":
+        pins = [p for p in target.sources if p.kind == "wheel"] or [target.pin(kind)]
+        for entry in series.entries:
+            if entry.applies_to(target.upstream_version):
+                for file_patch in parsed[entry.path].files:
+                    tree_path = Layout("sdist").tree_path(file_patch.path)
+                    refuse_unshipped(tree_path or file_patch.path)
+    else:
+        pins = [target.pin(kind)]
+    results = []
+    for pin in pins:
+        if pin is None:
+            source = obtain_source(options, target)
+        else:
+            source = fetch_pin(pin, target.upstream_version, cache=options.cache,
+                               index_url=options.index_url, reporter=options.reporter)
+        patched = apply_series(source, series, cache=options.cache)
+        if not any(p.status not in (PatchStatus.NOT_APPLICABLE, PatchStatus.NOT_REACHED)
+                   for p in patched.report.patches):
+            raise BuilderError(f"no patch of the series applies to upstream "
+                               f"{source.upstream_version}: the wheel would be upstream's "
+                               "under our label", "check the series' version ranges for "
+                               "this target", report=patched.report)
+        version = f"{source.upstream_version}+{target.local_label}"
+        results.append(build_wheel(patched, version=version, cache=options.cache,
+                                   dist_dir=options.dist_dir, target=target.name,
+                                   reporter=options.reporter))
+    return results
 
 
 def run_check(options: Options, *, versions: list[str] | None = None,

@@ -54,6 +54,7 @@ class SourceResult:
             a hash of the folder's files).
         tree_sha256: digest of the tree's files when it was unpacked into the cache
             (``None`` for ``--source-dir``); the wheel stage checks it before building.
+        archive: the verified downloaded file (sdist or released wheel), if any.
     """
 
     tree: Path
@@ -63,6 +64,7 @@ class SourceResult:
     source_date_epoch: int
     key: str
     tree_sha256: str | None = None
+    archive: Path | None = None
 
     def describe(self) -> dict[str, Any]:
         """Return JSON-ready data."""
@@ -183,7 +185,7 @@ def _fetch_sdist(pin: SdistPin, cache: Cache, index_url: str,
     return SourceResult(tree=entry / meta["top"], layout=Layout("sdist"), pin=pin,
                         upstream_version=Version(pin.version),
                         source_date_epoch=int(meta["source_date_epoch"]), key=key,
-                        tree_sha256=meta.get("tree_sha256"))
+                        tree_sha256=meta.get("tree_sha256"), archive=archive)
 
 
 def _fetch_wheel(pin: WheelPin, cache: Cache, index_url: str,
@@ -203,7 +205,7 @@ def _fetch_wheel(pin: WheelPin, cache: Cache, index_url: str,
     return SourceResult(tree=entry / "tree", layout=Layout("sdist"), pin=pin,
                         upstream_version=Version(pin.version),
                         source_date_epoch=int(meta["source_date_epoch"]), key=key,
-                        tree_sha256=meta.get("tree_sha256"))
+                        tree_sha256=meta.get("tree_sha256"), archive=archive)
 
 
 def _safe_unzip(archive: Path, destination: Path) -> int:

@@ -176,7 +176,7 @@ def write_project(root: Path, *, sdist: Path | None = None, version: str = "0.5.
         series = (REPO / "patches" / "series.toml").read_text()
     (root / "patches" / "series.toml").write_text(series)
     url = f'url = "{sdist.as_uri()}"' if sdist else ""
-    sha = sha256 or RELEASES[version].sha256
+    sha = sha256 or {**RELEASES, **MATRIX_RELEASES}[version].sha256
     (root / "targets.toml").write_text(f"""
 default = "t"
 

@@ -37,7 +37,7 @@ def test_default_target_builds_from_pypi(shared_cache: Path, tmp_path: Path) -> 
     dist = tmp_path / "dist"
     done = run_cli("wheel", "--dist", str(dist), "--json", cache=shared_cache)
     assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
+    (result,) = json.loads(done.stdout)["wheels"]
     assert Path(result["path"]).name == "sglang-0.5.9+sm120.1-py3-none-any.whl"
     assert [p.name for p in dist.iterdir()] == ["sglang-0.5.9+sm120.1-py3-none-any.whl"]
     upstream = result["provenance"]["upstream"]
@@ -52,10 +52,14 @@ def test_targets_lists_the_shipped_targets() -> None:
     data = json.loads(done.stdout)
     assert data["default"] == "sglang-0.5.9"
     names = [t["name"] for t in data["targets"]]
-    assert names == ["sglang-0.5.9", "sglang-0.5.7", "sglang-0.5.10.post1"]
-    for target in data["targets"]:
+    assert names == ["sglang-0.5.9", "sglang-0.5.7", "sglang-0.5.10.post1", "sglang-0.5.11",
+                     "sglang-0.5.12.post1"]
+    for target in data["targets"][:3]:  # released with an sdist: built from it
         assert target["prefer"] == "sdist"
         assert {s["kind"] for s in target["sources"]} == {"sdist", "git"}
+    for target in data["targets"][3:]:  # wheels only upstream: repacked
+        assert target["prefer"] == "wheel"
+        assert [s["filename"].split("-")[2] for s in target["sources"]] == ["cp311", "cp312"]
 
 
 def test_patch_report_table_and_dry_run(sdists: dict[str, Path], tmp_path: Path) -> None:
@@ -79,7 +83,7 @@ def test_help_teaches() -> None:
 def test_unknown_target(tmp_path: Path) -> None:
     done = run_cli("wheel", "--target", "nope", "--dist", str(tmp_path / "dist"))
     _assert_refused(done, "unknown target 'nope'", tmp_path / "dist")
-    assert "sglang-0.5.9, sglang-0.5.7, sglang-0.5.10.post1" in done.stderr
+    assert "sglang-0.5.9, sglang-0.5.7, sglang-0.5.10.post1, sglang-0.5.11" in done.stderr
 
 
 def test_unknown_target_as_json(tmp_path: Path) -> None:

@@ -75,7 +75,8 @@ def test_check_command_on_the_targets(shared_cache: Path) -> None:
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert [c["target"] for c in data["columns"]] == [
-        "sglang-0.5.9", "sglang-0.5.7", "sglang-0.5.10.post1"]
+        "sglang-0.5.9", "sglang-0.5.7", "sglang-0.5.10.post1", "sglang-0.5.11",
+        "sglang-0.5.12.post1"]
     assert data["broken_targets"] == []
 
 
