@@ -117,11 +117,9 @@ def fetch_pin(pin: Pin, version: Version, *, cache: Cache,
         BuilderError: as :func:`fetch_source`.
     """
     reporter = reporter or Reporter(quiet=True)
-    if isinstance(pin, SdistPin):
-        return _fetch_sdist(pin, cache, index_url, reporter)
-    if isinstance(pin, WheelPin):
-        return _fetch_wheel(pin, cache, index_url, reporter)
-    return _fetch_git(pin, version, cache, reporter)
+    if isinstance(pin, GitPin):
+        return _fetch_git(pin, version, cache, reporter)
+    return _fetch_archive(pin, cache, index_url, reporter)
 
 
 def local_source(path: Path, upstream_version: str | None = None) -> SourceResult:
@@ -166,43 +164,27 @@ def _pkg_info_version(package_root: Path) -> str | None:
     return None
 
 
-# --- sdist -------------------------------------------------------------------------------
+# --- sdist and released wheel ---------------------------------------------------------
 
-def _fetch_sdist(pin: SdistPin, cache: Cache, index_url: str,
-                 reporter: Reporter) -> SourceResult:
+def _fetch_archive(pin: SdistPin | WheelPin, cache: Cache, index_url: str,
+                   reporter: Reporter) -> SourceResult:
+    """An sdist or a released wheel, verified and unpacked (both have the sdist layout)."""
     archive = _download_pinned(pin, cache, index_url, reporter)
-    key = f"sdist-{pin.sha256}"
+    key = f"{pin.kind}-{pin.sha256}"
     entry = cache.lookup("source", key)
     if entry is None:
         reporter.info(f"Unpacking {archive.name}")
         with cache.building("source", key) as tmp:
-            top, newest = _safe_extract(archive, tmp)
+            if isinstance(pin, SdistPin):
+                top, newest = _safe_extract(archive, tmp)
+            else:
+                top, newest = "tree", _safe_unzip(archive, tmp / "tree")
             (tmp / "source.json").write_text(json.dumps(
                 {"top": top, "source_date_epoch": newest,
                  "tree_sha256": sha256_tree(tmp / top)}))
         entry = cache.entry("source", key)
     meta = json.loads((entry / "source.json").read_text())
-    return SourceResult(tree=entry / meta["top"], layout=Layout("sdist"), pin=pin,
-                        upstream_version=Version(pin.version),
-                        source_date_epoch=int(meta["source_date_epoch"]), key=key,
-                        tree_sha256=meta.get("tree_sha256"), archive=archive)
-
-
-def _fetch_wheel(pin: WheelPin, cache: Cache, index_url: str,
-                 reporter: Reporter) -> SourceResult:
-    """A released wheel, unpacked as a source tree (its root is the sdist layout's)."""
-    archive = _download_pinned(pin, cache, index_url, reporter)
-    key = f"wheel-{pin.sha256}"
-    entry = cache.lookup("source", key)
-    if entry is None:
-        reporter.info(f"Unpacking {archive.name}")
-        with cache.building("source", key) as tmp:
-            newest = _safe_unzip(archive, tmp / "tree")
-            (tmp / "source.json").write_text(json.dumps(
-                {"source_date_epoch": newest, "tree_sha256": sha256_tree(tmp / "tree")}))
-        entry = cache.entry("source", key)
-    meta = json.loads((entry / "source.json").read_text())
-    return SourceResult(tree=entry / "tree", layout=Layout("sdist"), pin=pin,
+    return SourceResult(tree=entry / meta.get("top", "tree"), layout=Layout("sdist"), pin=pin,
                         upstream_version=Version(pin.version),
                         source_date_epoch=int(meta["source_date_epoch"]), key=key,
                         tree_sha256=meta.get("tree_sha256"), archive=archive)
