@@ -139,8 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "to --commits of a git repository, and print patch x release. Exits 1 "
                     "when a target of the targets file would break.")
     _common(check, target=False)
-    check.add_argument("--versions", metavar="V1,V2", help="upstream versions to check")
-    check.add_argument("--commits", metavar="C1,C2", help="git commits to check")
+    which = check.add_mutually_exclusive_group()
+    which.add_argument("--versions", metavar="V1,V2", help="upstream versions to check")
+    which.add_argument("--commits", metavar="C1[=V],C2", help="full git commits to check, "
+                       "each optionally =VERSION (default: the default target's version)")
     check.add_argument("--git-url", metavar="URL", help="repository of --commits "
                        "(default: the default target's git URL)")
     check.add_argument("--index-url", default=DEFAULT_INDEX_URL,
@@ -163,9 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="also refresh hunks that needed fuzz (review them!)")
     refresh.add_argument("--output-dir", type=Path, metavar="DIR",
                          help="write refreshed patches here; the series is left alone")
+    refresh.add_argument("--series", type=Path, metavar="FILE",
+                         help="refresh this series file instead of the target's")
     refresh.add_argument("--dry-run", action="store_true", help="only report")
-    refresh.set_defaults(handler=_cmd_refresh, series=None, patch=None, strip=1,
-                         max_fuzz=0)
+    refresh.set_defaults(handler=_cmd_refresh, patch=None, strip=1, max_fuzz=0)
     return parser
 
 
@@ -280,8 +283,6 @@ def _list(text: str | None) -> list[str]:
 
 
 def _cmd_check(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
-    if args.versions and args.commits:
-        raise BuilderError("--versions and --commits exclude each other", "give one of them")
     matrix = run_check(_options(args, reporter), versions=_list(args.versions),
                        commits=_list(args.commits))
     if args.format == "markdown":
@@ -298,8 +299,7 @@ def _cmd_check(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
         reporter.result(table)
         reporter.result("✓ / ✗: the patch's intent checks hold / fail after the series")
     if matrix.broken_targets:
-        raise BuilderError(f"the series would break target(s): "
-                           f"{', '.join(matrix.broken_targets)}",
+        raise BuilderError(f"the series would break: {', '.join(matrix.broken_targets)}",
                            "run python -m builder patch --target NAME --dry-run for detail",
                            report=matrix)
     return matrix.to_json()
@@ -341,9 +341,16 @@ def _print_error(exc: BuilderError) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit status (0 ok, 1 refused or failed, 2 usage)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if getattr(args, "upstream_version", None) and not getattr(args, "source_dir", None):
-        build_parser().error("--upstream-version only applies with --source-dir")
+        parser.error("--upstream-version only applies with --source-dir")
+    if args.command == "check":
+        if args.git_url and not args.commits:
+            parser.error("--git-url only applies with --commits")
+        for flag in ("versions", "commits"):
+            if getattr(args, flag) is not None and not _list(getattr(args, flag)):
+                parser.error(f"--{flag} is empty")
     reporter = Reporter(quiet=args.json)
     handler: Callable[[argparse.Namespace, Reporter], dict[str, Any]] = args.handler
     previous = signal.signal(signal.SIGTERM, _terminate)  # clean up as on Ctrl-C

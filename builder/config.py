@@ -289,7 +289,8 @@ def _require(table: dict[str, Any], key: str, kind: type, where: str) -> Any:
         raise BuilderError(f"{where}: missing key {key!r}", "see README.md for the file format")
     value = table[key]
     if not isinstance(value, kind):
-        raise BuilderError(f"{where}: {key!r} must be a {kind.__name__}, got {value!r}",
+        noun = {str: "a string", int: "an integer", list: "an array"}.get(kind, kind.__name__)
+        raise BuilderError(f"{where}: {key!r} must be {noun}, got {value!r}",
                            "see README.md for the file format")
     return value
 

@@ -48,12 +48,13 @@ class Layout:
         """Tell the layout of ``tree`` by where ``pyproject.toml`` is.
 
         Raises:
-            BuilderError: neither ``tree/pyproject.toml`` nor ``tree/python/pyproject.toml``
-                exists.
+            BuilderError: the tree has neither ``python/pyproject.toml`` (git layout) nor
+                ``pyproject.toml`` or a ``*.dist-info`` folder (sdist or wheel layout).
         """
         if (tree / PACKAGE_FOLDER / "pyproject.toml").is_file():
             return Layout("git")
-        if (tree / "pyproject.toml").is_file():
-            return Layout("sdist")
-        raise BuilderError(f"{tree} has no pyproject.toml and no python/pyproject.toml",
-                           "point --source-dir at an SGLang checkout or an unpacked sdist")
+        if (tree / "pyproject.toml").is_file() or any(tree.glob("*.dist-info")):
+            return Layout("sdist")  # an unpacked sdist, or an unpacked wheel
+        raise BuilderError(f"{tree} has no pyproject.toml, python/pyproject.toml or .dist-info",
+                           "point --source-dir at an SGLang checkout, or an unpacked sdist "
+                           "or wheel")

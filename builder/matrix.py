@@ -66,9 +66,9 @@ class Matrix:
 
     @property
     def broken_targets(self) -> list[str]:
-        """Names of targets whose series would not build."""
-        return [c.target for c, r in zip(self.columns, self.reports, strict=True)
-                if c.target is not None and not r.ok]
+        """Names of targets, or labels of other columns, where the series would break."""
+        return [c.target or c.label for c, r in zip(self.columns, self.reports, strict=True)
+                if not r.ok]
 
     def to_json(self) -> dict[str, Any]:
         """Return JSON-ready data (cells by patch and column label)."""

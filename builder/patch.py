@@ -12,12 +12,20 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import json
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from builder.cache import Cache, atomic_write_bytes, sha256_file, sha256_json, signals_deferred
+from builder.cache import (
+    Cache,
+    atomic_write_bytes,
+    sha256_file,
+    sha256_json,
+    sha256_tree,
+    signals_deferred,
+)
 from builder.config import Series, SeriesEntry
 from builder.errors import BuilderError
 from builder.hunks import (
@@ -170,7 +178,9 @@ class PatchResult:
         layout: the tree's layout.
         source: the source the series was applied to.
         report: the per-patch, per-hunk report.
-        key: content key of the patched tree (source key + patch hashes + engine).
+        key: content key of the patched tree (the source key and the exact changes).
+        tree_sha256: digest of the patched tree's files when the cache entry was made
+            (``None`` when the tree is not a cache entry); checked before a build.
     """
 
     tree: Path
@@ -178,6 +188,7 @@ class PatchResult:
     source: SourceResult
     report: PatchReport
     key: str
+    tree_sha256: str | None = None
 
 
 @dataclass
@@ -682,5 +693,9 @@ def apply_series(source: SourceResult, series: Series, *, cache: Cache | None = 
             # Hard links: _write_changes replaces files by rename, never in place.
             link_tree(source.tree, tmp / "tree")
             _write_changes(tmp / "tree", changes)
+            (tmp / "tree.json").write_text(json.dumps(
+                {"tree_sha256": sha256_tree(tmp / "tree", exclude=frozenset({".git"}))}))
         entry = cache.entry("patched", key)
-    return PatchResult(entry / "tree", source.layout, source, report, key)
+    digest = json.loads((entry / "tree.json").read_text())["tree_sha256"] \
+        if (entry / "tree.json").is_file() else None
+    return PatchResult(entry / "tree", source.layout, source, report, key, digest)

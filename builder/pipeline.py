@@ -6,10 +6,11 @@ stage's result object, which the next stage takes.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from builder.cache import Cache, default_cache_root
 from builder.config import GitPin, Pin, Series, SourceKind, Target, load_series, load_targets
@@ -197,10 +198,13 @@ def run_check(options: Options, *, versions: list[str] | None = None,
 
     Columns: every target (its preferred pin), or the given upstream ``versions`` (found
     on the index: the sdist, else a released wheel read as source), or git ``commits``
-    (of ``--git-url``, default the default target's git URL).
+    (of ``--git-url``, default the default target's git URL), each ``COMMIT`` or
+    ``COMMIT=VERSION`` (default version: the default target's; the series' version
+    ranges and fuzz allowances are judged against it).
 
     Raises:
-        BuilderError: a source cannot be fetched, or the series is invalid.
+        BuilderError: a version or commit is malformed, a source cannot be fetched, or
+            the series is invalid.
     """
     targets = load_targets(options.targets_file)
     default = targets.get(None)
@@ -209,17 +213,30 @@ def run_check(options: Options, *, versions: list[str] | None = None,
     columns: list[Column] = []
     cache = options.cache
     if versions:
-        for version in versions:
+        for version in dict.fromkeys(versions):
+            try:
+                Version(version)
+            except InvalidVersion:
+                raise BuilderError(f"{version!r} is not a PEP 440 version",
+                                   "write versions like 0.5.9,0.5.11") from None
             pin = find_release(default.sdist_project, version, options.index_url)
             source = fetch_pin(pin, Version(version), cache=cache, index_url=options.index_url,
                                reporter=options.reporter)
             columns.append(Column(version, source))
     elif commits:
         url = options.git_url or _git_url(default)
-        for commit in commits:
-            source = fetch_pin(GitPin(url, commit), default.upstream_version, cache=cache,
-                               reporter=options.reporter)
-            columns.append(Column(commit[:12], source))
+        for item in dict.fromkeys(commits):
+            commit, _, version_text = item.partition("=")
+            if not re.fullmatch(r"[0-9a-f]{40}", commit):
+                raise BuilderError(f"{commit!r} is not a full 40-hex commit id",
+                                   "a tag or branch can move: pass git rev-parse's output")
+            try:
+                at = Version(version_text) if version_text else default.upstream_version
+            except InvalidVersion:
+                raise BuilderError(f"{version_text!r} is not a PEP 440 version",
+                                   "write COMMIT=VERSION like abc…=0.5.10.post1") from None
+            source = fetch_pin(GitPin(url, commit), at, cache=cache, reporter=options.reporter)
+            columns.append(Column(f"{commit[:12]} ({at})", source))
     else:
         for target in targets.targets.values():
             source = fetch_source(target, cache=cache, index_url=options.index_url,
@@ -237,10 +254,38 @@ def _git_url(target: Target) -> str:
 def run_refresh(options: Options, *, accept_fuzz: bool = False,
                 output_dir: Path | None = None, dry_run: bool = False
                 ) -> tuple[RefreshedPatch, ...]:
-    """Refresh the target's series against the target's upstream (see :mod:`refresh`)."""
-    target = select_target(options)
+    """Refresh the target's series against the target's upstream (see :mod:`refresh`).
+
+    Raises:
+        BuilderError: in place, a refreshed patch also covers another target's version
+            (rewriting it for this target could break that one), or ``output_dir`` is the
+            series' own folder; and see :func:`builder.refresh.refresh_series`.
+    """
+    targets = load_targets(options.targets_file)
+    target = targets.get(options.target)
     series = select_series(options, target)
     read_series(series)
+    if output_dir is not None and series.path is not None and \
+            output_dir.resolve() == series.path.parent.resolve():
+        raise BuilderError(f"--output-dir {output_dir} is the series' own folder",
+                           "write copies elsewhere, or refresh in place without --output-dir")
     source = obtain_source(options, target)
-    return refresh_series(source, series, accept_fuzz=accept_fuzz, output_dir=output_dir,
-                          dry_run=dry_run)
+    planned = refresh_series(source, series, accept_fuzz=accept_fuzz, output_dir=output_dir,
+                             dry_run=True)
+    if dry_run:
+        return planned
+    if output_dir is None:
+        rewritten = {p.name for p in planned if p.status == "refreshed"}
+        for entry in series.entries:
+            if entry.name not in rewritten:
+                continue
+            others = [t.name for t in targets.targets.values()
+                      if t.upstream_version != target.upstream_version
+                      and t.series == series.path and entry.applies_to(t.upstream_version)]
+            if others:
+                raise BuilderError(
+                    f"{entry.name} also applies to {', '.join(others)}: refreshing it in place "
+                    f"for {target.name} could break them",
+                    "write a copy with --output-dir DIR and give it its own series entry "
+                    "with a narrower version range (README: Refresh)")
+    return refresh_series(source, series, accept_fuzz=accept_fuzz, output_dir=output_dir)

@@ -13,6 +13,7 @@ RECORD, are dropped. Same inputs give the same bytes.
 from __future__ import annotations
 
 import os
+import stat
 import time
 import zipfile
 from collections.abc import Iterator
@@ -53,13 +54,20 @@ def refuse_unshipped(path: str) -> None:
     """Refuse a patch to ``path`` (a path inside the wheel) on the repack path.
 
     Raises:
-        BuilderError: ``path`` is compiled code or a build file.
+        BuilderError: ``path`` is compiled code, a build file, the wheel's own metadata
+            (``.dist-info``, ``.data``: the repack writes those itself), or a top-level
+            ``.pth`` file (code that runs at every interpreter start).
     """
     name = path.rsplit("/", 1)[-1]
+    top = path.split("/", 1)[0]
     if path.endswith(COMPILED_SUFFIXES) or name in BUILD_FILES:
         raise BuilderError(f"{path} is compiled code or a build file: patching a released "
                            "wheel only swaps pure-Python and data files",
-                           "build this target from git (--source git) to change it")
+                           "build this target from source (a git pin and --source git) "
+                           "to change it")
+    if top.endswith((".dist-info", ".data")) or ("/" not in path and name.endswith(".pth")):
+        raise BuilderError(f"{path} is wheel metadata or a .pth file: a patch may not change "
+                           "it on the repack path", "patch the package's own files instead")
 
 
 @contextmanager
@@ -138,6 +146,10 @@ def repack_wheel(original: Path, tree: Path, version: str, provenance_name: str,
             if entry == f"{old_info}/RECORD" or info.is_dir():
                 continue
             data = source.read(info)
+            if entry.startswith((old_info + "/", old_data + "/")):
+                on_disk = tree / entry
+                if not on_disk.is_file() or on_disk.read_bytes() != data:
+                    refuse_unshipped(entry)  # a patch touched the wheel's metadata
             if entry.startswith(old_info + "/"):
                 new_name = new_info + entry[len(old_info):]
                 if entry == f"{old_info}/METADATA":
@@ -148,16 +160,23 @@ def repack_wheel(original: Path, tree: Path, version: str, provenance_name: str,
                 else entry
             on_disk = tree / entry
             if not on_disk.is_file():
+                refuse_unshipped(entry)
                 removed.append(entry)
                 continue
             patched = on_disk.read_bytes()
-            if patched != data:
+            copy = _like(info, new_name)
+            executable = bool(on_disk.stat().st_mode & 0o111)
+            if executable != bool((info.external_attr >> 16) & 0o111):  # a mode change
+                copy.external_attr = (stat.S_IFREG | (0o755 if executable else 0o644)) << 16
+                patched_mode = True
+            else:
+                patched_mode = False
+            if patched != data or patched_mode:
                 refuse_unshipped(entry)
                 changed.append(entry)
-            entries.append((_like(info, new_name), patched))
+            entries.append((copy, patched))
         added = sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*")
-                       if p.is_file() and p.relative_to(tree).as_posix() not in seen
-                       and p.relative_to(tree).parts[0] not in (old_info, old_data))
+                       if p.is_file() and p.relative_to(tree).as_posix() not in seen)
         for entry in added:
             refuse_unshipped(entry)
             info = zipfile.ZipInfo(entry, date_time=epoch_time)

@@ -206,17 +206,16 @@ def verify_tree(patched: PatchResult) -> None:
     """Check the cached trees behind ``patched`` before building from them.
 
     Raises:
-        BuilderError: the source entry's files no longer match the digest recorded when
-            it was unpacked (someone edited the cache); the entry is removed.
+        BuilderError: the source's or the patched tree's files no longer match the digest
+            recorded when the cache entry was made (someone edited the cache).
     """
-    source = patched.source
-    recorded = source.tree_sha256
-    if recorded is None:
-        return
-    if sha256_tree(source.tree, exclude=frozenset({".git"})) != recorded:
-        raise BuilderError(f"the cached source {source.tree} was modified after it was "
-                           "unpacked", f"delete {source.tree.parent} and run again; never "
-                           "edit the cache (use --source-dir for a tree of your own)")
+    for tree, recorded in ((patched.source.tree, patched.source.tree_sha256),
+                           (patched.tree, patched.tree_sha256)):
+        if recorded is not None and \
+                sha256_tree(tree, exclude=frozenset({".git"})) != recorded:
+            raise BuilderError(f"the cache entry {tree} was modified after it was made",
+                               f"delete {tree.parent} and run again; never edit the cache "
+                               "(use --source-dir for a tree of your own)")
 
 
 def build_wheel(patched: PatchResult, *, version: str, cache: Cache, dist_dir: Path,
@@ -242,6 +241,8 @@ def build_wheel(patched: PatchResult, *, version: str, cache: Cache, dist_dir: P
             built file's name or METADATA version is not ``version``.
     """
     reporter = reporter or Reporter(quiet=True)
+    if dist_dir.exists() and not dist_dir.is_dir():
+        raise BuilderError(f"{dist_dir} is not a folder", "pass --dist a folder for the wheels")
     epoch = patched.source.source_date_epoch
     # Every input of the wheel's bytes: the tree, the version, the time, the tools, and
     # the report and target that go into the provenance record.

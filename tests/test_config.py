@@ -34,7 +34,7 @@ def test_shipped_files_parse() -> None:
     ("", "missing key 'versions'"),
     ('versions = ""', "is empty or has an empty clause"),
     ('versions = ">=0.5.7,,<0.5.11"', "is empty or has an empty clause"),
-    ("versions = 5", "'versions' must be a str"),
+    ("versions = 5", "'versions' must be a string"),
     ('versions = "0.5.7 - 0.5.11"', "is not a PEP 440 version range"),
     ('versions = ">=0.5"\ndescripton = "typo"', "unknown key(s) descripton"),
     ('versions = ">=0.5"\n[patch.intent]\ncheck = "regex-present"',

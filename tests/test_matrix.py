@@ -91,4 +91,31 @@ def test_check_exits_1_when_a_target_would_break(sdists: dict[str, Path],
     done = run_cli("check", "--format", "markdown", cwd=project, cache=tmp_path / "cache")
     assert done.returncode == 1
     assert "needs fuzz 1 (allowed 0)" in done.stdout
-    assert "the series would break target(s): t" in done.stderr
+    assert "the series would break: t" in done.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--versions", "notaversion"], "'notaversion' is not a PEP 440 version"),
+    (["--commits", "v0.5.9"], "'v0.5.9' is not a full 40-hex commit id"),
+])
+def test_check_refuses_malformed_columns(args: list[str], message: str, tmp_path: Path) -> None:
+    done = run_cli("check", *args, cache=tmp_path / "cache")
+    assert done.returncode == 1 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_check_usage_errors() -> None:
+    done = run_cli("check", "--versions", "0.5.9", "--commits", "a" * 40)
+    assert done.returncode == 2 and "not allowed with" in done.stderr
+    assert run_cli("check", "--git-url", "/tmp/x").returncode == 2
+    assert run_cli("check", "--versions", "").returncode == 2
+
+
+def test_check_commits_are_judged_at_their_version(upstream_repo, tmp_path: Path  # type: ignore[no-untyped-def]
+                                                   ) -> None:
+    commit = upstream_repo.commits["0.5.10.post1"]
+    done = run_cli("check", "--json", "--git-url", str(upstream_repo.path), "--commits",
+                   f"{commit}=0.5.10.post1", cache=tmp_path / "cache")
+    assert done.returncode == 0, done.stderr
+    (seed, _) = json.loads(done.stdout)["patches"]
+    cell = seed["cells"][f"{commit[:12]} (0.5.10.post1)"]
+    assert cell["text"] == "fuzz 1 (allowed up to 1)"

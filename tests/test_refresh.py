@@ -73,3 +73,36 @@ def test_shipped_patch_is_already_exact_for_0_5_9(shared_cache: Path) -> None:
     done = run_cli("refresh", "--dry-run", "--json", cache=shared_cache)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["patches"][0]["status"] == "unchanged"
+
+
+def test_in_place_refresh_refuses_to_break_other_targets(sdists: dict[str, Path],
+                                                          tmp_path: Path) -> None:
+    from conftest import RELEASES
+
+    other = f'''
+[[target]]
+name = "t-0.5.9"
+upstream_version = "0.5.9"
+local_label = "sm120.7"
+series = "patches/series.toml"
+cuda_lane = "12.9"
+arch_list = ["12.0a"]
+[[target.source]]
+kind = "sdist"
+project = "sglang"
+version = "0.5.9"
+sha256 = "{RELEASES['0.5.9'].sha256}"
+url = "{sdists['0.5.9'].as_uri()}"
+'''
+    project = write_project(tmp_path / "p", sdist=sdists["0.5.10.post1"],
+                            version="0.5.10.post1", extra_target=other)
+    before = (project / "patches" / SEED).read_bytes()
+    done = run_cli("refresh", "--accept-fuzz", cwd=project, cache=tmp_path / "cache")
+    assert done.returncode == 1
+    assert f"{SEED} also applies to t-0.5.9" in " ".join(done.stderr.split())
+    assert (project / "patches" / SEED).read_bytes() == before
+    out = tmp_path / "copies"
+    done = run_cli("refresh", "--accept-fuzz", "--output-dir", str(out), cwd=project,
+                   cache=tmp_path / "cache")
+    assert done.returncode == 0, done.stderr
+    assert (out / SEED).is_file()

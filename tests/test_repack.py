@@ -137,3 +137,40 @@ def test_shipped_wheel_only_target_builds(shared_cache: Path, tmp_path: Path) ->
     names = sorted(Path(w["path"]).name for w in json.loads(done.stdout)["wheels"])
     assert names == ["sglang-0.5.11+sm120.1-cp311-cp311-manylinux_2_34_x86_64.whl",
                      "sglang-0.5.11+sm120.1-cp312-cp312-manylinux_2_34_x86_64.whl"]
+
+
+def test_patch_to_wheel_metadata_is_refused(matrix_files: dict[str, Path],
+                                            tmp_path: Path) -> None:
+    import hashlib
+
+    path = "python/sglang-0.5.11.dist-info/INSTALLER"
+    text = f"--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n+pip\n"
+    series = f"""
+[[patch]]
+file = "m.patch"
+sha256 = "{hashlib.sha256(text.encode()).hexdigest()}"
+strip = 1
+versions = ">=0.5.11"
+"""
+    project = _project(tmp_path / "p", matrix_files["0.5.11"], series=series)
+    (project / "patches" / "m.patch").write_text(text)
+    with pytest.raises(BuilderError, match=r"wheel metadata or a \.pth file"):
+        run_wheels(Options(targets_file=project / "targets.toml",
+                           cache_dir=tmp_path / "cache", dist_dir=project / "dist"))
+    assert not (project / "dist").exists()
+
+
+def test_edited_cache_entry_is_never_shipped(matrix_files: dict[str, Path],
+                                             tmp_path: Path) -> None:
+    import shutil
+
+    project = _project(tmp_path / "p", matrix_files["0.5.11"])
+    options = Options(targets_file=project / "targets.toml", cache_dir=tmp_path / "cache",
+                      dist_dir=project / "dist")
+    run_wheels(options)
+    (patched,) = (tmp_path / "cache" / "patched").glob("*/tree")
+    with (patched / MODEL_RUNNER).open("a") as runner:
+        runner.write("# edited in the cache\n")
+    shutil.rmtree(tmp_path / "cache" / "wheel")
+    with pytest.raises(BuilderError, match="was modified after it was made"):
+        run_wheels(options)

@@ -210,7 +210,7 @@ def test_source_dir_version_comes_from_pkg_info(unpacked: dict[str, Path]) -> No
 
 
 def test_source_dir_that_is_not_sglang(tmp_path: Path) -> None:
-    with pytest.raises(BuilderError, match=r"no pyproject\.toml"):
+    with pytest.raises(BuilderError, match=r"no pyproject\.toml, python/pyproject"):
         local_source(tmp_path)
 
 
