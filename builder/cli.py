@@ -18,7 +18,15 @@ from builder.config import SOURCE_KINDS, load_targets
 from builder.errors import BuilderError
 from builder.hunks import HunkResult
 from builder.patch import PatchReport
-from builder.pipeline import Options, run_check, run_fetch, run_patch, run_refresh, run_wheels
+from builder.pipeline import (
+    Options,
+    run_check,
+    run_fetch,
+    run_patch,
+    run_preflight,
+    run_refresh,
+    run_wheels,
+)
 from builder.progress import Reporter
 from builder.source import DEFAULT_INDEX_URL
 
@@ -165,6 +173,25 @@ def build_parser() -> argparse.ArgumentParser:
                          help="also refresh hunks that needed fuzz (review them!)")
     refresh.add_argument("--output-dir", type=Path, metavar="DIR",
                          help="write refreshed patches here; the series is left alone")
+    preflight = commands.add_parser(
+        "preflight", help="kernel pins, SM120 arch and a CUDA toolchain check for a target",
+        description="Read the FlashInfer / kernel / torch pins from the target's upstream "
+                    "source, derive the SM120 arch FlashInfer detects, and check a toolchain: "
+                    "nvcc is the target's CUDA lane and really compiles for its archs, the "
+                    "cuBLAS and cuRAND headers are there, torch is built for the lane. "
+                    "(Compiling FlashInfer's kernels is not implemented yet.) Exits 1 when a "
+                    "check fails.")
+    _common(preflight)
+    _source_args(preflight)
+    preflight.add_argument("--nvcc", type=Path, default=Path("/usr/local/cuda/bin/nvcc"),
+                           help="nvcc to check (default: %(default)s)")
+    preflight.add_argument("--include", type=Path, action="append", metavar="DIR",
+                           help="where the cuBLAS/cuRAND headers may be (repeatable; default: "
+                                "the include folder beside nvcc)")
+    preflight.add_argument("--python", type=Path, metavar="PY",
+                           help="interpreter whose torch must match the lane (default: skip)")
+    preflight.set_defaults(handler=_cmd_preflight)
+
     refresh.add_argument("--series", type=Path, metavar="FILE",
                          help="refresh this series file instead of the target's")
     refresh.add_argument("--dry-run", action="store_true", help="only report")
@@ -322,6 +349,27 @@ def _cmd_refresh(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]
                          f"{hunk.before}after:\n"
                          f"{hunk.after or '(not found in the refreshed patch)'}\n")
     return {"patches": [item.to_json() for item in results], "dry_run": args.dry_run}
+
+
+def _cmd_preflight(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    includes = args.include or [args.nvcc.resolve().parent.parent / "include"]
+    result = run_preflight(_options(args, reporter), nvcc=args.nvcc, include_dirs=includes,
+                           python=args.python)
+    reporter.result(f"{result.target}: FlashInfer {result.pins.flashinfer}, kernel wheel "
+                    f"flashinfer_jit_cache {result.kernel_version}, SM120 arch {result.arch}")
+    table = Table(title="Toolchain preflight")
+    for column in ("check", "ok", "detail"):
+        table.add_column(column, overflow="fold")
+    for check in result.checks:
+        table.add_row(check.name, "yes" if check.ok else "NO", check.detail)
+    reporter.result(table)
+    if not result.ok:
+        failed = [c for c in result.checks if not c.ok]
+        raise BuilderError(f"toolchain preflight failed: {failed[0].name}: {failed[0].detail}"
+                           + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""),
+                           "see the table; fix the toolchain before compiling",
+                           report=result)
+    return result.to_json()
 
 
 def _terminate(number: int, _frame: object) -> None:

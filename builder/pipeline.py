@@ -9,12 +9,21 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
 from builder.cache import Cache, default_cache_root
 from builder.config import GitPin, Pin, Series, SourceKind, Target, load_series, load_targets
 from builder.errors import BuilderError
+from builder.kernels import (
+    Check,
+    KernelPins,
+    check_arch_list,
+    kernel_wheel_version,
+    preflight,
+    read_pins,
+)
 from builder.layout import Layout
 from builder.matrix import Column, Matrix, check_matrix
 from builder.patch import PatchResult, PatchStatus, apply_series, read_series
@@ -289,3 +298,51 @@ def run_refresh(options: Options, *, accept_fuzz: bool = False,
                     "write a copy with --output-dir DIR and give it its own series entry "
                     "with a narrower version range (README: Refresh)")
     return refresh_series(source, series, accept_fuzz=accept_fuzz, output_dir=output_dir)
+
+
+@dataclass(frozen=True)
+class PreflightResult:
+    """What a kernel build for a target would use, and whether the toolchain can do it.
+
+    Attributes:
+        target: the target's name.
+        pins: the lockstep pins read from its upstream source.
+        kernel_version: the kernel wheel's version (FlashInfer's plus the local label).
+        arch: the SM120 arch FlashInfer detects for these pins.
+        checks: the toolchain checks.
+    """
+
+    target: str
+    pins: KernelPins
+    kernel_version: str
+    arch: str
+    checks: list[Check]
+
+    @property
+    def ok(self) -> bool:
+        """True when every check passed."""
+        return all(check.ok for check in self.checks)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return JSON-ready data."""
+        return {"target": self.target, "pins": self.pins.describe(),
+                "kernel_version": self.kernel_version, "arch": self.arch, "ok": self.ok,
+                "checks": [c.to_json() for c in self.checks]}
+
+
+def run_preflight(options: Options, *, nvcc: Path, include_dirs: list[Path],
+                  python: Path | None = None) -> PreflightResult:
+    """Read the target's kernel pins, check its arch list, and check the toolchain.
+
+    Raises:
+        BuilderError: the pins disagree, or the target's arch list contradicts what its
+            FlashInfer detects (see :mod:`builder.kernels`).
+    """
+    target = select_target(options)
+    source = obtain_source(options, target)
+    pins = read_pins(source)
+    arch = check_arch_list(target.arch_list, pins)
+    checks = preflight(nvcc=nvcc, lane=target.cuda_lane, arches=list(target.arch_list),
+                       include_dirs=include_dirs, python=python)
+    return PreflightResult(target.name, pins, kernel_wheel_version(pins, target.local_label),
+                           arch, checks)
