@@ -159,6 +159,35 @@ def run_cli(*args: str, cwd: Path = REPO, cache: Path | None = None,
                           capture_output=True, text=True, timeout=900)
 
 
+def target_toml(name: str, version: str, source: str, *, series: str = "patches/series.toml",
+                label: str = "sm120.7") -> str:
+    """One ``[[target]]`` table; ``source`` is its ``[[target.source]]`` table's body."""
+    return f"""
+[[target]]
+name = "{name}"
+upstream_version = "{version}"
+local_label = "{label}"
+series = "{series}"
+cuda_lane = "12.9"
+arch_list = ["12.0a"]
+
+[[target.source]]
+{source}
+"""
+
+
+def sdist_source(version: str, archive: Path | None = None, sha256: str | None = None) -> str:
+    """A ``[[target.source]]`` body pinning the real sdist of ``version`` (local URL)."""
+    sha = sha256 or {**RELEASES, **MATRIX_RELEASES}[version].sha256
+    url = f'url = "{archive.as_uri()}"' if archive else ""
+    return f'kind = "sdist"\nproject = "sglang"\nversion = "{version}"\nsha256 = "{sha}"\n{url}'
+
+
+def git_source(url: Path | str, commit: str) -> str:
+    """A ``[[target.source]]`` body pinning a git commit."""
+    return f'kind = "git"\nurl = "{url}"\ncommit = "{commit}"'
+
+
 def write_project(root: Path, *, sdist: Path | None = None, version: str = "0.5.9",
                   sha256: str | None = None, patches: dict[str, str] | None = None,
                   series: str | None = None, extra_target: str = "") -> Path:
@@ -175,27 +204,8 @@ def write_project(root: Path, *, sdist: Path | None = None, version: str = "0.5.
     if series is None:
         series = (REPO / "patches" / "series.toml").read_text()
     (root / "patches" / "series.toml").write_text(series)
-    url = f'url = "{sdist.as_uri()}"' if sdist else ""
-    sha = sha256 or {**RELEASES, **MATRIX_RELEASES}[version].sha256
-    (root / "targets.toml").write_text(f"""
-default = "t"
-
-[[target]]
-name = "t"
-upstream_version = "{version}"
-local_label = "sm120.7"
-series = "patches/series.toml"
-cuda_lane = "12.9"
-arch_list = ["12.0a"]
-
-[[target.source]]
-kind = "sdist"
-project = "sglang"
-version = "{version}"
-sha256 = "{sha}"
-{url}
-{extra_target}
-""")
+    (root / "targets.toml").write_text('default = "t"\n' + target_toml(
+        "t", version, sdist_source(version, sdist, sha256)) + extra_target)
     return root
 
 

@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import MODEL_RUNNER, REPO, UpstreamRepo, patch_sha
+from conftest import MODEL_RUNNER, REPO, UpstreamRepo, git_source, patch_sha, target_toml
 
 from builder import (
     BuilderError,
@@ -157,19 +157,9 @@ def test_version_outside_range_is_not_applicable(unpacked: dict[str, Path],
 def test_git_layout_from_a_local_repository(upstream_repo: UpstreamRepo,
                                             tmp_path: Path) -> None:
     targets_file = tmp_path / "targets.toml"
-    targets_file.write_text(f"""
-[[target]]
-name = "git-0.5.7"
-upstream_version = "0.5.7"
-local_label = "sm120.1"
-series = "{SERIES}"
-cuda_lane = "12.9"
-arch_list = ["12.0a"]
-[[target.source]]
-kind = "git"
-url = "{upstream_repo.path}"
-commit = "{upstream_repo.commits['0.5.7']}"
-""")
+    targets_file.write_text(target_toml(
+        "git-0.5.7", "0.5.7", git_source(upstream_repo.path, upstream_repo.commits["0.5.7"]),
+        series=str(SERIES)))
     target = load_targets(targets_file).get("git-0.5.7")
     cache = Cache(tmp_path / "cache")
     source = fetch_source(target, cache=cache)

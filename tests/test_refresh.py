@@ -77,23 +77,9 @@ def test_shipped_patch_is_already_exact_for_0_5_9(shared_cache: Path) -> None:
 
 def test_in_place_refresh_refuses_to_break_other_targets(sdists: dict[str, Path],
                                                           tmp_path: Path) -> None:
-    from conftest import RELEASES
+    from conftest import sdist_source, target_toml
 
-    other = f'''
-[[target]]
-name = "t-0.5.9"
-upstream_version = "0.5.9"
-local_label = "sm120.7"
-series = "patches/series.toml"
-cuda_lane = "12.9"
-arch_list = ["12.0a"]
-[[target.source]]
-kind = "sdist"
-project = "sglang"
-version = "0.5.9"
-sha256 = "{RELEASES['0.5.9'].sha256}"
-url = "{sdists['0.5.9'].as_uri()}"
-'''
+    other = target_toml("t-0.5.9", "0.5.9", sdist_source("0.5.9", sdists["0.5.9"]))
     project = write_project(tmp_path / "p", sdist=sdists["0.5.10.post1"],
                             version="0.5.10.post1", extra_target=other)
     before = (project / "patches" / SEED).read_bytes()

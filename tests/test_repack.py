@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import venv
@@ -16,6 +17,16 @@ from wheel.wheelfile import WheelFile
 from builder import BuilderError, Options, run_wheels
 
 NAME = "sglang-0.5.11+sm120.7-cp311-cp311-manylinux_2_34_x86_64.whl"
+
+
+def _one_patch_series(name: str, text: str) -> str:
+    return f"""
+[[patch]]
+file = "{name}"
+sha256 = "{hashlib.sha256(text.encode()).hexdigest()}"
+strip = 1
+versions = ">=0.5.11"
+"""
 
 
 def _project(root: Path, wheel: Path, series: str | None = None) -> Path:
@@ -112,16 +123,8 @@ def test_patch_to_compiled_code_is_refused(matrix_files: dict[str, Path],
                                            tmp_path: Path) -> None:
     grpc = "python/sglang/srt/grpc/_core.cpython-311-x86_64-linux-gnu.so"
     text = f"--- a/{grpc}\n+++ b/{grpc}\n@@ -1 +1 @@\n-x\n+y\n"
-    import hashlib
-
-    series = f"""
-[[patch]]
-file = "so.patch"
-sha256 = "{hashlib.sha256(text.encode()).hexdigest()}"
-strip = 1
-versions = ">=0.5.11"
-"""
-    project = _project(tmp_path / "p", matrix_files["0.5.11"], series=series)
+    project = _project(tmp_path / "p", matrix_files["0.5.11"],
+                       series=_one_patch_series("so.patch", text))
     (project / "patches" / "so.patch").write_text(text)
     with pytest.raises(BuilderError, match="compiled code or a build file") as caught:
         run_wheels(Options(targets_file=project / "targets.toml",
@@ -141,18 +144,10 @@ def test_shipped_wheel_only_target_builds(shared_cache: Path, tmp_path: Path) ->
 
 def test_patch_to_wheel_metadata_is_refused(matrix_files: dict[str, Path],
                                             tmp_path: Path) -> None:
-    import hashlib
-
     path = "python/sglang-0.5.11.dist-info/INSTALLER"
     text = f"--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n+pip\n"
-    series = f"""
-[[patch]]
-file = "m.patch"
-sha256 = "{hashlib.sha256(text.encode()).hexdigest()}"
-strip = 1
-versions = ">=0.5.11"
-"""
-    project = _project(tmp_path / "p", matrix_files["0.5.11"], series=series)
+    project = _project(tmp_path / "p", matrix_files["0.5.11"],
+                       series=_one_patch_series("m.patch", text))
     (project / "patches" / "m.patch").write_text(text)
     with pytest.raises(BuilderError, match=r"wheel metadata or a \.pth file"):
         run_wheels(Options(targets_file=project / "targets.toml",
