@@ -14,7 +14,7 @@ from pathlib import Path
 
 import git
 import pytest
-from conftest import RELEASES, UpstreamRepo
+from conftest import RELEASES, UpstreamRepo, git_source, target_toml
 
 from builder import BuilderError, Cache, fetch_source, load_targets
 from builder.config import GitPin, SdistPin, Target
@@ -187,19 +187,8 @@ def test_git_mirror_fetches_new_commits(upstream_repo: UpstreamRepo, tmp_path: P
 
 def test_a_tag_is_never_a_pin(tmp_path: Path) -> None:
     targets = tmp_path / "targets.toml"
-    targets.write_text("""
-[[target]]
-name = "t"
-upstream_version = "0.5.9"
-local_label = "sm120.1"
-series = "s.toml"
-cuda_lane = "12.9"
-arch_list = ["12.0a"]
-[[target.source]]
-kind = "git"
-url = "https://example.invalid/sglang.git"
-commit = "v0.5.9"
-""")
+    targets.write_text(target_toml("t", "0.5.9", git_source("https://example.invalid/s.git",
+                                                            "v0.5.9")))
     with pytest.raises(BuilderError, match="not a full 40-hex commit"):
         load_targets(targets)
 
