@@ -42,12 +42,21 @@ class RepackResult:
         changed: archive paths whose content differs from upstream's (patched files).
         added: archive paths upstream's wheel does not have (created by patches).
         removed: archive paths dropped (deleted by patches).
+        dist_info: the new ``.dist-info`` folder's name.
+        data: the new ``.data`` folder's name.
     """
 
     path: Path
     changed: tuple[str, ...]
     added: tuple[str, ...]
     removed: tuple[str, ...]
+    dist_info: str
+    data: str
+
+
+def zip_timestamp(epoch: int) -> tuple[int, int, int, int, int, int]:
+    """Zip timestamp (UTC) for ``epoch``; zip cannot store dates before 1980."""
+    return time.gmtime(max(epoch, 315532800))[:6]
 
 
 def refuse_unshipped(path: str) -> None:
@@ -129,7 +138,7 @@ def repack_wheel(original: Path, tree: Path, version: str, provenance_name: str,
         BuilderError: the original is not a valid wheel, or a compiled file changed.
     """
     parse_wheel_filename(original.name)  # raises InvalidWheelFilename on a malformed name
-    epoch_time = time.gmtime(max(epoch, 315532800))[:6]  # zip cannot store dates before 1980
+    epoch_time = zip_timestamp(epoch)
     tags = original.name[:-len(".whl")].split("-")[-3:]
     with zipfile.ZipFile(original) as source:
         old_info = _dist_info(source, original)
@@ -190,7 +199,8 @@ def repack_wheel(original: Path, tree: Path, version: str, provenance_name: str,
         with record_timestamp(epoch), WheelFile(destination, "w") as target:
             for info, data in [*entries, *metadata_entries]:
                 target.writestr(info, data)
-    return RepackResult(destination, tuple(changed), tuple(added), tuple(removed))
+    return RepackResult(destination, tuple(changed), tuple(added), tuple(removed), new_info,
+                        new_data)
 
 
 def _like(info: zipfile.ZipInfo, name: str) -> zipfile.ZipInfo:
@@ -220,14 +230,21 @@ def verify_repack(original: Path, repacked: RepackResult) -> None:
     with zipfile.ZipFile(original) as old:
         old_info = _dist_info(old, original)
         old_data = old_info[:-len(".dist-info")] + ".data/"
-        new_data = repacked.path.name.split("-")[0] + "-" + \
-            repacked.path.name.split("-")[1] + ".data/"
         allowed = set(repacked.changed)
         for entry in old.namelist():
-            if entry.startswith(old_info + "/") or entry in repacked.removed or \
-                    entry.endswith("/"):
+            if entry.endswith("/"):  # directory entries are not carried over
                 continue
-            renamed = new_data + entry[len(old_data):] if entry.startswith(old_data) else entry
+            if entry.startswith(old_info + "/"):
+                rest = entry[len(old_info) + 1:]
+                if rest not in ("METADATA", "RECORD") and \
+                        contents.get(f"{repacked.dist_info}/{rest}") != old.read(entry):
+                    raise BuilderError(f"{repacked.path.name}: {rest} differs from upstream's",
+                                       "a repack bug")
+                continue
+            if entry in repacked.removed:
+                continue
+            renamed = f"{repacked.data}/{entry[len(old_data):]}" \
+                if entry.startswith(old_data) else entry
             if renamed not in contents:
                 raise BuilderError(f"{repacked.path.name} lost {entry}", "a repack bug")
             if entry not in allowed and contents[renamed] != old.read(entry):

@@ -23,7 +23,6 @@ import os
 import shutil
 import stat
 import subprocess
-import time
 import warnings
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -43,7 +42,7 @@ from builder.config import WheelPin
 from builder.errors import BuilderError
 from builder.patch import PatchResult
 from builder.progress import Reporter
-from builder.repack import record_timestamp, repack_wheel, verify_repack
+from builder.repack import record_timestamp, repack_wheel, verify_repack, zip_timestamp
 
 PROVENANCE_FILE = "sm120-provenance.json"
 PACKAGE_NAME = "sglang"
@@ -183,15 +182,10 @@ def _add_provenance(built: Path, destination: Path, record: dict[str, Any],
             info.external_attr = (stat.S_IFREG | (0o755 if executable else 0o644)) << 16
             target.writestr(info, source.read(info))
         stamp = zipfile.ZipInfo(f"{dist_info}/{PROVENANCE_FILE}",
-                                date_time=_zip_datetime(epoch))
+                                date_time=zip_timestamp(epoch))
         stamp.compress_type = zipfile.ZIP_DEFLATED
         stamp.external_attr = 0o644 << 16
         target.writestr(stamp, data)
-
-
-def _zip_datetime(epoch: int) -> tuple[int, int, int, int, int, int]:
-    """Zip timestamp for ``epoch`` (UTC; zip cannot store dates before 1980)."""
-    return time.gmtime(max(epoch, 315532800))[:6]
 
 
 def _entry_intact(entry: Path) -> bool:
