@@ -452,9 +452,9 @@ def _apply_patch(view: _TreeView, parsed: ParsedPatch, entry: SeriesEntry,
                 for r in reports if r.status in _REFUSALS]
     if not problems and states == {"applied", "already"}:
         problems.append("part of the patch is already applied and part is not")
-    staged = {p: d for p, d in scratch.changes.items() if view.changes.get(p, b"\0") != d
-              or p not in view.changes}
-    modes = {p: m for p, m in scratch.modes.items() if view.modes.get(p) != m}
+    # The scratch view started as a copy of ``view``: its dicts are the view after this
+    # patch, so the caller can take them whole.
+    staged, modes = scratch.changes, scratch.modes
     if problems:
         status, staged, modes = PatchStatus.FAILED, {}, {}
     elif states == {"already"}:
