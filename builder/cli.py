@@ -19,9 +19,11 @@ from builder.errors import BuilderError
 from builder.hunks import HunkResult
 from builder.patch import PatchReport
 from builder.pipeline import (
+    KernelOptions,
     Options,
     run_check,
     run_fetch,
+    run_kernels,
     run_patch,
     run_preflight,
     run_refresh,
@@ -40,6 +42,7 @@ examples:
   python -m builder check --format markdown        # the series x every target
   python -m builder check --versions 0.5.9,0.5.11,0.5.13
   python -m builder refresh --target sglang-0.5.10.post1 --accept-fuzz --dry-run
+  python -m builder kernels --target sglang-0.5.9 --cuda-lane 13.0 --modules norm
 
 Results go to stdout, progress and errors to stderr.
 exit status: 0 success, 1 the build refused or failed (one-line cause and a hint on
@@ -178,9 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Read the FlashInfer / kernel / torch pins from the target's upstream "
                     "source, derive the SM120 arch FlashInfer detects, and check a toolchain: "
                     "nvcc is the target's CUDA lane and really compiles for its archs, the "
-                    "cuBLAS and cuRAND headers are there, torch is built for the lane. "
-                    "(Compiling FlashInfer's kernels is not implemented yet.) Exits 1 when a "
-                    "check fails.")
+                    "cuBLAS and cuRAND headers are there, torch is built for the lane (or "
+                    "the CPU). `kernels` runs the same checks before compiling. Exits 1 when "
+                    "a check fails.")
     _common(preflight)
     _source_args(preflight)
     preflight.add_argument("--nvcc", type=Path, default=Path("/usr/local/cuda/bin/nvcc"),
@@ -192,11 +195,129 @@ def build_parser() -> argparse.ArgumentParser:
                            help="interpreter whose torch must match the lane (default: skip)")
     preflight.set_defaults(handler=_cmd_preflight)
 
+    _kernels_parser(commands)
+
     refresh.add_argument("--series", type=Path, metavar="FILE",
                          help="refresh this series file instead of the target's")
     refresh.add_argument("--dry-run", action="store_true", help="only report")
     refresh.set_defaults(handler=_cmd_refresh, patch=None, strip=1, max_fuzz=0)
     return parser
+
+
+_KERNELS_EPILOG = """\
+module groups: norm, activation, sampling, rope, page, attention (for --head-dims),
+  fused_moe_smNN and fp4_quantization_smNN (FlashInfer's per-arch spec functions, e.g.
+  fused_moe_sm120). Default: the target's [target.kernels] groups, else
+  fused_moe_sm120, fp4_quantization_sm120, norm, activation, sampling, rope, page, attention.
+
+examples:
+  python -m builder kernels --target sglang-0.5.9 --cuda-lane 13.0 --modules norm
+  python -m builder kernels --target sglang-0.5.9 --mode container --cuda-lane 13.0
+  python -m builder kernels --environment current --arch-list 9.0a --modules norm,sampling
+  SCCACHE_REDIS_ENDPOINT=redis://cache:6379 python -m builder kernels --sccache
+
+The wheel is flashinfer_jit_cache <flashinfer>+<label>.cu<lane>; with it installed and
+FLASHINFER_DISABLE_JIT=1, FlashInfer loads the modules instead of compiling them.
+A rebuild with unchanged inputs runs no compiler (the wheel is cached).
+"""
+
+
+def _kernels_parser(commands: Any) -> None:
+    kernels = commands.add_parser(
+        "kernels", help="compile FlashInfer modules for sm_120 into a flashinfer_jit_cache wheel",
+        description="Compile the target's FlashInfer modules ahead of time, with FlashInfer's "
+                    "own JIT spec functions of the version the target pins, check every "
+                    "library's SASS with cuobjdump, and pack a flashinfer_jit_cache wheel "
+                    "into --dist. Runs on this machine (--mode host) or in a CUDA build "
+                    "container (--mode container, via the Docker Engine).",
+        epilog=_KERNELS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(kernels)
+    _source_args(kernels)
+    kernels.add_argument("--dist", type=Path, default=Path("dist"), metavar="DIR",
+                         help="where the wheel goes (default: %(default)s)")
+    kernels.add_argument("--modules", type=_names, metavar="A,B",
+                         help="module groups to build (see below)")
+    kernels.add_argument("--head-dims", type=_numbers, metavar="N,M",
+                         help="head dimensions for the attention group (default: 128)")
+    kernels.add_argument("--cuda-lane", metavar="X.Y",
+                         help="one of the target's CUDA lanes (default: its first)")
+    kernels.add_argument("--arch-list", type=_names, metavar="ARCH,...",
+                         help="archs other than the target's, e.g. 9.0a to smoke-test on a "
+                              "Hopper GPU (the wheel's label then names them)")
+    kernels.add_argument("--mode", choices=("host", "container"), default="host",
+                         help="compile here or in a CUDA build container (default: host)")
+    kernels.add_argument("--environment", choices=("managed", "current"), default="managed",
+                         help="managed: a cached venv with the pinned FlashInfer (default); "
+                              "current: this Python, FlashInfer already installed (offline)")
+    kernels.add_argument("--nvcc", type=Path, metavar="PATH",
+                         help="compiler (default: one of the lane on this machine, else "
+                              "nvidia-cuda-nvcc from PyPI)")
+    kernels.add_argument("--build-torch", metavar="REQ",
+                         help="torch for the build venv (default: the target's pin; a CPU "
+                              "build is enough to compile)")
+    kernels.add_argument("--wheelhouse", type=Path, metavar="DIR",
+                         help="install the build venv offline from these wheels")
+    kernels.add_argument("--sccache", action="store_true",
+                         help="compile through sccache; SCCACHE_DIR, SCCACHE_REDIS_ENDPOINT, "
+                              "SCCACHE_BUCKET ... choose its cache (shared across runners)")
+    kernels.add_argument("--jobs", type=_count(1024), metavar="N",
+                         help="parallel compile jobs (default: CPUs, bounded by free memory)")
+    kernels.add_argument("--base-image", metavar="REF",
+                         help="container mode: the build container's base image")
+    kernels.add_argument("--toolkit", choices=("pypi", "base"), default="pypi",
+                         help="container mode: CUDA from PyPI's wheels (default) or from the "
+                              "base image (nvidia/cuda:*-devel)")
+    kernels.add_argument("--engine", metavar="URL",
+                         help="container mode: Docker Engine (default: DOCKER_HOST)")
+    kernels.add_argument("--request", type=Path, metavar="FILE",
+                         help="build a request saved as JSON instead of resolving the target "
+                              "(what the build container runs)")
+    kernels.add_argument("--verbose", action="store_true",
+                         help="print every compiler line, not just the steps")
+    kernels.set_defaults(handler=_cmd_kernels)
+
+
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one name")
+    return names
+
+
+def _numbers(text: str) -> tuple[int, ...]:
+    try:
+        numbers = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of whole numbers") from None
+    if not numbers or min(numbers) <= 0:
+        raise argparse.ArgumentTypeError("head dimensions are positive")
+    return numbers
+
+
+def _cmd_kernels(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    reporter.verbose = args.verbose
+    kernel = KernelOptions(
+        lane=args.cuda_lane, groups=args.modules, head_dims=args.head_dims,
+        arch_list=args.arch_list, mode=args.mode, environment=args.environment,
+        nvcc=args.nvcc, build_torch=args.build_torch, wheelhouse=args.wheelhouse,
+        sccache=args.sccache, jobs=args.jobs, base_image=args.base_image,
+        toolkit=args.toolkit, engine=args.engine, request_file=args.request)
+    result = run_kernels(_options(args, reporter), kernel)
+    manifest = result.manifest
+    table = Table(title=f"{result.wheel.name}" + (" (cached: no compiler ran)"
+                                                  if result.cached else ""))
+    for column in ("module", "group", "SASS", "PTX", "seconds"):
+        table.add_column(column)
+    for module in manifest["modules"]:
+        table.add_row(module["name"], module["group"], " ".join(module["sass"]),
+                      " ".join(module["ptx"]) or "-", str(module["seconds"]))
+    reporter.result(table)
+    reporter.result(f"FlashInfer {manifest['flashinfer_version']}, CUDA "
+                    f"{manifest['cuda_version']} (nvcc {manifest['nvcc_version']}), arch list "
+                    f"{' '.join(manifest['arch_list'])}; sha256 {result.sha256}")
+    if result.sccache:
+        reporter.result(f"sccache: {result.sccache}")
+    return result.describe()
 
 
 def _options(args: argparse.Namespace, reporter: Reporter) -> Options:

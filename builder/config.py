@@ -120,8 +120,13 @@ class Target:
         series: path of the patch series file.
         sources: the pins, in order of preference; at least one.
         prefer: which source kind to use unless the user asks for another.
-        cuda_lane: CUDA ``major.minor`` used by the kernel stage (``12.9``).
+        cuda_lane: CUDA ``major.minor`` used by the kernel stage by default (``12.9``).
         arch_list: SM arch list for the kernel stage (``("12.0a",)``).
+        extra_cuda_lanes: further CUDA lanes the target may be built for (``("13.0",)``).
+        kernel_groups: FlashInfer module groups for the kernel wheel (``None``: the
+            kernel stage's default set).
+        head_dims: head dimensions of the target's models, for the attention modules
+            (``None``: the kernel stage's default).
     """
 
     name: str
@@ -132,6 +137,14 @@ class Target:
     prefer: SourceKind
     cuda_lane: str
     arch_list: tuple[str, ...]
+    extra_cuda_lanes: tuple[str, ...] = ()
+    kernel_groups: tuple[str, ...] | None = None
+    head_dims: tuple[int, ...] | None = None
+
+    @property
+    def cuda_lanes(self) -> tuple[str, ...]:
+        """Every CUDA lane of the target, the default first."""
+        return (self.cuda_lane, *self.extra_cuda_lanes)
 
     @property
     def version(self) -> str:
@@ -164,7 +177,10 @@ class Target:
                 "version": self.version, "local_label": self.local_label,
                 "series": str(self.series), "prefer": self.prefer,
                 "sources": [p.describe() for p in self.sources],
-                "cuda_lane": self.cuda_lane, "arch_list": list(self.arch_list)}
+                "cuda_lane": self.cuda_lane, "cuda_lanes": list(self.cuda_lanes),
+                "arch_list": list(self.arch_list),
+                "kernel_groups": list(self.kernel_groups) if self.kernel_groups else None,
+                "head_dims": list(self.head_dims) if self.head_dims else None}
 
 
 @dataclass(frozen=True)
@@ -367,7 +383,9 @@ def _parse_source(table: Any, where: str) -> Pin:
 
 
 _TARGET_KEYS = {"name", "upstream_version", "local_label", "series", "prefer", "cuda_lane",
-                "arch_list", "source"}
+                "extra_cuda_lanes", "arch_list", "source", "kernels"}
+_KERNEL_KEYS = {"groups", "head_dims"}
+_LANE = re.compile(r"^\d+\.\d+$")
 _SOURCE_KEYS = {"sdist": {"kind", "project", "version", "sha256", "url"},
                 "wheel": {"kind", "project", "version", "filename", "sha256", "url"},
                 "git": {"kind", "url", "commit"}}
@@ -403,10 +421,31 @@ def _parse_target(table: dict[str, Any], base: Path, where: str) -> Target:
         if not isinstance(arch, str) or not _ARCH.match(arch):
             raise BuilderError(f"{where}: arch {arch!r} is not like '12.0a' or '12.0f'",
                                "12.0a for FlashInfer <= 0.6.6, 12.0f from 0.6.7")
+    lanes = [_require(table, "cuda_lane", str, where),
+             *table.get("extra_cuda_lanes", [])]
+    for lane in lanes:
+        if not isinstance(lane, str) or not _LANE.match(lane):
+            raise BuilderError(f"{where}: CUDA lane {lane!r} is not like '12.9'",
+                               "write CUDA's major.minor as a string")
+    if len(set(lanes)) != len(lanes):
+        raise BuilderError(f"{where}: a CUDA lane is listed twice", "list each lane once")
+    kernels = _known_keys(table.get("kernels", {}), _KERNEL_KEYS, f"{where} [target.kernels]")
+    groups = kernels.get("groups")
+    head_dims = kernels.get("head_dims")
+    if groups is not None and (not isinstance(groups, list) or not groups or
+                               not all(isinstance(g, str) and g for g in groups)):
+        raise BuilderError(f"{where}: kernels.groups must be a non-empty list of names",
+                           "e.g. groups = [\"norm\", \"fused_moe_sm120\"]")
+    if head_dims is not None and (not isinstance(head_dims, list) or not head_dims or
+                                  not all(isinstance(h, int) and h > 0 for h in head_dims)):
+        raise BuilderError(f"{where}: kernels.head_dims must be a non-empty list of "
+                           "positive integers", "e.g. head_dims = [64, 128]")
     return Target(name=name, upstream_version=upstream, local_label=label,
                   series=(base / _require(table, "series", str, where)).resolve(),
-                  sources=sources, prefer=prefer,
-                  cuda_lane=_require(table, "cuda_lane", str, where), arch_list=arch_list)
+                  sources=sources, prefer=prefer, cuda_lane=lanes[0], arch_list=arch_list,
+                  extra_cuda_lanes=tuple(lanes[1:]),
+                  kernel_groups=tuple(groups) if groups else None,
+                  head_dims=tuple(head_dims) if head_dims else None)
 
 
 def load_targets(path: Path) -> TargetsFile:

@@ -1,8 +1,6 @@
-"""Kernel stage, first part: lockstep pins, the SM120 arch contract and a toolchain preflight.
+"""Kernel stage: FlashInfer's modules compiled ahead of time for sm_120, as a wheel.
 
-Compiling FlashInfer's modules for sm_120 and packing them as a ``flashinfer_jit_cache``
-wheel is not implemented yet; what is here decides *what* to build and refuses a
-toolchain that cannot build it, before any compile starts:
+What to build, and refusing a toolchain that cannot build it, before any compile starts:
 
 * **Lockstep pins**, read from the patched source itself (``pyproject.toml`` of an sdist or
   checkout, ``METADATA`` of a released wheel), never hand-copied: ``flashinfer_python``,
@@ -15,12 +13,23 @@ toolchain that cannot build it, before any compile starts:
 * **Preflight**: nvcc's ``major.minor`` is the target's CUDA lane; nvcc really compiles a
   kernel for the requested arch; the cuBLAS and cuRAND headers FlashInfer includes are
   present; torch's CUDA version is the lane.
+
+Then :func:`build_kernels` compiles the module groups with FlashInfer's own JIT spec
+functions of the pinned version (``data/flashinfer_aot.py`` runs them in the build
+environment), checks every library's SASS with cuobjdump and packs a
+``flashinfer_jit_cache`` wheel (:mod:`builder.jitcache`). The wheel is a cache entry keyed
+by every input, so a rebuild with unchanged inputs runs no compiler; with sccache as nvcc's
+launcher, object files are shared between build folders and machines (a local disk cache,
+Redis or S3: sccache's own ``SCCACHE_*`` variables).
 """
 
 from __future__ import annotations
 
 import email.parser
+import json
+import os
 import re
+import shutil
 import subprocess
 import tempfile
 import tomllib
@@ -32,8 +41,20 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from builder import jitcache
+from builder.cache import Cache, atomic_copy, sha256_file, sha256_json
 from builder.errors import BuilderError
+from builder.progress import Reporter
 from builder.source import SourceResult
+from builder.toolchain import (
+    PythonEnv,
+    Toolchain,
+    arch_code,
+    assemble,
+    find_nvcc,
+    nvcc_release,
+    sass_archs,
+)
 
 _KERNEL_PACKAGES = ("sgl-kernel", "sglang-kernel")
 _ARCH_SWITCH = Version("0.6.7")  # first FlashInfer that detects SM120 as 12.0f
@@ -168,14 +189,15 @@ class Check:
         return {"name": self.name, "ok": self.ok, "detail": self.detail}
 
 
-def _nvcc_version(nvcc: Path) -> str | None:
-    try:
-        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True,
-                             check=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    match = re.search(r"release (\d+\.\d+)", out)
-    return match[1] if match else None
+def _lists_arch(nvcc: Path, arch: str) -> tuple[bool, str]:
+    """Whether ``nvcc --list-gpu-arch`` names ``arch``'s compute capability
+    (``12.0a`` -> ``compute_120``; the suffixed variants are not listed separately)."""
+    done = subprocess.run([str(nvcc), "--list-gpu-arch"], capture_output=True, text=True,
+                          check=False, timeout=60)
+    wanted = "compute_" + re.sub(r"[af]$", "", arch.replace(".", ""))
+    listed = done.stdout.split()
+    return wanted in listed, (f"lists {wanted}" if wanted in listed else
+                              f"does not list {wanted} (it lists {' '.join(listed)})")
 
 
 def _compiles(nvcc: Path, arch: str) -> tuple[bool, str]:
@@ -201,19 +223,23 @@ def preflight(*, nvcc: Path, lane: str, arches: list[str], include_dirs: list[Pa
         lane: the target's CUDA ``major.minor``.
         arches: archs to compile for (``12.0a``, ``12.0f``, ``9.0a``).
         include_dirs: where to look for the cuBLAS and cuRAND headers.
-        python: an interpreter whose torch must be built for the lane (``None``: skip).
+        python: an interpreter whose torch must be built for the lane or for the CPU
+            (``None``: skip).
 
     Returns:
-        The checks, in order: nvcc version, one compile per arch, headers, torch.
+        The checks, in order: nvcc version, per arch ``--list-gpu-arch`` and a real
+        compile, headers, torch.
     """
     checks = []
-    version = _nvcc_version(nvcc)
+    release = nvcc_release(nvcc)
+    version = release[0] if release else None
     checks.append(Check("nvcc", version == lane,
                         f"{nvcc} is CUDA {version}" if version else f"{nvcc} does not run"))
     for arch in arches:
         if version is None:
             checks.append(Check(f"compile {arch}", False, "no working nvcc"))
             continue
+        checks.append(Check(f"list {arch}", *_lists_arch(nvcc, arch)))
         ok, detail = _compiles(nvcc, arch)
         checks.append(Check(f"compile {arch}", ok, detail))
     for header, package in _HEADERS.items():
@@ -225,8 +251,333 @@ def preflight(*, nvcc: Path, lane: str, arches: list[str], include_dirs: list[Pa
         probe = subprocess.run([str(python), "-c", "import torch; print(torch.version.cuda)"],
                                capture_output=True, text=True, check=False, timeout=300)
         cuda = probe.stdout.strip()
-        ok = probe.returncode == 0 and ".".join(cuda.split(".")[:2]) == lane
-        detail = (f"torch built for CUDA {cuda}" if probe.returncode == 0 else
+        # A CPU build of torch is enough to compile: FlashInfer then takes CUDA from nvcc.
+        ok = probe.returncode == 0 and (cuda == "None" or
+                                        ".".join(cuda.split(".")[:2]) == lane)
+        detail = ("torch is a CPU build (compiling only; CUDA comes from nvcc)"
+                  if cuda == "None" else f"torch built for CUDA {cuda}"
+                  if probe.returncode == 0 else
                   "torch does not import: " + (probe.stderr.strip().splitlines() or ["?"])[-1])
         checks.append(Check("torch", ok, detail))
     return checks
+
+
+# --- the build ---------------------------------------------------------------------------
+
+#: What SGLang runs on SM120 for MoE models with the ``flashinfer_cutlass`` runner: the
+#: SM120 CUTLASS fused MoE, FP4 quantization, and the common small modules.
+DEFAULT_GROUPS = ("fused_moe_sm120", "fp4_quantization_sm120", "norm", "activation",
+                  "sampling", "rope", "page", "attention")
+DEFAULT_HEAD_DIMS = (128,)
+_DRIVER = Path(__file__).resolve().parent / "data" / "flashinfer_aot.py"
+# Peak memory per parallel compile job: CUTLASS MoE translation units take several GB each
+# (issue "FlashInfer kernels for sm_120"); the small modules stay far below 1 GiB.
+_GIB = 1 << 30
+_JOB_MEMORY = {"fused_moe": 6 * _GIB, "fp4_quantization": 3 * _GIB, "attention": 2 * _GIB}
+
+
+@dataclass(frozen=True)
+class KernelRequest:
+    """What to build, decided before anything compiles.
+
+    Attributes:
+        target: the target's name.
+        pins: the lockstep pins read from the upstream source.
+        version: the kernel wheel's version (``<flashinfer>+<label>``).
+        arch_list: ``FLASHINFER_CUDA_ARCH_LIST`` entries (``("12.0a",)``).
+        lane: the CUDA ``major.minor`` the toolchain must have.
+        groups: module groups (see ``DEFAULT_GROUPS``; ``fused_moe_smNN`` and
+            ``fp4_quantization_smNN`` name FlashInfer's per-arch spec functions).
+        head_dims: head dimensions for the ``attention`` group.
+        epoch: SOURCE_DATE_EPOCH of the upstream release, for reproducible wheels.
+    """
+
+    target: str
+    pins: KernelPins
+    version: str
+    arch_list: tuple[str, ...]
+    lane: str
+    groups: tuple[str, ...]
+    head_dims: tuple[int, ...]
+    epoch: int
+
+    def describe(self) -> dict[str, Any]:
+        """Return JSON-ready data (:meth:`from_json` reads it back)."""
+        return {"target": self.target, "version": self.version,
+                "arch_list": list(self.arch_list), "cuda_lane": self.lane,
+                "groups": list(self.groups), "head_dims": list(self.head_dims),
+                "epoch": self.epoch, "pins": self.pins.describe()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> KernelRequest:
+        """Read a request written by :meth:`describe` (a build container gets it so).
+
+        Raises:
+            BuilderError: a field is missing or malformed.
+        """
+        try:
+            pins = data["pins"]
+            return cls(data["target"], KernelPins(
+                Version(pins["flashinfer_python"]),
+                Version(pins["flashinfer_cubin"]) if pins["flashinfer_cubin"] else None,
+                tuple(pins["kernel"]) if pins["kernel"] else None,
+                pins["torch"], pins["cuda_python"]), data["version"],
+                tuple(data["arch_list"]), data["cuda_lane"], tuple(data["groups"]),
+                tuple(int(h) for h in data["head_dims"]), int(data["epoch"]))
+        except (KeyError, TypeError, ValueError, InvalidVersion) as error:
+            raise BuilderError(f"not a kernel request: {error!r}",
+                               "write it with `python -m builder kernels --save-request`") \
+                from None
+
+
+@dataclass(frozen=True)
+class Sccache:
+    """sccache as the compilers' launcher.
+
+    Attributes:
+        binary: the sccache executable.
+        environment: ``SCCACHE_*`` settings passed through (``SCCACHE_DIR`` for a local
+            disk cache, ``SCCACHE_REDIS_ENDPOINT``, ``SCCACHE_BUCKET`` ... for a shared one).
+    """
+
+    binary: Path
+    environment: dict[str, str]
+
+
+@dataclass(frozen=True)
+class KernelResult:
+    """A built (or cached) kernel wheel.
+
+    Attributes:
+        request: what was asked for.
+        wheel: the wheel in the output folder.
+        sha256: the wheel's sha256.
+        manifest: the manifest stored in the wheel.
+        cached: True when no compiler ran (every input's hash was unchanged).
+        sccache: sccache's statistics of this build (``None`` without sccache or cached).
+        log: the compile log (``None`` when cached).
+    """
+
+    request: KernelRequest
+    wheel: Path
+    sha256: str
+    manifest: dict[str, Any]
+    cached: bool
+    sccache: dict[str, Any] | None
+    log: Path | None
+
+    def describe(self) -> dict[str, Any]:
+        """Return JSON-ready data."""
+        return {"wheel": str(self.wheel), "sha256": self.sha256, "cached": self.cached,
+                "request": self.request.describe(), "manifest": self.manifest,
+                "sccache": self.sccache, "log": str(self.log) if self.log else None}
+
+
+def compile_jobs(groups: tuple[str, ...], *, cpus: int | None = None,
+                 available: int | None = None) -> int:
+    """Parallel compile jobs: no more than the CPUs, nor than free memory allows.
+
+    Args:
+        groups: the module groups to build (the heaviest sets the per-job memory).
+        cpus: CPU count (default: this process's affinity).
+        available: free memory in bytes (default: ``MemAvailable`` of /proc/meminfo).
+
+    Returns:
+        At least 1.
+    """
+    cpus = cpus or len(os.sched_getaffinity(0))
+    if available is None:
+        available = _mem_available()
+    per_job = max([_GIB] + [memory for prefix, memory in _JOB_MEMORY.items()
+                            for group in groups if group.startswith(prefix)])
+    return max(1, min(cpus, available // per_job))
+
+
+def _mem_available() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def _stream(command: list[str], environment: dict[str, str], log: Path,
+            reporter: Reporter) -> tuple[int, str]:
+    """Run ``command``, copying its stderr to ``log`` and to the reporter line by line."""
+    with log.open("w") as handle, subprocess.Popen(
+            command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, errors="replace") as process:
+        assert process.stderr is not None and process.stdout is not None
+        for line in process.stderr:
+            handle.write(line)
+            handle.flush()
+            reporter.detail(line.rstrip("\n"))
+        out = process.stdout.read()
+    return process.returncode, out
+
+
+def _sccache_environment(sccache: Sccache, scratch: Path, bases: list[Path]) -> dict[str, str]:
+    return {**sccache.environment,
+            "SCCACHE_SERVER_UDS": str(scratch / "sccache.sock"),
+            # Paths under these folders hash as relative: two build folders share objects.
+            "SCCACHE_BASEDIRS": ":".join(str(b) for b in bases),
+            "SCCACHE_IDLE_TIMEOUT": "0"}
+
+
+def _sccache_stats(sccache: Sccache, environment: dict[str, str]) -> dict[str, Any]:
+    done = subprocess.run([str(sccache.binary), "--show-stats", "--stats-format", "json"],
+                          env=environment, capture_output=True, text=True, check=False)
+    subprocess.run([str(sccache.binary), "--stop-server"], env=environment,
+                   capture_output=True, check=False)
+    try:
+        stats: dict[str, Any] = json.loads(done.stdout)["stats"]
+    except (ValueError, KeyError):
+        return {"error": (done.stderr or done.stdout).strip()[-300:]}
+    hits = sum(stats.get("cache_hits", {}).get("counts", {}).values())
+    misses = sum(stats.get("cache_misses", {}).get("counts", {}).values())
+    return {"compile_requests": stats.get("compile_requests", 0), "hits": hits,
+            "misses": misses, "non_cacheable": stats.get("non_cacheable_compilations", 0),
+            "errors": stats.get("cache_errors", 0)}
+
+
+def build_kernels(request: KernelRequest, env: PythonEnv, *, nvcc: Path | None,
+                  cache: Cache, dist_dir: Path, reporter: Reporter | None = None,
+                  sccache: Sccache | None = None, jobs: int | None = None) -> KernelResult:
+    """Compile ``request``'s module groups on this machine and pack the kernel wheel.
+
+    FlashInfer's own spec functions (of the pinned version, in ``env``) generate and build
+    every module against a ``CUDA_HOME`` assembled from ``nvcc`` and NVIDIA's wheels
+    (:func:`builder.toolchain.assemble`), after the preflight passed. Every library must
+    hold SASS for exactly the requested archs. The wheel is a cache entry keyed by the
+    request, the environment and the compiler: an unchanged rebuild runs no compiler.
+
+    Args:
+        request: what to build.
+        env: the interpreter with the pinned FlashInfer.
+        nvcc: the compiler (``None``: see :func:`builder.toolchain.find_nvcc`).
+        cache: the cache.
+        dist_dir: where the wheel is copied.
+        reporter: progress output; compiler lines go to its detail stream.
+        sccache: compile through sccache.
+        jobs: parallel compile jobs (default: :func:`compile_jobs`).
+
+    Raises:
+        BuilderError: a preflight check failed (all failures are listed), a module group
+            is unknown to this FlashInfer, a compile failed (the log's tail is in the
+            message), or a library lacks SASS for an arch or has SASS for another.
+    """
+    reporter = reporter or Reporter(quiet=True)
+    compiler = find_nvcc(nvcc, env)
+    release = nvcc_release(compiler)
+    key = sha256_json({"request": request.describe(), "epoch": request.epoch,
+                       "env": env.identity, "nvcc": release and list(release),
+                       "driver": sha256_file(_DRIVER),
+                       "jitcache": sha256_file(Path(jitcache.__file__))})
+    entry = cache.lookup("kernels", key)
+    cached = entry is not None
+    stats: dict[str, Any] | None = None
+    log: Path | None = None
+    if entry is None:
+        with cache.building("kernels", key) as tmp:
+            toolchain = assemble(compiler, env, tmp / "cuda")
+            checks = preflight(nvcc=toolchain.nvcc, lane=request.lane,
+                               arches=list(request.arch_list),
+                               include_dirs=list(toolchain.include_dirs), python=env.python)
+            failed = [c for c in checks if not c.ok]
+            if failed:
+                raise BuilderError("the toolchain cannot build these kernels: " + "; ".join(
+                    f"{c.name}: {c.detail}" for c in failed),
+                    "fix the toolchain (see `python -m builder preflight`)")
+            try:
+                stats, wheel = _compile(request, env, toolchain, tmp, reporter, sccache,
+                                        jobs or compile_jobs(request.groups))
+            except BuilderError as error:
+                kept = cache.root / "logs" / f"kernels-{key[:16]}.log"
+                if (tmp / "build.log").exists():
+                    kept.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(tmp / "build.log", kept)
+                raise BuilderError(error.cause, f"{error.hint}; the whole compile log: "
+                                   f"{kept}" if error.hint else f"the whole compile log: {kept}",
+                                   report=error.report) from None
+            (tmp / "kernels.json").write_text(json.dumps(
+                {"sha256": sha256_file(wheel), "sccache": stats}))
+        entry = cache.entry("kernels", key)
+        log = entry / "build.log"
+    wheels = sorted(entry.glob("*.whl"))
+    meta = json.loads((entry / "kernels.json").read_text())
+    if len(wheels) != 1 or sha256_file(wheels[0]) != meta.get("sha256"):
+        shutil.rmtree(entry, ignore_errors=True)
+        raise BuilderError(f"the cached kernel wheel in {entry} was damaged; it was removed",
+                           "run the same command again to rebuild it")
+    if dist_dir.exists() and not dist_dir.is_dir():
+        raise BuilderError(f"{dist_dir} is not a folder", "pass --dist a folder")
+    destination = dist_dir / wheels[0].name
+    atomic_copy(wheels[0], destination)
+    return KernelResult(request, destination, meta["sha256"], jitcache.read_manifest(wheels[0]),
+                        cached, stats, log)
+
+
+def _compile(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, tmp: Path,
+             reporter: Reporter, sccache: Sccache | None,
+             jobs: int) -> tuple[dict[str, Any] | None, Path]:
+    """Run the driver in ``tmp``, verify the SASS, pack the wheel into ``tmp``.
+
+    Returns:
+        sccache's statistics (or ``None``) and the wheel.
+    """
+    environment = {**os.environ, "CUDA_HOME": str(toolchain.cuda_home),
+                   "FLASHINFER_CUDA_ARCH_LIST": " ".join(request.arch_list),
+                   "FLASHINFER_WORKSPACE_BASE": str(tmp / "workspace"),
+                   "MAX_JOBS": str(jobs)}
+    environment.pop("FLASHINFER_DISABLE_JIT", None)
+    if sccache is not None:
+        environment.update(_sccache_environment(sccache, tmp, [tmp, env.site_packages]))
+        environment["FLASHINFER_NVCC"] = f"{sccache.binary} {toolchain.nvcc}"
+        environment["CXX"] = f"{sccache.binary} {environment.get('CXX', 'c++')}"
+        subprocess.run([str(sccache.binary), "--start-server"], env=environment,
+                       capture_output=True, check=False)
+    log = tmp / "build.log"
+    modules = tmp / "modules"
+    argument = json.dumps({"out": str(modules), "groups": list(request.groups),
+                           "head_dims": list(request.head_dims)})
+    with reporter.working(f"Compiling {', '.join(request.groups)} for "
+                          f"{' '.join(request.arch_list)} ({jobs} jobs)"):
+        code, out = _stream([str(env.python), str(_DRIVER), argument], environment, log,
+                            reporter)
+    stats = _sccache_stats(sccache, environment) if sccache is not None else None
+    try:
+        result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        result = {}
+    if code != 0 or "modules" not in result:
+        if "error" in result:
+            raise BuilderError(result["error"], "module groups: " + ", ".join(DEFAULT_GROUPS)
+                               + ", fused_moe_smNN, fp4_quantization_smNN")
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        raise BuilderError(f"compiling FlashInfer modules failed:\n{tail}", "")
+    expected = sorted(arch_code(arch) for arch in request.arch_list)
+    entries = []
+    for name, info in sorted(result["modules"].items()):
+        library = modules / info["path"]
+        sass, ptx = sass_archs(toolchain.cuobjdump, library)
+        if sass != expected:
+            raise BuilderError(f"{info['path']} has SASS for {', '.join(sass) or 'nothing'}, "
+                               f"expected exactly {', '.join(expected)}",
+                               "check FLASHINFER_CUDA_ARCH_LIST and the module's own flags")
+        entries.append({"name": name, "group": info["group"], "path": info["path"],
+                        "sha256": sha256_file(library), "sass": sass, "ptx": ptx,
+                        "seconds": info["seconds"]})
+    flags = {name: [info["cflags"], info["cuda_cflags"]]
+             for name, info in sorted(result["modules"].items())}
+    manifest = {"schema": jitcache.MANIFEST_SCHEMA, "target": request.target,
+                "flashinfer_version": result["flashinfer"], "version": request.version,
+                "arch_list": list(request.arch_list), "cuda_version": toolchain.lane,
+                "nvcc_version": toolchain.release, "flags_sha256": sha256_json(flags),
+                "groups": list(request.groups), "head_dims": list(request.head_dims),
+                "modules": entries}
+    wheel = jitcache.pack(modules, request.version, manifest, request.epoch, tmp)
+    for scratch in ("workspace", "modules", "cuda"):
+        shutil.rmtree(tmp / scratch, ignore_errors=True)
+    return stats, wheel

@@ -6,6 +6,8 @@ stage's result object, which the next stage takes.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,8 +19,14 @@ from builder.cache import Cache, default_cache_root
 from builder.config import GitPin, Pin, Series, SourceKind, Target, load_series, load_targets
 from builder.errors import BuilderError
 from builder.kernels import (
+    DEFAULT_GROUPS,
+    DEFAULT_HEAD_DIMS,
     Check,
     KernelPins,
+    KernelRequest,
+    KernelResult,
+    Sccache,
+    build_kernels,
     check_arch_list,
     kernel_wheel_version,
     preflight,
@@ -37,6 +45,15 @@ from builder.source import (
     fetch_source,
     find_release,
     local_source,
+)
+from builder.toolchain import (
+    PythonEnv,
+    arch_code,
+    cuda_wheels,
+    current_environment,
+    find_sccache,
+    local_nvcc,
+    managed_environment,
 )
 from builder.wheel import WheelResult, build_wheel
 
@@ -344,5 +361,140 @@ def run_preflight(options: Options, *, nvcc: Path, include_dirs: list[Path],
     arch = check_arch_list(target.arch_list, pins)
     checks = preflight(nvcc=nvcc, lane=target.cuda_lane, arches=list(target.arch_list),
                        include_dirs=include_dirs, python=python)
-    return PreflightResult(target.name, pins, kernel_wheel_version(pins, target.local_label),
+    return PreflightResult(target.name, pins,
+                           kernel_wheel_version(pins, kernel_label(target.local_label,
+                                                                   target.cuda_lane)),
                            arch, checks)
+
+
+@dataclass(frozen=True)
+class KernelOptions:
+    """How to build a target's kernel wheel (the ``kernels`` command's options).
+
+    Attributes:
+        lane: CUDA lane (``None``: the target's default).
+        groups: module groups (``None``: the target's, else the default set).
+        head_dims: attention head dimensions (``None``: the target's, else 128).
+        arch_list: archs other than the target's (for a smoke test on a non-SM120 GPU,
+            e.g. ``("9.0a",)``); the wheel's label then names them.
+        mode: ``host`` (this machine's toolchain) or ``container`` (a CUDA build container).
+        environment: ``managed`` (a cached venv with the pinned FlashInfer) or ``current``
+            (this interpreter, FlashInfer already installed; for offline machines).
+        nvcc: the compiler (host mode; ``None``: one of the lane on this machine, else
+            PyPI's).
+        build_torch: torch requirement for the build venv (``None``: the target's pin).
+        wheelhouse: install the build venv offline from this folder.
+        sccache: compile through sccache (its ``SCCACHE_*`` variables pick the backend).
+        jobs: parallel compile jobs (``None``: bounded by CPUs and free memory).
+        base_image: the build container's base (container mode).
+        toolkit: ``pypi`` (CUDA from NVIDIA's PyPI wheels) or ``base`` (the base image
+            has the toolkit, like ``nvidia/cuda:*-devel``) (container mode).
+        engine: Docker Engine URL (container mode; ``None``: ``DOCKER_HOST`` or the default).
+        request_file: build this saved request instead of resolving the target.
+    """
+
+    lane: str | None = None
+    groups: tuple[str, ...] | None = None
+    head_dims: tuple[int, ...] | None = None
+    arch_list: tuple[str, ...] | None = None
+    mode: str = "host"
+    environment: str = "managed"
+    nvcc: Path | None = None
+    build_torch: str | None = None
+    wheelhouse: Path | None = None
+    sccache: bool = False
+    jobs: int | None = None
+    base_image: str | None = None
+    toolkit: str = "pypi"
+    engine: str | None = None
+    request_file: Path | None = None
+
+
+def kernel_label(local_label: str, lane: str) -> str:
+    """The kernel wheel's local label: ours plus the CUDA lane (``sm120.1.cu130``), like
+    FlashInfer's own ``+cu129`` jit-cache wheels, so two lanes never share a version."""
+    return f"{local_label}.cu{lane.replace('.', '')}"
+
+
+def kernel_request(options: Options, kernel: KernelOptions) -> KernelRequest:
+    """Decide what to build for the target: pins from its upstream source, the arch list,
+    the CUDA lane, the module groups and the wheel's version.
+
+    Raises:
+        BuilderError: the pins disagree, the arch list contradicts FlashInfer's detection
+            (or has a plain ``12.0``), or the lane is not one of the target's.
+    """
+    if kernel.request_file is not None:
+        try:
+            data = json.loads(kernel.request_file.read_text())
+        except (OSError, ValueError) as error:
+            raise BuilderError(f"cannot read {kernel.request_file}: {error}", "") from None
+        return KernelRequest.from_json(data)
+    target = select_target(options)
+    source = obtain_source(options, target)
+    pins = read_pins(source)
+    lane = kernel.lane or target.cuda_lane
+    if lane not in target.cuda_lanes:
+        raise BuilderError(f"target {target.name} is built for CUDA {', '.join(target.cuda_lanes)},"
+                           f" not {lane}", "add the lane to extra_cuda_lanes in the targets file")
+    label = kernel_label(target.local_label, lane)
+    if kernel.arch_list is None:
+        check_arch_list(target.arch_list, pins)
+        arch_list = target.arch_list
+    else:
+        arch_list = kernel.arch_list
+        check_arch_list(arch_list, pins)  # a plain 12.0, or the other SM120 variant
+        label += "." + ".".join(arch_code(a).replace("_", "") for a in arch_list)
+    groups = kernel.groups or target.kernel_groups or DEFAULT_GROUPS
+    head_dims = kernel.head_dims or target.head_dims or DEFAULT_HEAD_DIMS
+    return KernelRequest(target.name, pins, kernel_wheel_version(pins, label), arch_list, lane,
+                         tuple(groups), tuple(head_dims), source.source_date_epoch)
+
+
+def build_environment(request: KernelRequest, kernel: KernelOptions, cache: Cache,
+                      reporter: Reporter) -> tuple[PythonEnv, Path | None]:
+    """The Python environment and nvcc a host-mode build uses.
+
+    Returns:
+        ``(environment, nvcc)``; nvcc is ``None`` when it comes from PyPI's wheels inside
+        the environment.
+
+    Raises:
+        BuilderError: see :func:`builder.toolchain.managed_environment` and
+            :func:`builder.toolchain.current_environment`.
+    """
+    flashinfer = str(request.pins.flashinfer)
+    if kernel.environment == "current":
+        return current_environment(flashinfer), kernel.nvcc
+    nvcc = kernel.nvcc or local_nvcc(request.lane)
+    requirements = [f"flashinfer-python=={flashinfer}",
+                    kernel.build_torch or request.pins.torch or "torch", "ninja",
+                    *cuda_wheels(request.lane, compiler=nvcc is None)]
+    if kernel.sccache:
+        requirements.append("sccache")
+    return managed_environment(requirements, cache, reporter,
+                               wheelhouse=kernel.wheelhouse), nvcc
+
+
+def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult:
+    """Build the target's kernel wheel on this machine or in a CUDA build container.
+
+    Raises:
+        BuilderError: see :func:`kernel_request` and :func:`builder.kernels.build_kernels`;
+            in container mode also :func:`builder.container.build_kernels_in_container`.
+    """
+    request = kernel_request(options, kernel)
+    cache = Cache(options.cache_dir)
+    if kernel.mode == "container":
+        from builder.container import build_kernels_in_container
+
+        return build_kernels_in_container(request, kernel, cache=cache,
+                                          dist_dir=options.dist_dir,
+                                          reporter=options.reporter)
+    env, nvcc = build_environment(request, kernel, cache, options.reporter)
+    sccache = None
+    if kernel.sccache:
+        sccache = Sccache(find_sccache(env), {k: v for k, v in os.environ.items()
+                                              if k.startswith("SCCACHE_")})
+    return build_kernels(request, env, nvcc=nvcc, cache=cache, dist_dir=options.dist_dir,
+                         reporter=options.reporter, sccache=sccache, jobs=kernel.jobs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,22 +17,35 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+_STEP = re.compile(r"^\[\d+/\d+\]|^\[sm120-builder\]|\berror\b|^FAILED", re.IGNORECASE)
+
 
 class Reporter:
     """Where stages report progress. ``quiet`` silences everything (``--json`` runs).
 
     Args:
         quiet: print nothing.
+        verbose: print every line of a tool's log (compilers), not just its steps.
     """
 
-    def __init__(self, quiet: bool = False) -> None:
+    def __init__(self, quiet: bool = False, verbose: bool = False) -> None:
         self.quiet = quiet
+        self.verbose = verbose
         self.console = Console(stderr=True, quiet=quiet, highlight=False)
         self.out = Console(quiet=quiet, highlight=False)
 
     def info(self, message: str) -> None:
         """Print one line of progress on standard error (text is never read as markup)."""
         self.console.print(message, markup=False)
+
+    def detail(self, line: str) -> None:
+        """Show one line of a running tool's log as it arrives: every line when verbose,
+        else only step lines (ninja's ``[3/12] ...``, the builder's own, errors), cut
+        to the terminal's width."""
+        if self.verbose:
+            self.console.print(line, markup=False, soft_wrap=True)
+        elif _STEP.search(line):
+            self.console.print(line[:self.console.width - 1], markup=False)
 
     def raw(self, text: str) -> None:
         """Write text to standard output exactly as given (Markdown, diffs)."""
