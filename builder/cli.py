@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from builder.cache import default_cache_root
+from builder.cache import atomic_write_bytes, default_cache_root
 from builder.config import SOURCE_KINDS, load_targets
 from builder.errors import BuilderError
 from builder.hunks import HunkResult
@@ -21,6 +21,7 @@ from builder.patch import PatchReport
 from builder.pipeline import (
     KernelOptions,
     Options,
+    kernel_request,
     run_check,
     run_fetch,
     run_kernels,
@@ -272,6 +273,9 @@ def _kernels_parser(commands: Any) -> None:
     kernels.add_argument("--request", type=Path, metavar="FILE",
                          help="build a request saved as JSON instead of resolving the target "
                               "(what the build container runs)")
+    kernels.add_argument("--save-request", type=Path, metavar="FILE",
+                         help="only resolve what to build and write it as JSON (for --request "
+                              "on a machine without the upstream source or network)")
     kernels.add_argument("--verbose", action="store_true",
                          help="print every compiler line, not just the steps")
     kernels.set_defaults(handler=_cmd_kernels)
@@ -302,6 +306,14 @@ def _cmd_kernels(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]
         nvcc=args.nvcc, build_torch=args.build_torch, wheelhouse=args.wheelhouse,
         sccache=args.sccache, jobs=args.jobs, base_image=args.base_image,
         toolkit=args.toolkit, engine=args.engine, request_file=args.request)
+    if args.save_request:
+        request = kernel_request(_options(args, reporter), kernel)
+        atomic_write_bytes(args.save_request,
+                           (json.dumps(request.describe(), indent=2) + "\n").encode())
+        reporter.result(f"{request.target}: flashinfer_jit_cache {request.version}, "
+                        f"{', '.join(request.groups)} for {' '.join(request.arch_list)} "
+                        f"-> {args.save_request}")
+        return request.describe()
     result = run_kernels(_options(args, reporter), kernel)
     manifest = result.manifest
     table = Table(title=f"{result.wheel.name}" + (" (cached: no compiler ran)"

@@ -68,7 +68,7 @@ def specs_for(group: str, head_dims: list[int]) -> list[Any]:
     raise KeyError(group)
 
 
-def _emit(result: dict) -> None:
+def _emit(result: dict[str, Any]) -> None:
     os.write(_RESULT_FD, (json.dumps(result) + "\n").encode())
 
 

