@@ -1,0 +1,110 @@
+"""A real HTTP server process that behaves like ``sglang.launch_server`` from the outside.
+
+For the smoke test's server check (builder/smoke_server.py). It prints SGLang's start-up and
+autotune log lines (texts from SGLang 0.5.9 and FlashInfer 0.6.3), answers ``GET /health``
+with 503 while "loading" and 200 after, and ``POST /generate`` with ``{"text", "meta_info"}``.
+Like SGLang it starts a child process (its scheduler), in the same process group.
+
+Usage: fake_sglang_server.py --port N --pid-file FILE --mode MODE, where MODE is
+``ok``, ``hang`` (never ready), ``crash`` (exits 1 while loading), ``no-autotune`` (ready,
+but never logs the autotune), ``stubborn`` (it and its child ignore SIGTERM) or
+``empty-text`` (``/generate`` answers an empty text).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+SKIPPED = ("[Autotuner]: Skipping tactic <flashinfer.fused_moe.core.get_cutlass_fused_moe_"
+           "module.<locals>.MoERunner object at 0x7f2c5d1e4b10> 17, due to failure while "
+           "profiling: [TensorRT-LLM][ERROR] Assertion failed: Failed to initialize cutlass "
+           "TMA WS grouped gemm. Error: Error Internal (/opt/flashinfer/data/csrc/nv_internal/"
+           "tensorrt_llm/kernels/cutlass_kernels/moe_gemm/launchers/"
+           "moe_gemm_tma_ws_launcher.inl:698)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--pid-file", type=Path, required=True)
+    parser.add_argument("--mode", default="ok")
+    parser.add_argument("--load-seconds", type=float, default=1.0)
+    args = parser.parse_args()
+    if args.mode == "stubborn":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    child_code = ("import signal, time\n"
+                  + ("signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                     if args.mode == "stubborn" else "")
+                  + "time.sleep(600)\n")
+    child = subprocess.Popen([sys.executable, "-c", child_code])
+    args.pid_file.write_text(json.dumps({"server": os.getpid(),
+                                         "child": child.pid}))
+    state = {"ready": False}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *values: object) -> None:
+            print(f"INFO:     127.0.0.1 - {format % values}", flush=True)
+
+        def do_GET(self) -> None:
+            if self.path in ("/health", "/health_generate"):
+                self.send_response(200 if state["ready"] else 503)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            else:
+                self.send_error(404)
+
+        def do_POST(self) -> None:
+            if self.path != "/generate":
+                self.send_error(404)
+                return
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            text = "" if args.mode == "empty-text" else " Paris. It is known for"
+            answer = json.dumps({"text": text, "meta_info": {
+                "prompt_tokens": len(body["text"].split()), "completion_tokens": 6}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    log = lambda text: print(f"[2026-11-30 10:00:00] {text}", flush=True)  # noqa: E731
+    log("server_args=ServerArgs(model_path='/models/fake', moe_runner_backend="
+        "'flashinfer_cutlass', ...)")
+    log("Load weight begin. avail mem=139.20 GB")
+    time.sleep(args.load_seconds)
+    if args.mode == "crash":
+        log("Scheduler hit an exception: Traceback (most recent call last):")
+        print("RuntimeError: CUDA error: no kernel image is available for execution on the "
+              "device", flush=True)
+        child.kill()
+        return 1
+    if args.mode == "hang":
+        time.sleep(3600)
+    if args.mode != "no-autotune":
+        log("Running FlashInfer autotune...")
+        print("2026-11-30 10:00:01,000 - INFO - autotuner.py:256 - flashinfer.jit: "
+              "[Autotuner]: Autotuning process starts ...", flush=True)
+        print(f"2026-11-30 10:00:02,000 - WARNING - autotuner.py:497 - flashinfer.jit: "
+              f"{SKIPPED}", flush=True)
+        print("2026-11-30 10:00:03,000 - INFO - autotuner.py:262 - flashinfer.jit: "
+              "[Autotuner]: Autotuning process ends", flush=True)
+        log("FlashInfer autotune completed.")
+    state["ready"] = True
+    log("The server is fired up and ready to roll!")
+    while True:
+        time.sleep(1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""Smoke check 6's orchestration against a real HTTP server process (fake_sglang_server.py):
+start, log watch, /health, /generate, timeouts, and a clean stop that leaves no process."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from builder.smoke_server import (
+    ServerOutcome,
+    ServerSpec,
+    free_port,
+    run_server_check,
+    sglang_command,
+)
+
+FAKE = Path(__file__).resolve().parent / "fake_sglang_server.py"
+
+
+def _run(tmp_path: Path, mode: str, **limits: float) -> tuple[ServerOutcome, dict[str, int]]:
+    port = free_port()
+    pids = tmp_path / "pids.json"
+    spec = ServerSpec(command=(sys.executable, str(FAKE), "--port", str(port), "--pid-file",
+                               str(pids), "--mode", mode),
+                      base_url=f"http://127.0.0.1:{port}",
+                      **{"ready_timeout": 30.0, "request_timeout": 10.0, "stop_grace": 5.0,
+                         "pattern_grace": 5.0, **limits})
+    outcome = run_server_check(spec)
+    return outcome, json.loads(pids.read_text())
+
+
+def _gone(pids: dict[str, int]) -> None:
+    """The server and its child no longer exist (no orphan, no zombie left to us)."""
+    for name, pid in pids.items():
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            state = Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] \
+                if Path(f"/proc/{pid}/stat").exists() else "?"
+            pytest.fail(f"{name} process {pid} is still there (state {state})")
+
+
+def test_a_ready_server_passes_with_its_autotune_warnings_counted(tmp_path: Path) -> None:
+    outcome, pids = _run(tmp_path, "ok")
+    assert outcome.status == "warning", outcome.detail
+    data = outcome.data
+    assert data["generated_text"] == " Paris. It is known for"
+    assert set(data["patterns_seen"]) == {"Running FlashInfer autotune",
+                                          "FlashInfer autotune completed"}
+    assert data["warnings"] == {"skipped_tactic": 1, "tma_ws_init_failed": 1}
+    assert data["stopped_by"] == "SIGTERM"
+    assert "autotune warnings: skipped_tactic 1, tma_ws_init_failed 1" in outcome.detail
+    _gone(pids)
+
+
+def test_a_hung_server_times_out_and_is_stopped(tmp_path: Path) -> None:
+    outcome, pids = _run(tmp_path, "hang", ready_timeout=3.0)
+    assert outcome.status == "failed"
+    assert outcome.detail == "no /health answer within 3 s (hung?)"
+    assert any("Load weight begin" in line for line in outcome.data["log_tail"])
+    assert outcome.data["log_tail"][-1].endswith('"GET /health HTTP/1.1" 503 -')
+    _gone(pids)
+
+
+def test_a_crashed_server_fails_with_its_log(tmp_path: Path) -> None:
+    outcome, pids = _run(tmp_path, "crash")
+    assert outcome.status == "failed"
+    assert outcome.detail == "the server exited with code 1 before it was ready"
+    assert outcome.data["log_tail"][-1].startswith("RuntimeError: CUDA error: no kernel")
+    assert outcome.data["exit_code"] == 1
+    _gone(pids)
+
+
+def test_missing_autotune_lines_fail_even_when_healthy(tmp_path: Path) -> None:
+    outcome, pids = _run(tmp_path, "no-autotune", pattern_grace=1.0)
+    assert outcome.status == "failed"
+    assert outcome.detail == ("/health answered but the log never showed: Running "
+                              "FlashInfer autotune; FlashInfer autotune completed")
+    assert "generated_text" not in outcome.data
+    _gone(pids)
+
+
+def test_a_server_ignoring_sigterm_is_killed_with_its_children(tmp_path: Path) -> None:
+    started = time.monotonic()
+    outcome, pids = _run(tmp_path, "stubborn", stop_grace=1.0)
+    assert outcome.status == "warning", outcome.detail
+    assert outcome.data["stopped_by"] == "SIGKILL"
+    assert time.monotonic() - started < 20
+    _gone(pids)
+
+
+def test_an_empty_answer_fails(tmp_path: Path) -> None:
+    outcome, pids = _run(tmp_path, "empty-text")
+    assert outcome.status == "failed"
+    assert outcome.detail.startswith("POST /generate answered an empty text")
+    _gone(pids)
+
+
+def test_the_real_command_uses_the_flashinfer_cutlass_backend() -> None:
+    command = sglang_command("/venv/bin/python", "/models/m", 30001,
+                             extra=("--tp", "8", "--disable-cuda-graph"))
+    assert command == ("/venv/bin/python", "-m", "sglang.launch_server", "--model-path",
+                       "/models/m", "--moe-runner-backend", "flashinfer_cutlass", "--host",
+                       "127.0.0.1", "--port", "30001", "--tp", "8", "--disable-cuda-graph")
