@@ -42,3 +42,28 @@ def benchmark(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench_wheel.py", *session.posargs)
     session.run("python", "benchmarks/bench_matrix.py")
     session.run("python", "benchmarks/bench_repack.py")
+
+
+# --- CI sessions (ci/*.yml call these; README: CI) ---------------------------------------
+
+
+@nox.session
+def plan(session: nox.Session) -> None:
+    """The CI build matrix as JSON on stdout (``python -m builder plan --json``)."""
+    session.install(".")
+    session.run("python", "-m", "builder", "plan", "--json", *session.posargs)
+
+
+@nox.session
+def matrix(session: nox.Session) -> None:
+    """The patch compatibility matrix as Markdown on stdout (for a job summary)."""
+    session.install(".")
+    session.run("python", "-m", "builder", "check", "--format", "markdown", *session.posargs)
+
+
+@nox.session
+def upstream(session: nox.Session) -> None:
+    """Newer upstream releases checked against the series, as Markdown on stdout."""
+    session.install(".")
+    session.run("python", "-m", "builder", "upstream", "--format", "markdown",
+                *session.posargs)

@@ -34,7 +34,9 @@ from builder.patch import (
 )
 from builder.patchfile import FilePatch, Operation, ParsedPatch, parse_patch
 from builder.pipeline import Options, run_fetch, run_patch, run_wheel, run_wheels
+from builder.plan import Plan, PlanEntry, plan_targets
 from builder.source import SourceResult, fetch_source, local_source
+from builder.upstream import UpstreamReport
 from builder.wheel import PROVENANCE_FILE, WheelResult, build_wheel, builder_version
 
 __all__ = [
@@ -80,3 +82,6 @@ __all__ = [
     "run_wheels",
     "split_lines",
 ]
+
+# CI: the build plan (``plan --json``) and the upstream check
+__all__ += ["Plan", "PlanEntry", "UpstreamReport", "plan_targets"]

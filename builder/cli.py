@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from packaging.version import Version
 from rich.console import Console
 from rich.table import Table
 
@@ -17,6 +18,7 @@ from builder.cache import atomic_write_bytes, default_cache_root
 from builder.config import SOURCE_KINDS, load_targets
 from builder.errors import BuilderError
 from builder.hunks import HunkResult
+from builder.matrix import Matrix
 from builder.patch import PatchReport
 from builder.pipeline import (
     KernelOptions,
@@ -26,8 +28,10 @@ from builder.pipeline import (
     run_fetch,
     run_kernels,
     run_patch,
+    run_plan,
     run_preflight,
     run_refresh,
+    run_upstream,
     run_wheels,
 )
 from builder.progress import Reporter
@@ -45,6 +49,8 @@ examples:
   python -m builder check --versions 0.5.9,0.5.11,0.5.13
   python -m builder refresh --target sglang-0.5.10.post1 --accept-fuzz --dry-run
   python -m builder kernels --target sglang-0.5.9 --cuda-lane 13.0 --modules norm
+  python -m builder plan --json                    # the CI build matrix, one entry a target
+  python -m builder upstream --format markdown     # newer SGLang releases vs the series
 
 Results go to stdout, progress and errors to stderr.
 exit status: 0 success, 1 the build refused or failed (one-line cause and a hint on
@@ -204,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     refresh.add_argument("--dry-run", action="store_true", help="only report")
     refresh.set_defaults(handler=_cmd_refresh, patch=None, strip=1, max_fuzz=0)
     _smoke_parser(commands)
+    _ci_commands(commands)
     return parser
 
 
@@ -534,21 +541,25 @@ def _list(text: str | None) -> list[str]:
     return [item.strip() for item in (text or "").split(",") if item.strip()]
 
 
+def _matrix_table(matrix: Matrix) -> Table:
+    table = Table(title="Patch compatibility")
+    table.add_column("patch", overflow="fold")
+    for column in matrix.columns:
+        table.add_column(column.label + (f"\n({column.target})" if column.target else ""),
+                         overflow="fold")
+    for name, row in zip(matrix.patches, matrix.cells, strict=True):
+        table.add_row(name, *(cell.text + {True: " ✓", False: " ✗", None: ""}[cell.intents]
+                              for cell in row))
+    return table
+
+
 def _cmd_check(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     matrix = run_check(_options(args, reporter), versions=_list(args.versions),
                        commits=_list(args.commits))
     if args.format == "markdown":
         reporter.raw(matrix.to_markdown())
     else:
-        table = Table(title="Patch compatibility")
-        table.add_column("patch", overflow="fold")
-        for column in matrix.columns:
-            table.add_column(column.label + (f"\n({column.target})" if column.target else ""),
-                             overflow="fold")
-        for name, row in zip(matrix.patches, matrix.cells, strict=True):
-            table.add_row(name, *(cell.text + {True: " ✓", False: " ✗", None: ""}[cell.intents]
-                                  for cell in row))
-        reporter.result(table)
+        reporter.result(_matrix_table(matrix))
         reporter.result("✓ / ✗: the patch's intent checks hold / fail after the series")
     if matrix.broken_targets:
         raise BuilderError(f"the series would break: {', '.join(matrix.broken_targets)}",
@@ -595,6 +606,82 @@ def _cmd_preflight(args: argparse.Namespace, reporter: Reporter) -> dict[str, An
                            "see the table; fix the toolchain before compiling",
                            report=result)
     return result.to_json()
+
+
+# --- CI commands: plan (the build matrix) and upstream (the scheduled check) -------------
+
+def _ci_commands(commands: Any) -> None:
+    plan = commands.add_parser(
+        "plan", help="the CI build matrix: one entry per target of the targets file",
+        description="Print what a CI job needs per target (name, versions, CUDA lane, arch "
+                    "list, source kind, Python tags of repacked wheels), read from the "
+                    "targets file alone: no downloads. With --json, the object's 'targets' "
+                    "list is a GitHub Actions matrix 'include' (ci/build.yml uses it).")
+    _common(plan, target=False)
+    plan.set_defaults(handler=_cmd_plan)
+
+    upstream = commands.add_parser(
+        "upstream", help="newer upstream releases than any target, checked against the series",
+        description="List the project's releases on the simple index (PEP 691 JSON or PEP "
+                    "503 HTML), keep those newer than the newest target (never yanked ones; "
+                    "pre-releases with --pre), run the compatibility matrix on them and say "
+                    "which patches need a refresh and which became obsolete. Exits 1 when "
+                    "the series would break on a newer release.")
+    _common(upstream, target=False)
+    upstream.add_argument("--index-url", default=DEFAULT_INDEX_URL,
+                          help="simple index to list and fetch releases from "
+                               "(default: %(default)s)")
+    upstream.add_argument("--pre", action="store_true",
+                          help="also check pre-releases and development releases")
+    upstream.add_argument("--series", type=Path, metavar="FILE",
+                          help="series to check (default: the default target's)")
+    upstream.add_argument("--format", choices=("table", "markdown"), default="table",
+                          help="human output: tables, or Markdown for a CI job summary")
+    upstream.set_defaults(handler=_cmd_upstream)
+
+
+def _cmd_plan(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    plan = run_plan(_options(args, reporter))
+    table = Table(title="CI plan")
+    for column in ("target", "version", "CUDA", "arch list", "source", "Python tags"):
+        table.add_column(column, overflow="fold")
+    for entry in plan.entries:
+        table.add_row(entry.target + (" (default)" if entry.default else ""), entry.version,
+                      entry.cuda_lane, " ".join(entry.arch_list), entry.source,
+                      " ".join(entry.python_tags) or "any")
+    reporter.result(table)
+    return plan.to_json()
+
+
+def _cmd_upstream(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    report = run_upstream(_options(args, reporter), pre=args.pre)
+    if args.format == "markdown":
+        reporter.raw(report.to_markdown())
+    else:
+        skipped = ", ".join(f"{s.version} ({s.reason})" for s in report.skipped)
+        reporter.result(f"{report.project} on {report.index_url}: newest target "
+                        f"{report.newest_target}; newer releases checked: "
+                        f"{', '.join(report.new_versions) or 'none'}"
+                        + (f"; skipped: {skipped}" if skipped else ""))
+        if report.findings or report.unpatched:
+            table = Table(title="Findings")
+            for column in ("patch", "release", "action", "detail"):
+                table.add_column(column, overflow="fold")
+            for finding in report.findings:
+                table.add_row(finding.patch, finding.version, finding.action, finding.detail)
+            for version in report.unpatched:
+                table.add_row("(every patch)", version, "nothing to patch",
+                              "a target pinned to it would be refused")
+            reporter.result(table)
+        if report.matrix is not None:
+            reporter.result(_matrix_table(report.matrix))
+    if report.needs_refresh:
+        broken = sorted({f.version for f in report.findings if f.action == "refresh"},
+                        key=Version)
+        raise BuilderError(f"the series needs a refresh for {', '.join(broken)}",
+                           "python -m builder refresh --target NAME after pinning the release "
+                           "(README: Refresh)", report=report)
+    return report.to_json()
 
 
 def _terminate(number: int, _frame: object) -> None:

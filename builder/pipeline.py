@@ -35,6 +35,7 @@ from builder.kernels import (
 from builder.layout import Layout
 from builder.matrix import Column, Matrix, check_matrix
 from builder.patch import PatchResult, PatchStatus, apply_series, read_series
+from builder.plan import Plan, plan_targets
 from builder.progress import Reporter
 from builder.refresh import RefreshedPatch, refresh_series
 from builder.repack import refuse_unshipped
@@ -44,6 +45,7 @@ from builder.source import (
     fetch_pin,
     fetch_source,
     find_release,
+    list_releases,
     local_source,
 )
 from builder.toolchain import (
@@ -55,6 +57,7 @@ from builder.toolchain import (
     local_nvcc,
     managed_environment,
 )
+from builder.upstream import UpstreamReport, assess, newer_releases
 from builder.wheel import WheelResult, build_wheel
 
 
@@ -498,3 +501,39 @@ def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult:
                                               if k.startswith("SCCACHE_")})
     return build_kernels(request, env, nvcc=nvcc, cache=cache, dist_dir=options.dist_dir,
                          reporter=options.reporter, sccache=sccache, jobs=kernel.jobs)
+# --- CI: plan and upstream check ---------------------------------------------------------
+
+def run_plan(options: Options) -> Plan:
+    """The CI plan: every target of the targets file as a matrix entry (no downloads).
+
+    Raises:
+        BuilderError: the targets file is missing or invalid.
+    """
+    return plan_targets(load_targets(options.targets_file))
+
+
+def run_upstream(options: Options, *, pre: bool = False) -> UpstreamReport:
+    """Check the releases newer than the newest target against the series.
+
+    Lists the default target's project on ``options.index_url``, keeps the releases
+    newer than every target's upstream version (no yanked ones; pre-releases only with
+    ``pre``), runs :func:`run_check` on them and sorts the cells
+    (:func:`builder.upstream.assess`).
+
+    Raises:
+        BuilderError: the targets or series file is invalid, the index is unreachable,
+            or a new release cannot be fetched.
+    """
+    targets = load_targets(options.targets_file)
+    project = targets.get(None).sdist_project
+    newest = max(t.upstream_version for t in targets.targets.values())
+    options.reporter.info(f"Listing {project} on {options.index_url}")
+    versions, skipped = newer_releases(list_releases(project, options.index_url), newest,
+                                       pre=pre)
+    matrix = run_check(options, versions=[str(v) for v in versions]) if versions else None
+    findings, unpatched = assess(matrix) if matrix else ((), ())
+    return UpstreamReport(project=project, index_url=options.index_url,
+                          newest_target=str(newest),
+                          new_versions=tuple(str(v) for v in versions),
+                          skipped=tuple(skipped), matrix=matrix, findings=findings,
+                          unpatched=unpatched)

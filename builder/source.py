@@ -21,10 +21,16 @@ import zipfile
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import git
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
 from packaging.version import InvalidVersion, Version
 
 from builder.cache import Cache, sha256_file, sha256_tree
@@ -276,39 +282,61 @@ def _download(url: str, destination: Path, reporter: Reporter) -> str:
 class _AnchorParser(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
-        self.links: list[tuple[str, str]] = []  # (file name, href)
+        self.links: list[tuple[str, str, bool]] = []  # (file name, href, yanked)
         self._href: str | None = None
+        self._yanked = False
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "a":
             self._href = dict(attrs).get("href")
+            self._yanked = any(name == "data-yanked" for name, _ in attrs)  # PEP 592
 
     def handle_data(self, data: str) -> None:
         if self._href is not None:
-            self.links.append((data.strip(), self._href))
+            self.links.append((data.strip(), self._href, self._yanked))
             self._href = None
 
 
-def _index_files(project: str, index_url: str) -> tuple[str, list[tuple[str, str, str]]]:
-    """The project page's URL and its files as (name, url, sha256) (PEP 691 or PEP 503)."""
+class _IndexFile(NamedTuple):
+    name: str
+    url: str
+    sha256: str
+    yanked: bool
+
+
+def _index_listing(project: str, index_url: str) -> tuple[str, list[_IndexFile]]:
+    """The project page's URL and its files (PEP 691 JSON or PEP 503 HTML, PEP 592 yanks)."""
     page_url = f"{index_url.rstrip('/')}/{canonicalize_name(project)}/"
     with _open(page_url, _JSON_ACCEPT) as response:
         body = response.read().decode("utf-8", "replace")
         content_type = response.headers.get("Content-Type", "")
-    files: list[tuple[str, str, str]] = []
+    files: list[_IndexFile] = []
     if "json" in content_type:
-        for item in json.loads(body).get("files", []):
+        try:
+            items = json.loads(body).get("files", [])
+        except (json.JSONDecodeError, AttributeError):
+            raise BuilderError(f"{page_url} sent a JSON page that is not a PEP 691 project "
+                               "page", "check --index-url") from None
+        for item in items:
             url = urllib.parse.urljoin(page_url, item["url"])
-            files.append((item["filename"], url, item.get("hashes", {}).get("sha256", "")))
+            files.append(_IndexFile(item["filename"], url,
+                                    item.get("hashes", {}).get("sha256", ""),
+                                    bool(item.get("yanked", False))))
     else:
         parser = _AnchorParser()
         parser.feed(body)
-        for name, href in parser.links:
+        for name, href, yanked in parser.links:
             url = urllib.parse.urljoin(page_url, href)
             fragment = urllib.parse.urlparse(url).fragment
             sha = fragment.split("=", 1)[1] if fragment.startswith("sha256=") else ""
-            files.append((name, url.split("#", 1)[0], sha))
+            files.append(_IndexFile(name, url.split("#", 1)[0], sha, yanked))
     return page_url, files
+
+
+def _index_files(project: str, index_url: str) -> tuple[str, list[tuple[str, str, str]]]:
+    """The project page's URL and its files as (name, url, sha256) (PEP 691 or PEP 503)."""
+    page_url, files = _index_listing(project, index_url)
+    return page_url, [(f.name, f.url, f.sha256) for f in files]
 
 
 def _find_on_index(pin: SdistPin | WheelPin, index_url: str) -> str:
@@ -367,6 +395,53 @@ def find_release(project: str, version: str, index_url: str = DEFAULT_INDEX_URL
     raise BuilderError(f"{page_url} lists no sdist or wheel (with a sha256) for {version}",
                        "check the version number")
 
+
+
+@dataclass(frozen=True)
+class IndexRelease:
+    """One release of a project as a simple index lists it.
+
+    Attributes:
+        version: the release's version, read from its file names.
+        files: how many sdists and wheels the index lists for it.
+        yanked: every one of those files is yanked (PEP 592), so installers skip it.
+    """
+
+    version: Version
+    files: int
+    yanked: bool
+
+
+def list_releases(project: str, index_url: str = DEFAULT_INDEX_URL) -> list[IndexRelease]:
+    """List a project's releases from its page on a simple index (for ``upstream``).
+
+    Versions are read from the sdist and wheel file names (PEP 691 JSON or PEP 503 HTML
+    pages alike; PyPI's legacy ``/pypi/NAME/json`` API is not used); other files and
+    names that do not parse are ignored.
+
+    Args:
+        project: the project name (any spelling; normalised per PEP 503).
+        index_url: the simple index's root URL.
+
+    Returns:
+        The releases, oldest first.
+
+    Raises:
+        BuilderError: the index is unreachable or answers with an error.
+    """
+    _, files = _index_listing(project, index_url)
+    found: dict[Version, list[bool]] = {}
+    for item in files:
+        try:
+            if item.name.endswith(".whl"):
+                version = parse_wheel_filename(item.name)[1]
+            else:
+                version = parse_sdist_filename(item.name)[1]
+        except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+            continue
+        found.setdefault(version, []).append(item.yanked)
+    return [IndexRelease(version, len(yanks), all(yanks))
+            for version, yanks in sorted(found.items())]
 
 def _safe_extract(archive: Path, destination: Path) -> tuple[str, int]:
     """Extract with tarfile's ``data`` filter (PEP 706).

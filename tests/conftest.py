@@ -3,13 +3,18 @@ a local git repository built from those releases, and a CLI runner."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import http.server
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -212,3 +217,35 @@ def write_project(root: Path, *, sdist: Path | None = None, version: str = "0.5.
 def patch_sha(text: str) -> str:
     """sha256 of a patch text as written by :func:`write_project`."""
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+# --- A static folder served on 127.0.0.1 (a simple index for the upstream check) -------
+
+PEP691_JSON = "application/vnd.pypi.simple.v1+json"
+
+
+@contextmanager
+def serve_directory(root: Path, *, json_pages: bool = False) -> Iterator[str]:
+    """Serve ``root`` over HTTP on 127.0.0.1 (``http.server``); yield its base URL.
+
+    With ``json_pages`` a folder's ``index.html`` is sent as PEP 691 JSON (its content
+    must be JSON), as PyPI answers a client asking for JSON.
+    """
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def guess_type(self, path: str | os.PathLike[str]) -> str:
+            if json_pages and str(path).endswith("index.html"):
+                return PEP691_JSON
+            return super().guess_type(path)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
