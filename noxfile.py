@@ -67,3 +67,12 @@ def upstream(session: nox.Session) -> None:
     session.install(".")
     session.run("python", "-m", "builder", "upstream", "--format", "markdown",
                 *session.posargs)
+
+
+@nox.session
+def kernels(session: nox.Session) -> None:
+    """FlashInfer kernels for the target as a flashinfer_jit_cache wheel in dist/, compiled
+    in the CUDA build container (``nox -s kernels -- --target NAME --modules norm``; the
+    default module set with no --modules; ``-- --mode host`` for this machine's toolkit)."""
+    session.install(".")
+    session.run("python", "-m", "builder", "kernels", "--mode", "container", *session.posargs)

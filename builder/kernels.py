@@ -435,11 +435,13 @@ def _sccache_stats(sccache: Sccache, environment: dict[str, str]) -> dict[str, A
         stats: dict[str, Any] = json.loads(done.stdout)["stats"]
     except (ValueError, KeyError):
         return {"error": (done.stderr or done.stdout).strip()[-300:]}
-    hits = sum(stats.get("cache_hits", {}).get("counts", {}).values())
-    misses = sum(stats.get("cache_misses", {}).get("counts", {}).values())
-    return {"compile_requests": stats.get("compile_requests", 0), "hits": hits,
-            "misses": misses, "non_cacheable": stats.get("non_cacheable_compilations", 0),
-            "errors": stats.get("cache_errors", 0)}
+    def total(name: str) -> int:
+        value = stats.get(name, 0)
+        return sum(value.get("counts", {}).values()) if isinstance(value, dict) else int(value)
+
+    return {"compile_requests": total("compile_requests"), "hits": total("cache_hits"),
+            "misses": total("cache_misses"), "non_cacheable": total("non_cacheable_compilations"),
+            "errors": total("cache_errors")}
 
 
 def build_kernels(request: KernelRequest, env: PythonEnv, *, nvcc: Path | None,
@@ -532,6 +534,9 @@ def _compile(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, tmp: 
                    "FLASHINFER_WORKSPACE_BASE": str(tmp / "workspace"),
                    "MAX_JOBS": str(jobs)}
     environment.pop("FLASHINFER_DISABLE_JIT", None)
+    # An empty SCCACHE_* (a CI variable left unset) still counts as set for sccache.
+    for name in [k for k, v in environment.items() if k.startswith("SCCACHE_") and not v]:
+        del environment[name]
     if sccache is not None:
         environment.update(_sccache_environment(sccache, tmp, [tmp, env.site_packages]))
         environment["FLASHINFER_NVCC"] = f"{sccache.binary} {toolchain.nvcc}"

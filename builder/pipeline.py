@@ -390,8 +390,9 @@ class KernelOptions:
         sccache: compile through sccache (its ``SCCACHE_*`` variables pick the backend).
         jobs: parallel compile jobs (``None``: bounded by CPUs and free memory).
         base_image: the build container's base (container mode).
-        toolkit: ``pypi`` (CUDA from NVIDIA's PyPI wheels) or ``base`` (the base image
-            has the toolkit, like ``nvidia/cuda:*-devel``) (container mode).
+        toolkit: ``pypi`` (CUDA from NVIDIA's PyPI wheels), ``base`` (the base image
+            has it, like ``nvidia/cuda:*-devel``) or ``None`` (the base's if it has one)
+            (container mode).
         engine: Docker Engine URL (container mode; ``None``: ``DOCKER_HOST`` or the default).
         request_file: build this saved request instead of resolving the target.
     """
@@ -408,7 +409,7 @@ class KernelOptions:
     sccache: bool = False
     jobs: int | None = None
     base_image: str | None = None
-    toolkit: str = "pypi"
+    toolkit: str | None = None
     engine: str | None = None
     request_file: Path | None = None
 
@@ -498,7 +499,7 @@ def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult:
     sccache = None
     if kernel.sccache:
         sccache = Sccache(find_sccache(env), {k: v for k, v in os.environ.items()
-                                              if k.startswith("SCCACHE_")})
+                                              if k.startswith("SCCACHE_") and v})
     return build_kernels(request, env, nvcc=nvcc, cache=cache, dist_dir=options.dist_dir,
                          reporter=options.reporter, sccache=sccache, jobs=kernel.jobs)
 # --- CI: plan and upstream check ---------------------------------------------------------

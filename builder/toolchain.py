@@ -52,8 +52,11 @@ def cuda_wheels(lane: str, *, compiler: bool) -> list[str]:
                                "ships only ptxas)",
                                "use a machine or base image with the CUDA toolkit "
                                f"{lane} (--nvcc), or a CUDA 13 lane")
+        # crt and nvvm named too: nvcc 13.0.48's wheel does not require them, and a
+        # resolver that backtracks to it would give an nvcc without its own headers.
         requirements += [f"nvidia-cuda-nvcc=={lane}.*", f"nvidia-cuda-runtime=={lane}.*",
-                         f"nvidia-cuda-cccl=={lane}.*"]
+                         f"nvidia-cuda-cccl=={lane}.*", f"nvidia-cuda-crt=={lane}.*",
+                         f"nvidia-nvvm=={lane}.*"]
     return requirements
 
 
