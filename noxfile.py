@@ -1,4 +1,5 @@
-"""nox sessions: build (the default target's wheel into dist/), tests, lint, benchmark.
+"""nox sessions: build (the default target's wheel into dist/), tests, lint, benchmark,
+smoke.
 
 Thin by design: each session installs the builder and calls its CLI or pytest.
 """
@@ -42,3 +43,14 @@ def benchmark(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench_wheel.py", *session.posargs)
     session.run("python", "benchmarks/bench_matrix.py")
     session.run("python", "benchmarks/bench_repack.py")
+
+
+# --- smoke (issue 6) -------------------------------------------------------------------
+@nox.session(venv_backend="none")
+def smoke(session: nox.Session) -> None:
+    """Smoke-test the artifacts on a GPU runner (``nox -s smoke -- --mode host --json``).
+
+    Runs in the current environment (no virtualenv): host mode tests the Python
+    environment that has the wheels installed; image mode needs only docker-py here.
+    """
+    session.run("python", "-m", "builder", "smoke", *session.posargs)
