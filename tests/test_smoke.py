@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shutil
 import subprocess
 import sys
 import venv
@@ -546,6 +547,26 @@ def test_an_edited_install_fails_the_sglang_check(installed: tuple[Path, Path],
            "sglang/srt/model_executor/model_runner.py" in detail
     assert "from the wheel's" not in detail  # its RECORD still says what was installed
     assert "intent of 0001-enable-flashinfer-cutlass-autotune.patch fails" in detail
+
+
+def test_a_probe_run_by_hand_is_judged_the_same(installed: tuple[Path, Path],
+                                                tmp_path: Path) -> None:
+    python, wheel = installed
+    _, direct = _smoke(python, tmp_path, "--sglang-wheel", str(wheel))
+    # The probe alone, as on a GPU box without the builder: only its file and the stdlib.
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(REPO / "builder" / "smoke_probe.py", alone)
+    out = subprocess.run([python, str(alone / "smoke_probe.py"), "--sglang-pattern",
+                          "sglang/srt/model_executor/*.py"], capture_output=True, text=True,
+                         check=True, cwd=alone).stdout
+    (tmp_path / "probe.out").write_text(out)
+    code, judged = _smoke(python, tmp_path, "--probe-output", str(tmp_path / "probe.out"),
+                          "--sglang-wheel", str(wheel))
+    assert code == 1
+    strip = lambda r: [(c["name"], c["status"], c["detail"]) for c in r["checks"]]  # noqa: E731
+    assert strip(judged) == strip(direct)
+    assert judged["artifacts"] == direct["artifacts"]
 
 
 def test_sglang_check_compares_provenance_with_the_artifact(
