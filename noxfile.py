@@ -1,4 +1,5 @@
-"""nox sessions: build (the default target's wheel into dist/), tests, lint, benchmark.
+"""nox sessions: build (the default target's wheel into dist/), tests, lint, benchmark,
+smoke.
 
 Thin by design: each session installs the builder and calls its CLI or pytest.
 """
@@ -76,3 +77,12 @@ def kernels(session: nox.Session) -> None:
     default module set with no --modules; ``-- --mode host`` for this machine's toolkit)."""
     session.install(".")
     session.run("python", "-m", "builder", "kernels", "--mode", "container", *session.posargs)
+# --- smoke (issue 6) -------------------------------------------------------------------
+@nox.session(venv_backend="none")
+def smoke(session: nox.Session) -> None:
+    """Smoke-test the artifacts on a GPU runner (``nox -s smoke -- --mode host --json``).
+
+    Runs in the current environment (no virtualenv): host mode tests the Python
+    environment that has the wheels installed; image mode needs only docker-py here.
+    """
+    session.run("python", "-m", "builder", "smoke", *session.posargs)

@@ -35,6 +35,14 @@ from builder.patch import (
 from builder.patchfile import FilePatch, Operation, ParsedPatch, parse_patch
 from builder.pipeline import Options, run_fetch, run_patch, run_wheel, run_wheels
 from builder.plan import Plan, PlanEntry, plan_targets
+from builder.smoke import (
+    CheckResult,
+    SmokeOptions,
+    SmokeReport,
+    load_report,
+    require_passed,
+    run_smoke,
+)
 from builder.source import SourceResult, fetch_source, local_source
 from builder.upstream import UpstreamReport
 from builder.wheel import PROVENANCE_FILE, WheelResult, build_wheel, builder_version
@@ -43,6 +51,7 @@ __all__ = [
     "PROVENANCE_FILE",
     "BuilderError",
     "Cache",
+    "CheckResult",
     "FilePatch",
     "GitPin",
     "Hunk",
@@ -61,6 +70,8 @@ __all__ = [
     "SdistPin",
     "Series",
     "SeriesEntry",
+    "SmokeOptions",
+    "SmokeReport",
     "SourceResult",
     "Target",
     "TargetsFile",
@@ -71,13 +82,16 @@ __all__ = [
     "builder_version",
     "default_cache_root",
     "fetch_source",
+    "load_report",
     "load_series",
     "load_targets",
     "local_source",
     "parse_patch",
     "plan_series",
+    "require_passed",
     "run_fetch",
     "run_patch",
+    "run_smoke",
     "run_wheel",
     "run_wheels",
     "split_lines",

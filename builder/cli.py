@@ -352,6 +352,9 @@ examples:
   python -m builder smoke --mode host --sglang-wheel dist/sglang-0.5.9+sm120.1-py3-none-any.whl
   python -m builder smoke --mode host --moe --json --output reports/smoke.json
   python -m builder smoke --mode image --image sglang-sm120:0.5.9 --model /models/small
+  # where only torch and FlashInfer are installed, run the probe alone, judge it elsewhere:
+  python builder/smoke_probe.py --sglang-pattern 'sglang/srt/model_executor/*.py' > probe.out
+  python -m builder smoke --probe-output probe.out --sglang-wheel dist/sglang-….whl
 
 exit status: 0 passed, 1 failed (or bad input), 3 misconfigured runner (the engine cannot
 give a container a GPU: no NVIDIA runtime, or no driver).
@@ -388,6 +391,9 @@ def _smoke_parser(commands: Any) -> None:
                        help="a model folder: also launch SGLang and ask it for text (check 6)")
     smoke.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                        help="extra argument for sglang.launch_server (repeatable)")
+    smoke.add_argument("--probe-output", type=Path, metavar="FILE",
+                       help="judge this saved output of builder/smoke_probe.py (run by hand "
+                            "where the builder is not installed) instead of running it")
     smoke.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
                        help="limit for the probe, checks 1-5 (default: %(default)s)")
     smoke.add_argument("--server-timeout", type=float, default=1800.0, metavar="SECONDS",
@@ -411,11 +417,14 @@ def _render_smoke(report: SmokeReport, reporter: Reporter) -> None:
 def _cmd_smoke(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     if args.mode == "image" and not args.image:
         raise BuilderError("--mode image needs --image REF", "name the image to test")
+    if args.probe_output is not None and args.mode == "image":
+        raise BuilderError("--probe-output judges a host-mode probe", "drop --mode image")
     report = run_smoke(SmokeOptions(
         mode=args.mode, image=args.image, python=args.python, series=args.series,
         sglang_wheel=args.sglang_wheel, expect_provenance=args.expect_provenance,
         model=args.model, moe=args.moe, server_args=tuple(args.server_arg),
-        probe_timeout=args.timeout, server_timeout=args.server_timeout, reporter=reporter))
+        probe_output=args.probe_output, probe_timeout=args.timeout,
+        server_timeout=args.server_timeout, reporter=reporter))
     if args.output is not None:
         write_report(report, args.output)
     _render_smoke(report, reporter)

@@ -223,6 +223,9 @@ class SmokeOptions:
         model: a model folder for the server check (host mode).
         moe: count check 5 even when it cannot run.
         server_args: extra arguments for ``sglang.launch_server``.
+        probe_output: judge this saved output of ``smoke_probe.py`` (run by hand in the
+            tested environment, which then needs neither the builder nor its
+            dependencies) instead of running the probe.
         probe_timeout: seconds for the probe (checks 1-5).
         server_timeout: seconds for the server to become ready.
         reporter: progress output.
@@ -237,6 +240,7 @@ class SmokeOptions:
     model: Path | None = None
     moe: bool = False
     server_args: tuple[str, ...] = ()
+    probe_output: Path | None = None
     probe_timeout: float = 3600.0
     server_timeout: float = 1800.0
     reporter: Reporter = field(default_factory=lambda: Reporter(quiet=True))
@@ -654,6 +658,13 @@ def run_smoke(options: SmokeOptions) -> SmokeReport:
         artifacts["image"] = {"ref": options.image, "id": container.image_id}
         run = ProbeRun(parse_probe_output(container.stdout), container.exit_code,
                        _tail(container.stderr))
+    elif options.probe_output is not None:
+        try:
+            text = options.probe_output.read_text(errors="replace")
+        except OSError as exc:
+            raise BuilderError(f"cannot read {options.probe_output}: {exc.strerror}",
+                               "give the saved standard output of smoke_probe.py") from None
+        run = ProbeRun(parse_probe_output(text), 0, "")
     else:
         options.reporter.info("Running the probe in this environment ...")
         run = run_probe_host(options.python or sys.executable, args, options.probe_timeout)

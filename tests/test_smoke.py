@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shutil
 import subprocess
 import sys
 import venv
@@ -45,6 +46,7 @@ from builder.smoke_probe import (
     fp8_round_trip,
     moe_case,
     moe_module_name,
+    moe_problem,
     moe_reference,
     parse_arch,
     parse_manifest,
@@ -98,6 +100,58 @@ def test_the_patterns_are_flashinfer_s_source_strings() -> None:
     assert '"[Autotuner]: Skipping tactic {r} {tac}, due to failure while profiling' in \
         autotuner.replace("f\"", "\"")
     assert '"Failed to initialize cutlass TMA WS grouped gemm. Error: "' in launcher
+
+
+# The probe's calls into FlashInfer, checked against 0.6.3's source (no GPU, no import):
+# (file, function or class, parameters the probe passes or reads).
+FLASHINFER_API = [
+    ("norm.py", "rmsnorm", {"input", "weight", "eps"}),
+    ("activation.py", "silu_and_mul", {"input"}),
+    ("activation.py", "gelu_and_mul", {"input"}),
+    ("activation.py", "gelu_tanh_and_mul", {"input"}),
+    ("sampling.py", "softmax", {"logits"}),
+    ("sampling.py", "sampling_from_probs", {"probs", "deterministic"}),
+    ("sampling.py", "top_k_sampling_from_probs", {"probs", "top_k", "deterministic"}),
+    ("sampling.py", "top_p_sampling_from_probs", {"probs", "top_p", "deterministic"}),
+    ("sampling.py", "top_k_renorm_probs", {"probs", "top_k"}),
+    ("fused_moe/core.py", "cutlass_fused_moe",
+     {"input", "token_selected_experts", "token_final_scales", "fc1_expert_weights",
+      "fc2_expert_weights", "output_dtype", "quant_scales", "output",
+      "tune_max_num_tokens"}),
+    ("autotuner.py", "autotune", {"tune_mode"}),
+    ("jit/core.py", "JitSpec", {"name", "sources", "extra_cflags", "extra_cuda_cflags",
+                                "extra_ldflags", "extra_include_dirs", "is_aot", "aot_path",
+                                "build_and_load"}),
+]
+
+
+def test_the_probe_calls_flashinfer_0_6_3_as_its_source_defines() -> None:
+    import ast
+
+    with zipfile.ZipFile(_flashinfer_wheel()) as archive:
+        sources = {name: archive.read(f"flashinfer/{name}").decode()
+                   for name in {row[0] for row in FLASHINFER_API} | {"__init__.py",
+                                                                     "jit/env.py"}}
+    for file, name, wanted in FLASHINFER_API:
+        tree = ast.parse(sources[file])
+        found = [node for node in tree.body if isinstance(  # module level: the public one
+            node, ast.FunctionDef | ast.ClassDef) and node.name == name]
+        assert found, f"{file} defines no {name}"
+        node = found[-1]
+        if isinstance(node, ast.FunctionDef):
+            have = {a.arg for a in [*node.args.args, *node.args.kwonlyargs]}
+        else:
+            have = {t.id for stmt in node.body if isinstance(stmt, ast.AnnAssign)
+                    for t in [stmt.target] if isinstance(t, ast.Name)}
+            have |= {stmt.name for stmt in node.body if isinstance(stmt, ast.FunctionDef)}
+        assert wanted <= have, f"{file}:{name} lacks {wanted - have}"
+    for export in ("rmsnorm", "silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul",
+                   "autotune"):
+        assert f"import {export} as {export}" in sources["__init__.py"]
+    assert 'logger = FlashInferJITLogger("flashinfer.jit")' in sources["jit/core.py"]
+    assert 'os.environ.get("FLASHINFER_DISABLE_JIT")' in sources["jit/core.py"]
+    for name in ("FLASHINFER_AOT_DIR", "FLASHINFER_JIT_DIR"):
+        assert f"{name}: pathlib.Path =" in sources["jit/env.py"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -239,6 +293,34 @@ def test_fp8_quantisation_is_per_tensor_e4m3() -> None:
     assert float(error.max()) <= 2**-4 + 1e-6
     assert torch.equal(fp8_round_trip(fp8_round_trip(noisy, scale), scale),
                        fp8_round_trip(noisy, scale))
+
+
+def test_moe_problems_are_what_the_kernel_takes() -> None:
+    case = moe_case(tokens=32, hidden=64, inter=32, experts=4, top_k=2, seed=5)
+    weights, experts = route(case.router_logits, case.top_k)
+    exact = moe_reference(case.x, case.w31, case.w2, weights, experts)
+    bf16 = moe_problem("bf16", case, "cpu")
+    assert (bf16.x.dtype, bf16.w31.dtype, bf16.experts.dtype) == \
+        (torch.bfloat16, torch.bfloat16, torch.int32)
+    assert bf16.quant_scales is None and relative_error(bf16.reference, exact) < 1e-2
+    fp8 = moe_problem("fp8", case, "cpu")
+    assert {fp8.x.dtype, fp8.w31.dtype, fp8.w2.dtype} == {torch.float8_e4m3fn}
+    assert fp8.quant_scales is not None
+    fc1_dequant, fc2_quant, fc2_dequant, input_dequant = fp8.quant_scales
+    assert (fc1_dequant.shape, fc2_quant.shape, fc2_dequant.shape, input_dequant.shape) == \
+        ((4,), (), (4,), ())
+    # fc1's dequant scale turns the quantised GEMM into the dequantised one, per expert.
+    q_gemm = (fp8.x.float() @ fp8.w31[1].float().T) * fc1_dequant[1]
+    x_deq, w_deq = fp8.x.float() * input_dequant, fp8.w31[1].float() * \
+        (fc1_dequant[1] / input_dequant)
+    assert torch.allclose(q_gemm, x_deq @ w_deq.T, rtol=1e-5, atol=1e-6)
+    # fc2's quant and dequant scales share one activation scale: their product is the
+    # weight scale, amax / 448 per expert.
+    w2_scales = case.w2.flatten(1).abs().max(dim=1).values / 448
+    assert torch.allclose(fc2_quant * fc2_dequant, w2_scales, rtol=1e-6)
+    # The fp8 reference stays near the exact result: e4m3 keeps 3 mantissa bits, so the
+    # quantisation of x, the weights and the intermediate moves it by several percent.
+    assert 1e-2 < relative_error(fp8.reference, exact) < 0.15
 
 
 def test_relative_error_is_scale_free() -> None:
@@ -465,6 +547,26 @@ def test_an_edited_install_fails_the_sglang_check(installed: tuple[Path, Path],
            "sglang/srt/model_executor/model_runner.py" in detail
     assert "from the wheel's" not in detail  # its RECORD still says what was installed
     assert "intent of 0001-enable-flashinfer-cutlass-autotune.patch fails" in detail
+
+
+def test_a_probe_run_by_hand_is_judged_the_same(installed: tuple[Path, Path],
+                                                tmp_path: Path) -> None:
+    python, wheel = installed
+    _, direct = _smoke(python, tmp_path, "--sglang-wheel", str(wheel))
+    # The probe alone, as on a GPU box without the builder: only its file and the stdlib.
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(REPO / "builder" / "smoke_probe.py", alone)
+    out = subprocess.run([python, str(alone / "smoke_probe.py"), "--sglang-pattern",
+                          "sglang/srt/model_executor/*.py"], capture_output=True, text=True,
+                         check=True, cwd=alone).stdout
+    (tmp_path / "probe.out").write_text(out)
+    code, judged = _smoke(python, tmp_path, "--probe-output", str(tmp_path / "probe.out"),
+                          "--sglang-wheel", str(wheel))
+    assert code == 1
+    strip = lambda r: [(c["name"], c["status"], c["detail"]) for c in r["checks"]]  # noqa: E731
+    assert strip(judged) == strip(direct)
+    assert judged["artifacts"] == direct["artifacts"]
 
 
 def test_sglang_check_compares_provenance_with_the_artifact(
