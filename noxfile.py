@@ -43,6 +43,7 @@ def benchmark(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench_wheel.py", *session.posargs)
     session.run("python", "benchmarks/bench_matrix.py")
     session.run("python", "benchmarks/bench_repack.py")
+    session.run("python", "benchmarks/bench_kernels.py")
 
 
 # --- CI sessions (ci/*.yml call these; README: CI) ---------------------------------------

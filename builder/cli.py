@@ -327,15 +327,16 @@ def _cmd_kernels(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]
     manifest = result.manifest
     table = Table(title=f"{result.wheel.name}" + (" (cached: no compiler ran)"
                                                   if result.cached else ""))
-    for column in ("module", "group", "SASS", "PTX", "seconds"):
+    for column in ("module", "group", "SASS", "PTX"):
         table.add_column(column)
     for module in manifest["modules"]:
         table.add_row(module["name"], module["group"], " ".join(module["sass"]),
-                      " ".join(module["ptx"]) or "-", str(module["seconds"]))
+                      " ".join(module["ptx"]) or "-")
     reporter.result(table)
     reporter.result(f"FlashInfer {manifest['flashinfer_version']}, CUDA "
                     f"{manifest['cuda_version']} (nvcc {manifest['nvcc_version']}), arch list "
-                    f"{' '.join(manifest['arch_list'])}; sha256 {result.sha256}")
+                    f"{' '.join(manifest['arch_list'])}; compiled in "
+                    f"{manifest.get('compile_seconds')} s; sha256 {result.sha256}")
     if result.sccache:
         reporter.result(f"sccache: {result.sccache}")
     return result.describe()

@@ -259,8 +259,8 @@ def build_kernels_in_container(request: KernelRequest, options: KernelOptions, *
     finally:
         container.remove(force=True)
     try:
-        result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    except (IndexError, ValueError):
+        result: dict[str, Any] = json.loads(out)  # the inner --json: one object
+    except ValueError:
         result = {}
     if status.get("StatusCode") != 0 or "wheel" not in result:
         cause = result.get("error") or f"exit {status.get('StatusCode')}:\n{tail.strip()}"

@@ -532,7 +532,10 @@ def _compile(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, tmp: 
     environment = {**os.environ, "CUDA_HOME": str(toolchain.cuda_home),
                    "FLASHINFER_CUDA_ARCH_LIST": " ".join(request.arch_list),
                    "FLASHINFER_WORKSPACE_BASE": str(tmp / "workspace"),
-                   "MAX_JOBS": str(jobs)}
+                   "MAX_JOBS": str(jobs),
+                   # FlashInfer runs `ninja` from PATH: the build environment's own first.
+                   "PATH": os.pathsep.join([str(env.python.parent),
+                                            os.environ.get("PATH", os.defpath)])}
     environment.pop("FLASHINFER_DISABLE_JIT", None)
     # An empty SCCACHE_* (a CI variable left unset) still counts as set for sccache.
     for name in [k for k, v in environment.items() if k.startswith("SCCACHE_") and not v]:
@@ -572,8 +575,7 @@ def _compile(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, tmp: 
                                f"expected exactly {', '.join(expected)}",
                                "check FLASHINFER_CUDA_ARCH_LIST and the module's own flags")
         entries.append({"name": name, "group": info["group"], "path": info["path"],
-                        "sha256": sha256_file(library), "sass": sass, "ptx": ptx,
-                        "seconds": info["seconds"]})
+                        "sha256": sha256_file(library), "sass": sass, "ptx": ptx})
     flags = {name: [info["cflags"], info["cuda_cflags"]]
              for name, info in sorted(result["modules"].items())}
     manifest = {"schema": jitcache.MANIFEST_SCHEMA, "target": request.target,
@@ -581,7 +583,7 @@ def _compile(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, tmp: 
                 "arch_list": list(request.arch_list), "cuda_version": toolchain.lane,
                 "nvcc_version": toolchain.release, "flags_sha256": sha256_json(flags),
                 "groups": list(request.groups), "head_dims": list(request.head_dims),
-                "modules": entries}
+                "compile_seconds": result.get("seconds"), "modules": entries}
     wheel = jitcache.pack(modules, request.version, manifest, request.epoch, tmp)
     for scratch in ("workspace", "modules", "cuda"):
         shutil.rmtree(tmp / scratch, ignore_errors=True)

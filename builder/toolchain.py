@@ -247,6 +247,12 @@ def assemble(nvcc: Path, env: PythonEnv, destination: Path) -> Toolchain:
                 link = destination / into / item.name
                 if not link.exists() and not link.is_symlink():
                     link.symlink_to(item.resolve())
+    # PyPI's runtime wheel ships libcudart.so.13 only; the linker's -lcudart needs the
+    # unversioned name.
+    for versioned in sorted((destination / "lib64").glob("lib*.so.*")):
+        plain = versioned.parent / (versioned.name.split(".so.", 1)[0] + ".so")
+        if not plain.exists() and not plain.is_symlink():
+            plain.symlink_to(versioned.resolve())
     stub = destination / "lib64" / "stubs" / "libcuda.so"
     stub.parent.mkdir(parents=True, exist_ok=True)
     if not stub.exists():

@@ -249,3 +249,37 @@ def serve_directory(root: Path, *, json_pages: bool = False) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+# ---------------------------------------------------------------- real services (kernels)
+# A private Docker Engine and a Debian base for the CUDA build container (python3, venv,
+# g++: the PyPI toolkit needs a host compiler), both started or made here.
+
+
+@pytest.fixture(scope="session")
+def docker_engine(tmp_path_factory: pytest.TempPathFactory):
+    """A private dockerd (vfs, no iptables, no bridge); ``.client`` / ``.api`` / ``.host``."""
+    from services import start_docker_engine
+
+    engine = start_docker_engine(tmp_path_factory.mktemp("docker"))
+    yield engine
+    engine.stop()
+
+
+@dataclass(frozen=True)
+class LocalImage:
+    """An image imported into the test engine."""
+
+    name: str
+    image_id: str
+
+
+@pytest.fixture(scope="session")
+def kernel_base_image(docker_engine) -> LocalImage:
+    """Debian bookworm minbase with python3, python3-venv and g++ (debootstrap, cached in
+    .cache/tests/images), imported into ``docker_engine``."""
+    from services import DEBIAN_SUITE, debian_rootfs, import_image
+
+    tarball = debian_rootfs(TEST_CACHE / "images", ("python3", "python3-venv", "g++"))
+    image_id = import_image(docker_engine, tarball, "sm120-test/debian-gxx", DEBIAN_SUITE)
+    return LocalImage(f"sm120-test/debian-gxx:{DEBIAN_SUITE}", image_id)

@@ -440,11 +440,11 @@ def start_body_limit_proxy(upstream: str, limit: int) -> Proxy:
 # ------------------------------------------------------------------ base image
 
 
-def debian_rootfs(cache: Path) -> Path:
-    """A minimal Debian (``debootstrap --variant=minbase``, with Python and pip) as a
-    tarball, cached in ``cache`` between runs (built in a temporary folder, renamed into
-    place when complete; ≈ 40 s and 300 MB the first time)."""
-    tarball = cache / f"debian-{DEBIAN_SUITE}-minbase-{'-'.join(DEBIAN_PACKAGES)}.tar"
+def debian_rootfs(cache: Path, packages: tuple[str, ...] = DEBIAN_PACKAGES) -> Path:
+    """A minimal Debian (``debootstrap --variant=minbase``, with ``packages``: Python and pip
+    by default) as a tarball, cached in ``cache`` between runs (built in a temporary folder,
+    renamed into place when complete; ≈ 40 s and 300 MB the first time)."""
+    tarball = cache / f"debian-{DEBIAN_SUITE}-minbase-{'-'.join(packages)}.tar"
     if tarball.is_file():
         return tarball
     debootstrap = need("debootstrap", "debootstrap")
@@ -453,7 +453,7 @@ def debian_rootfs(cache: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix=".debootstrap-", dir=cache) as tmp:
         rootfs = Path(tmp) / "rootfs"
         done = subprocess.run([debootstrap, "--variant=minbase",
-                               f"--include={','.join(DEBIAN_PACKAGES)}", DEBIAN_SUITE,
+                               f"--include={','.join(packages)}", DEBIAN_SUITE,
                                str(rootfs), DEBIAN_MIRROR], capture_output=True, text=True,
                               timeout=1200)
         if done.returncode != 0:

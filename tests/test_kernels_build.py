@@ -174,13 +174,13 @@ def test_plain_12_0_and_a_foreign_lane_are_refused(tmp_path):
 
 
 def test_container_build_with_pypi_toolkit_is_found_by_flashinfer(docker_engine,
-                                                                  debian_base_image,
+                                                                  kernel_base_image,
                                                                   kernel_cache, tmp_path):
     """The CI path of the issue: norm for 12.0a inside the build container made from PyPI's
     CUDA wheels on a local Debian base, packed, installed into a fresh venv, and found by
     FlashInfer itself as AOT with sm_120a SASS; then an unchanged rebuild is cached."""
     args = ("--mode", "container", "--toolkit", "pypi", "--base-image",
-            debian_base_image.name, "--engine", docker_engine.host,
+            kernel_base_image.name, "--engine", docker_engine.host,
             "--cache-dir", str(kernel_cache))
     shutil.rmtree(kernel_cache / "kernels", ignore_errors=True)
     built = _kernels(*args, "--dist", str(tmp_path / "dist"))

@@ -663,3 +663,17 @@ def test_no_engine_is_a_misconfigured_runner(tmp_path: Path) -> None:
     runner = _checks(report)["runner"]
     assert runner["detail"].startswith("misconfigured runner: no Docker Engine answers")
     assert _checks(report)["kernels"]["status"] == "not-run"
+
+
+def test_engine_without_nvidia_runtime_is_a_misconfigured_runner(docker_engine,
+                                                                 kernel_base_image,
+                                                                 tmp_path: Path) -> None:
+    """A real Docker Engine with no NVIDIA runtime, asked for a GPU: exit 3, reported as
+    the runner's fault (not the image's), and no container left behind."""
+    done = run_cli("smoke", "--mode", "image", "--image", kernel_base_image.name, "--json",
+                   "--output", str(tmp_path / "r.json"), env=docker_engine.env)
+    assert done.returncode == 3, done.stdout + done.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["misconfigured_runner"] is True and report["passed"] is False
+    assert "could not select device driver" in _checks(report)["runner"]["detail"]
+    assert docker_engine.api.containers(all=True) == []
