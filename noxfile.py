@@ -1,4 +1,5 @@
-"""nox sessions: build (the default target's wheel into dist/), tests, lint, benchmark.
+"""nox sessions: build (the default target's wheel into dist/), image, release, tests, lint,
+benchmark.
 
 Thin by design: each session installs the builder and calls its CLI or pytest.
 """
@@ -18,6 +19,26 @@ def build(session: nox.Session) -> None:
     """Build a target's patched wheel into dist/ (``nox -s build -- --target NAME``)."""
     session.install(".")
     session.run("python", "-m", "builder", "wheel", *session.posargs)
+
+
+@nox.session
+def image(session: nox.Session) -> None:
+    """Build the runtime OCI image (``nox -s image -- --base-image NAME@sha256:...``)."""
+    session.install(".")
+    session.run("python", "-m", "builder", "image", *session.posargs)
+
+
+@nox.session
+def release(session: nox.Session) -> None:
+    """build -> image -> smoke -> publish; publishes only what passed the smoke gate.
+
+    ``nox -s release -- --registry HOST:PORT --repository-url URL [--kernel-wheel WHEEL]``;
+    credentials from TWINE_USERNAME / TWINE_PASSWORD (or keyring) and
+    SGLANG_SM120_REGISTRY_USERNAME / _PASSWORD (or docker login). The summary lists exactly
+    what got published.
+    """
+    session.install(".")
+    session.run("python", "-m", "builder", "release", *session.posargs)
 
 
 @nox.session
@@ -42,3 +63,5 @@ def benchmark(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench_wheel.py", *session.posargs)
     session.run("python", "benchmarks/bench_matrix.py")
     session.run("python", "benchmarks/bench_repack.py")
+    session.install(".[test]")  # the image benchmark starts an engine like the tests
+    session.run("python", "benchmarks/bench_image.py")
