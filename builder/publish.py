@@ -183,7 +183,7 @@ def upload_wheel(index: Index, path: Path, sha256: str, reporter: Reporter) -> P
     """
     reporter.info(f"uploading {path.name} to {index.upload_url}")
     done = subprocess.run(
-        [sys.executable, "-m", "twine", "upload", "--non-interactive",
+        [sys.executable, "-m", "twine", "--no-color", "upload", "--non-interactive",
          "--disable-progress-bar", "--repository-url", index.upload_url, str(path)],
         capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"}, timeout=1800)
     output = _redact(done.stdout + done.stderr)
@@ -191,10 +191,14 @@ def upload_wheel(index: Index, path: Path, sha256: str, reporter: Reporter) -> P
         lines = [line.strip() for line in output.splitlines() if line.strip()]
         errors = [line for line in lines if "ERROR" in line or "Error" in line]
         reason = " ".join((errors or lines or ["no output"])[-1:])
+        if "Credential not found" in reason:
+            raise BuilderError(f"no credentials for the index {index.upload_url} (twine: "
+                               f"{reason})", "set TWINE_USERNAME and TWINE_PASSWORD, or "
+                               "store them in the keyring")
         if "403" in reason or "401" in reason:
             hint = "the index refused the credentials: check TWINE_USERNAME / TWINE_PASSWORD"
         else:
-            hint = "see the index's answer above; nothing of this wheel was published"
+            hint = "the index refused the file; nothing of it was published"
         raise BuilderError(f"the index {index.upload_url} rejected {path.name}: {reason}",
                            hint)
     theirs = index_files(index, str(parse_wheel_filename(path.name)[0])).get(path.name, "")

@@ -179,8 +179,8 @@ def run_release_image(project: Path, engine: DockerEngine, registry: Registry,
 
 @pytest.fixture
 def fresh_index(tmp_path: Path) -> Iterator[PackageIndex]:
-    """An empty index of its own (no authentication)."""
-    index = start_package_index(tmp_path / "index")
+    """An empty index of its own (uploads need ``.env()``'s credentials)."""
+    index = start_package_index(tmp_path / "index", credentials=("uploader", "pass-4"))
     yield index
     index.stop()
 
@@ -206,7 +206,7 @@ def test_registry_down(runtime_project: Path, docker_engine: DockerEngine,
                        fresh_index: PackageIndex, debian_base_image: BaseImage) -> None:
     down = dead_registry()
     summary = assert_failed(release(runtime_project, docker_engine, down.host, fresh_index.url,
-                                    debian_base_image),
+                                    debian_base_image, env=fresh_index.env()),
                             f"the registry {down.host} is not reachable")
     assert summary["published"] == []
     assert not_published(summary) == [WHEEL, f"{down.host}/sglang-sm120:{TAG}"]
@@ -229,16 +229,22 @@ def test_registry_wrong_credentials(runtime_project: Path, docker_engine: Docker
 
 
 def test_index_wrong_credentials(runtime_project: Path, docker_engine: DockerEngine,
-                                 fresh_registry: Registry, package_index: PackageIndex,
-                                 debian_base_image: BaseImage) -> None:
-    done = release(runtime_project, docker_engine, fresh_registry.host, package_index.url,
-                   debian_base_image, repository="wrong-credentials",
-                   env={"TWINE_USERNAME": "sm120", "TWINE_PASSWORD": "not-the-password"})
-    summary = assert_failed(done, f"the index {package_index.url} rejected {WHEEL}: ")
-    assert "403" in done.stdout
+                                 fresh_registry: Registry, debian_base_image: BaseImage,
+                                 tmp_path: Path) -> None:
+    guarded = start_package_index(tmp_path / "guarded", credentials=("sm120", "right-pass-3"))
+    try:
+        done = release(runtime_project, docker_engine, fresh_registry.host, guarded.url,
+                       debian_base_image,
+                       env={"TWINE_USERNAME": "sm120", "TWINE_PASSWORD": "not-the-password"})
+        assert index_files(guarded) == []
+    finally:
+        guarded.stop()
+    summary = assert_failed(done, f"the index {guarded.url} rejected {WHEEL}: ")
+    assert "403" in outcome(done)["error"]
+    assert "refused the credentials" in outcome(done)["hint"]
     assert "not-the-password" not in done.stdout + done.stderr
     assert summary["published"] == []
-    assert not_published(summary) == [WHEEL, f"{fresh_registry.host}/wrong-credentials:{TAG}"]
+    assert not_published(summary) == [WHEEL, f"{fresh_registry.host}/sglang-sm120:{TAG}"]
 
 
 def test_push_rejected_mid_stream(runtime_project: Path, docker_engine: DockerEngine,
@@ -247,7 +253,7 @@ def test_push_rejected_mid_stream(runtime_project: Path, docker_engine: DockerEn
     read_only = start_registry(tmp_path / "read-only", read_only=True)
     try:
         done = release(runtime_project, docker_engine, read_only.host, fresh_index.url,
-                       debian_base_image)
+                       debian_base_image, env=fresh_index.env())
     finally:
         read_only.stop()
     summary = assert_failed(done, "push failed: ")
@@ -264,7 +270,7 @@ def test_tag_exists_with_another_digest(runtime_project: Path, docker_engine: Do
     taken = f"{fresh_registry.host}/sglang-sm120:{TAG}"
     other = push_image(docker_engine, debian_base_image.reference, taken)
     summary = assert_failed(release(runtime_project, docker_engine, fresh_registry.host,
-                                    fresh_index.url, debian_base_image),
+                                    fresh_index.url, debian_base_image, env=fresh_index.env()),
                             f"the tag {taken} already exists with digest {other}")
     assert summary["published"] == [] and index_files(fresh_index) == []
     assert docker_engine.api.inspect_distribution(taken)["Descriptor"]["digest"] == other
@@ -285,7 +291,7 @@ def test_index_rejects_the_upload(runtime_project: Path, docker_engine: DockerEn
     proxy = start_body_limit_proxy(fresh_index.url, limit=1_000_000)
     try:
         done = release(runtime_project, docker_engine, fresh_registry.host, proxy.url,
-                       debian_base_image)
+                       debian_base_image, env=fresh_index.env())
     finally:
         proxy.stop()
     summary = assert_failed(done, f"the index {proxy.url} rejected {WHEEL}: ")
@@ -303,7 +309,7 @@ def test_same_name_other_bytes(runtime_project: Path, docker_engine: DockerEngin
         pytest.fail("run the module whole: the wheel is built by the first release")
     (fresh_index.packages / WHEEL).write_bytes(ours.read_bytes() + b"\0")
     summary = assert_failed(release(runtime_project, docker_engine, fresh_registry.host,
-                                    fresh_index.url, debian_base_image),
+                                    fresh_index.url, debian_base_image, env=fresh_index.env()),
                             f"the index already has {WHEEL} with other bytes")
     assert summary["published"] == []
     assert (fresh_index.packages / WHEEL).read_bytes() == ours.read_bytes() + b"\0"
@@ -313,7 +319,7 @@ def test_missing_base_image(runtime_project: Path, docker_engine: DockerEngine,
                             fresh_registry: Registry, fresh_index: PackageIndex) -> None:
     missing = BaseImage(f"{fresh_registry.host}/sm120-test/gone:bookworm", "sha256:" + "1" * 64)
     summary = assert_failed(release(runtime_project, docker_engine, fresh_registry.host,
-                                    fresh_index.url, missing),
+                                    fresh_index.url, missing, env=fresh_index.env()),
                             f"base image {missing.reference} is missing")
     assert summary["published"] == []
     assert summary["not_published"]
