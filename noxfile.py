@@ -1,5 +1,5 @@
-"""nox sessions: build (the default target's wheel into dist/), tests, lint, benchmark,
-smoke.
+"""nox sessions: build (the default target's wheel into dist/), kernels, image, release,
+smoke, tests, lint, benchmark, and the CI helpers plan, matrix, upstream.
 
 Thin by design: each session installs the builder and calls its CLI or pytest.
 """
@@ -19,6 +19,26 @@ def build(session: nox.Session) -> None:
     """Build a target's patched wheel into dist/ (``nox -s build -- --target NAME``)."""
     session.install(".")
     session.run("python", "-m", "builder", "wheel", *session.posargs)
+
+
+@nox.session
+def image(session: nox.Session) -> None:
+    """Build the runtime OCI image (``nox -s image -- --base-image NAME@sha256:...``)."""
+    session.install(".")
+    session.run("python", "-m", "builder", "image", *session.posargs)
+
+
+@nox.session
+def release(session: nox.Session) -> None:
+    """build -> image -> smoke -> publish; publishes only what passed the smoke gate.
+
+    ``nox -s release -- --registry HOST:PORT --repository-url URL [--kernel-wheel WHEEL]``;
+    credentials from TWINE_USERNAME / TWINE_PASSWORD (or keyring) and
+    SGLANG_SM120_REGISTRY_USERNAME / _PASSWORD (or docker login). The summary lists exactly
+    what got published.
+    """
+    session.install(".")
+    session.run("python", "-m", "builder", "release", *session.posargs)
 
 
 @nox.session
@@ -44,6 +64,8 @@ def benchmark(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench_matrix.py")
     session.run("python", "benchmarks/bench_repack.py")
     session.run("python", "benchmarks/bench_kernels.py")
+    session.install(".[test]")  # the image benchmark starts an engine like the tests
+    session.run("python", "benchmarks/bench_image.py")
 
 
 # --- CI sessions (ci/*.yml call these; README: CI) ---------------------------------------
@@ -78,6 +100,8 @@ def kernels(session: nox.Session) -> None:
     default module set with no --modules; ``-- --mode host`` for this machine's toolkit)."""
     session.install(".")
     session.run("python", "-m", "builder", "kernels", "--mode", "container", *session.posargs)
+
+
 # --- smoke (issue 6) -------------------------------------------------------------------
 @nox.session(venv_backend="none")
 def smoke(session: nox.Session) -> None:

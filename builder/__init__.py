@@ -2,8 +2,11 @@
 
 The pipeline's stages, each returning one result object the next one takes::
 
-    fetch_source -> apply_series -> build_wheel
-    (SourceResult)  (PatchResult)   (WheelResult)
+    fetch_source -> apply_series -> build_wheel -> build_image -> smoke gate -> publish
+    (SourceResult)  (PatchResult)   (WheelResult)  (ImageResult)  (GateResult)  (Published)
+
+:func:`run_image` and :func:`run_release` run them for a target; a release publishes only
+what passed its :data:`SmokeGate` (default: :func:`static_gate`).
 
 Configuration is parsed once by :func:`load_targets` and :func:`load_series`; every
 refusal is a :class:`BuilderError` with a cause and a hint.
@@ -20,8 +23,11 @@ from builder.config import (
     load_series,
     load_targets,
 )
+from builder.engine import connect
 from builder.errors import BuilderError
 from builder.hunks import Hunk, HunkResult, HunkStatus, apply_file_hunks, split_lines
+from builder.image import BaseImage, ExtraWheel, ImageResult, build_image, load_base_pins
+from builder.imagesmoke import StaticSmokeReport, static_smoke
 from builder.intent import IntentCheck, IntentOutcome
 from builder.layout import Layout
 from builder.patch import (
@@ -35,6 +41,16 @@ from builder.patch import (
 from builder.patchfile import FilePatch, Operation, ParsedPatch, parse_patch
 from builder.pipeline import Options, run_fetch, run_patch, run_wheel, run_wheels
 from builder.plan import Plan, PlanEntry, plan_targets
+from builder.publish import Index, Published
+from builder.release import (
+    GateResult,
+    ImageOptions,
+    ReleaseSummary,
+    SmokeGate,
+    run_image,
+    run_release,
+    static_gate,
+)
 from builder.smoke import (
     CheckResult,
     SmokeOptions,
@@ -49,14 +65,20 @@ from builder.wheel import PROVENANCE_FILE, WheelResult, build_wheel, builder_ver
 
 __all__ = [
     "PROVENANCE_FILE",
+    "BaseImage",
     "BuilderError",
     "Cache",
     "CheckResult",
+    "ExtraWheel",
     "FilePatch",
+    "GateResult",
     "GitPin",
     "Hunk",
     "HunkResult",
     "HunkStatus",
+    "ImageOptions",
+    "ImageResult",
+    "Index",
     "IntentCheck",
     "IntentOutcome",
     "Layout",
@@ -67,21 +89,28 @@ __all__ = [
     "PatchReport",
     "PatchResult",
     "PatchStatus",
+    "Published",
+    "ReleaseSummary",
     "SdistPin",
     "Series",
     "SeriesEntry",
+    "SmokeGate",
     "SmokeOptions",
     "SmokeReport",
     "SourceResult",
+    "StaticSmokeReport",
     "Target",
     "TargetsFile",
     "WheelResult",
     "apply_file_hunks",
     "apply_series",
+    "build_image",
     "build_wheel",
     "builder_version",
+    "connect",
     "default_cache_root",
     "fetch_source",
+    "load_base_pins",
     "load_report",
     "load_series",
     "load_targets",
@@ -90,11 +119,15 @@ __all__ = [
     "plan_series",
     "require_passed",
     "run_fetch",
+    "run_image",
     "run_patch",
+    "run_release",
     "run_smoke",
     "run_wheel",
     "run_wheels",
     "split_lines",
+    "static_gate",
+    "static_smoke",
 ]
 
 # CI: the build plan (``plan --json``) and the upstream check

@@ -35,6 +35,8 @@ from builder.pipeline import (
     run_wheels,
 )
 from builder.progress import Reporter
+from builder.publish import Index
+from builder.release import ImageOptions, ReleaseSummary, run_image, run_release
 from builder.smoke import SmokeFailed, SmokeOptions, SmokeReport, run_smoke, write_report
 from builder.source import DEFAULT_INDEX_URL
 
@@ -51,6 +53,8 @@ examples:
   python -m builder kernels --target sglang-0.5.9 --cuda-lane 13.0 --modules norm
   python -m builder plan --json                    # the CI build matrix, one entry a target
   python -m builder upstream --format markdown     # newer SGLang releases vs the series
+  python -m builder image --base-image NAME:TAG@sha256:...   # the runtime OCI image
+  python -m builder release --registry 127.0.0.1:5000 --repository-url http://127.0.0.1:8080/
 
 Results go to stdout, progress and errors to stderr.
 exit status: 0 success, 1 the build refused or failed (one-line cause and a hint on
@@ -204,6 +208,36 @@ def build_parser() -> argparse.ArgumentParser:
     preflight.set_defaults(handler=_cmd_preflight)
 
     _kernels_parser(commands)
+    image = commands.add_parser(
+        "image", help="build the runtime OCI image: upstream's image plus our wheel(s)",
+        description="Build the target's wheel, then the runtime image from images/Dockerfile "
+                    "with the engine's BuildKit: FROM the upstream image of the target's "
+                    "CUDA lane (by digest, images/pins.toml), plus one thin layer that "
+                    "pip-installs the sglang wheel and any --kernel-wheel with --no-deps. "
+                    "The build log streams to stderr.")
+    _common(image)
+    _source_args(image)
+    _image_args(image)
+    image.set_defaults(handler=_cmd_image, series=None, patch=None, strip=1, max_fuzz=0)
+
+    release = commands.add_parser(
+        "release", help="wheel -> image -> smoke gate -> publish wheels and image",
+        description="Build the wheel and the image, run the smoke gate (static: the "
+                    "provenance and the patched line read inside the image), and only if it "
+                    "passes upload the wheels with twine (TWINE_USERNAME / TWINE_PASSWORD "
+                    "or keyring) and push the image (SGLANG_SM120_REGISTRY_USERNAME / "
+                    "_PASSWORD, or docker login). Re-running never overwrites: a file or "
+                    "tag already there with the same content counts as published, with other "
+                    "content it is an error. The summary lists exactly what was published.")
+    _common(release)
+    _source_args(release)
+    _image_args(release)
+    release.add_argument("--repository-url", required=True, metavar="URL",
+                         help="where twine uploads the wheels (pypiserver: its root URL)")
+    release.add_argument("--publish-index-url", metavar="URL",
+                         help="the simple index of that repository, read to find files "
+                              "already published (default: <repository-url>/simple/)")
+    release.set_defaults(handler=_cmd_release, series=None, patch=None, strip=1, max_fuzz=0)
 
     refresh.add_argument("--series", type=Path, metavar="FILE",
                          help="refresh this series file instead of the target's")
@@ -439,6 +473,33 @@ def _exit_status(exc: BuilderError) -> int:
     return exc.exit_status if isinstance(exc, SmokeFailed) else 1
 
 # --- end smoke -------------------------------------------------------------------------
+def _image_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("image")
+    group.add_argument("--registry", default="localhost:5000", metavar="HOST[:PORT]",
+                       help="registry the image tag names (default: %(default)s)")
+    group.add_argument("--repository", default="sglang-sm120", metavar="PATH",
+                       help="repository in that registry (default: %(default)s)")
+    group.add_argument("--base-image", metavar="NAME@sha256:...",
+                       help="build on this image instead of the pinned upstream one")
+    group.add_argument("--kernel-wheel", type=Path, action="append", default=[],
+                       metavar="WHEEL", help="also install this wheel (repeatable; e.g. "
+                       "the flashinfer_jit_cache kernel wheel)")
+    group.add_argument("--pins-file", type=Path, default=Path("images/pins.toml"),
+                       help="upstream base images by digest (default: %(default)s)")
+    group.add_argument("--dockerfile", type=Path, default=Path("images/Dockerfile"),
+                       help="the runtime image's Dockerfile (default: %(default)s)")
+    group.add_argument("--dist", type=Path, default=Path("dist"), metavar="DIR",
+                       help="where the wheels go (default: %(default)s)")
+    group.add_argument("--docker-host", metavar="URL",
+                       help="the Docker Engine (default: $DOCKER_HOST or "
+                            "unix:///var/run/docker.sock)")
+
+
+def _image_options(args: argparse.Namespace) -> ImageOptions:
+    return ImageOptions(registry=args.registry, repository=args.repository,
+                        base_image=args.base_image, pins_file=args.pins_file,
+                        dockerfile=args.dockerfile, kernel_wheels=tuple(args.kernel_wheel),
+                        docker_host=args.docker_host)
 
 
 def _options(args: argparse.Namespace, reporter: Reporter) -> Options:
@@ -692,6 +753,21 @@ def _cmd_upstream(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any
                            "python -m builder refresh --target NAME after pinning the release "
                            "(README: Refresh)", report=report)
     return report.to_json()
+def _cmd_image(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    result = run_image(_options(args, reporter), _image_options(args))
+    how = "from the build cache" if result.cached else "built"
+    reporter.raw(f"image {result.image_id} ({how}) on {result.base.reference}\n"
+                 + "".join(f"tagged {tag}\n" for tag in result.tags)
+                 + f"layer added: {result.layer_size} bytes ({result.layers_added} layer); "
+                 f"installed: {', '.join(result.requirements)}\n")
+    return result.describe()
+
+
+def _cmd_release(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    index = Index.from_urls(args.repository_url, args.publish_index_url)
+    summary = run_release(_options(args, reporter), _image_options(args), index)
+    reporter.raw("".join(line + "\n" for line in summary.lines()))
+    return summary.to_json()
 
 
 def _terminate(number: int, _frame: object) -> None:
@@ -702,6 +778,10 @@ def _print_error(exc: BuilderError) -> None:
     err = Console(stderr=True, highlight=False)
     if isinstance(exc.report, PatchReport):
         render_report(exc.report, err)
+    if isinstance(exc.report, ReleaseSummary):
+        err.print("release summary:", style="bold")
+        for line in exc.report.lines():
+            err.print(f"  {line}", markup=False, soft_wrap=True)
     err.print("error:", style="bold red", end=" ")
     err.print(exc.cause, markup=False, soft_wrap=True)
     if exc.hint:

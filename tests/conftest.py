@@ -20,6 +20,20 @@ from pathlib import Path
 
 import git
 import pytest
+from services import (
+    DEBIAN_SUITE,
+    DockerEngine,
+    PackageIndex,
+    Registry,
+    debian_rootfs,
+    import_image,
+    push_image,
+    start_docker_engine,
+    start_package_index,
+    start_registry,
+)
+
+from builder.image import BaseImage
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_CACHE = Path(os.environ.get("SGLANG_SM120_TEST_CACHE", REPO / ".cache" / "tests"))
@@ -251,19 +265,56 @@ def serve_directory(root: Path, *, json_pages: bool = False) -> Iterator[str]:
         server.server_close()
 
 
-# ---------------------------------------------------------------- real services (kernels)
-# A private Docker Engine and a Debian base for the CUDA build container (python3, venv,
-# g++: the PyPI toolkit needs a host compiler), both started or made here.
+# ---------------------------------------------------------------- real services
+# Session fixtures over tests/services.py: a Docker Engine, a registry, a package index
+# and a Debian base image, started here on 127.0.0.1 and stopped at the end.
 
 
 @pytest.fixture(scope="session")
-def docker_engine(tmp_path_factory: pytest.TempPathFactory):
+def docker_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerEngine]:
     """A private dockerd (vfs, no iptables, no bridge); ``.client`` / ``.api`` / ``.host``."""
-    from services import start_docker_engine
-
     engine = start_docker_engine(tmp_path_factory.mktemp("docker"))
     yield engine
     engine.stop()
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    """A docker-registry on 127.0.0.1 without authentication; ``.host`` is host:port."""
+    started = start_registry(tmp_path_factory.mktemp("registry"))
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="session")
+def package_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PackageIndex]:
+    """A pypiserver (--disable-fallback) whose uploads need ``.credentials`` (``.env()``)."""
+    started = start_package_index(tmp_path_factory.mktemp("index"),
+                                  credentials=("sm120", "index-secret-1"))
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="session")
+def debian_base_image(docker_engine: DockerEngine, registry: Registry) -> BaseImage:
+    """A minimal Debian bookworm with python3 and pip (debootstrap, cached in
+    .cache/tests/images), imported into ``docker_engine`` and pushed to ``registry``:
+    a base referenced by digest, like upstream's."""
+    tarball = debian_rootfs(TEST_CACHE / "images")
+    image_id = import_image(docker_engine, tarball, "sm120-test/debian", DEBIAN_SUITE)
+    name = f"{registry.host}/sm120-test/debian:{DEBIAN_SUITE}"
+    return BaseImage(name, push_image(docker_engine, image_id, name))
+
+
+@pytest.fixture(scope="session")
+def runtime_project(sdists: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+                    ) -> Path:
+    """A project that builds the real 0.5.9 sdist as ``0.5.9+sm120.7``, with the repo's
+    ``images/`` copied in; run the CLI in it with ``--cache-dir <it>/cache`` so the
+    wheel is built once per session."""
+    root = write_project(tmp_path_factory.mktemp("runtime") / "project", sdist=sdists["0.5.9"])
+    shutil.copytree(REPO / "images", root / "images")
+    return root
 
 
 @dataclass(frozen=True)
@@ -275,11 +326,9 @@ class LocalImage:
 
 
 @pytest.fixture(scope="session")
-def kernel_base_image(docker_engine) -> LocalImage:
+def kernel_base_image(docker_engine: DockerEngine) -> LocalImage:
     """Debian bookworm minbase with python3, python3-venv and g++ (debootstrap, cached in
     .cache/tests/images), imported into ``docker_engine``."""
-    from services import DEBIAN_SUITE, debian_rootfs, import_image
-
     tarball = debian_rootfs(TEST_CACHE / "images", ("python3", "python3-venv", "g++"))
     image_id = import_image(docker_engine, tarball, "sm120-test/debian-gxx", DEBIAN_SUITE)
     return LocalImage(f"sm120-test/debian-gxx:{DEBIAN_SUITE}", image_id)

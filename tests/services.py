@@ -19,6 +19,7 @@ Missing tools skip the tests that need them, except in CI (``CI=true``), where t
 from __future__ import annotations
 
 import http.client
+import importlib.util
 import os
 import shutil
 import signal
@@ -346,9 +347,7 @@ def start_package_index(root: Path, *, credentials: tuple[str, str] | None = Non
         credentials: require this user for uploads (htpasswd, apr1), else no
             authentication at all.
     """
-    try:
-        import pypiserver  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("pypiserver") is None:
         if IN_CI:
             pytest.fail("pypiserver is not installed (pip install -e '.[test]')")
         pytest.skip("pypiserver is not installed (pip install -e '.[test]')")
