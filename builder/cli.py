@@ -36,7 +36,14 @@ from builder.pipeline import (
 )
 from builder.progress import Reporter
 from builder.publish import Index
-from builder.release import ImageOptions, ReleaseSummary, run_image, run_release
+from builder.release import (
+    ImageOptions,
+    ReleaseSummary,
+    gpu_gate,
+    run_image,
+    run_release,
+    static_gate,
+)
 from builder.smoke import SmokeFailed, SmokeOptions, SmokeReport, run_smoke, write_report
 from builder.source import DEFAULT_INDEX_URL
 
@@ -237,6 +244,13 @@ def build_parser() -> argparse.ArgumentParser:
     release.add_argument("--publish-index-url", metavar="URL",
                          help="the simple index of that repository, read to find files "
                               "already published (default: <repository-url>/simple/)")
+    release.add_argument("--gate", choices=("gpu", "static"), default="gpu",
+                         help="gpu: the smoke test on this runner's GPU, in the image "
+                              "(default; `smoke`); static: only the provenance and patched "
+                              "line read inside the image, no GPU (a dry run of publishing)")
+    release.add_argument("--gate-series", type=Path, default=Path("patches/series.toml"),
+                         metavar="FILE", help="series whose intent checks the gpu gate "
+                                              "verifies in the image (default: %(default)s)")
     release.set_defaults(handler=_cmd_release, series=None, patch=None, strip=1, max_fuzz=0)
 
     refresh.add_argument("--series", type=Path, metavar="FILE",
@@ -311,8 +325,8 @@ def _kernels_parser(commands: Any) -> None:
     kernels.add_argument("--toolkit", choices=("pypi", "base"),
                          help="container mode: CUDA from the base image (nvidia/cuda:*-devel) "
                               "or from PyPI's wheels (default: the base's if it has one)")
-    kernels.add_argument("--engine", metavar="URL",
-                         help="container mode: Docker Engine (default: DOCKER_HOST)")
+    kernels.add_argument("--docker-host", metavar="URL",
+                         help="container mode: the Docker Engine (default: DOCKER_HOST)")
     kernels.add_argument("--request", type=Path, metavar="FILE",
                          help="build a request saved as JSON instead of resolving the target "
                               "(what the build container runs)")
@@ -348,7 +362,7 @@ def _cmd_kernels(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]
         arch_list=args.arch_list, mode=args.mode, environment=args.environment,
         nvcc=args.nvcc, build_torch=args.build_torch, wheelhouse=args.wheelhouse,
         sccache=args.sccache, jobs=args.jobs, base_image=args.base_image,
-        toolkit=args.toolkit, engine=args.engine, request_file=args.request)
+        toolkit=args.toolkit, engine=args.docker_host, request_file=args.request)
     if args.save_request:
         request = kernel_request(_options(args, reporter), kernel)
         atomic_write_bytes(args.save_request,
@@ -765,7 +779,10 @@ def _cmd_image(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
 
 def _cmd_release(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     index = Index.from_urls(args.repository_url, args.publish_index_url)
-    summary = run_release(_options(args, reporter), _image_options(args), index)
+    image_options = _image_options(args)
+    gate = gpu_gate(docker_host=image_options.docker_host, series=args.gate_series) \
+        if args.gate == "gpu" else static_gate
+    summary = run_release(_options(args, reporter), image_options, index, gate=gate)
     reporter.raw("".join(line + "\n" for line in summary.lines()))
     return summary.to_json()
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from builder.cache import Cache, sha256_file, sha256_json
+from builder.engine import connect, error_of
 from builder.errors import BuilderError
 from builder.kernels import KernelRequest, KernelResult, compile_jobs
 from builder.progress import Reporter
@@ -44,33 +45,13 @@ DEFAULT_BASES = {"12.9": "nvidia/cuda:12.9.1-devel-ubuntu24.04",
 _IMAGE_REPOSITORY = "sglang-sm120-kernels-build"
 
 
-def engine(url: str | None) -> docker.DockerClient:
-    """A client of the Docker Engine at ``url`` (``None``: ``DOCKER_HOST`` or the default
-    socket).
-
-    Raises:
-        BuilderError: the engine does not answer.
-    """
-    import docker
-    from docker.errors import DockerException
-
-    try:
-        client = docker.DockerClient(base_url=url) if url else docker.from_env()
-        client.ping()
-    except DockerException as error:
-        where = url or os.environ.get("DOCKER_HOST") or "the default socket"
-        raise BuilderError(f"no Docker Engine answers at {where}: {str(error)[:200]}",
-                           "start dockerd, or pass --engine / set DOCKER_HOST") from None
-    return client
-
-
 def _events(stream: Iterator[dict[str, Any]], reporter: Reporter, what: str) -> str | None:
     """Show a build stream's lines; raise on an error event; return the built image id."""
     image: str | None = None
     for event in stream:
-        if "error" in event or "errorDetail" in event:
-            message = event.get("error") or event["errorDetail"].get("message", "")
-            raise BuilderError(f"{what} failed: {str(message).strip()}",
+        message = error_of(event)
+        if message is not None:
+            raise BuilderError(f"{what} failed: {message.strip()}",
                                "the log above shows the step")
         if "stream" in event:
             for line in str(event["stream"]).splitlines():
@@ -203,7 +184,7 @@ def build_kernels_in_container(request: KernelRequest, options: KernelOptions, *
         BuilderError: no engine, the image build failed, the container failed (its
             error message and log tail), or its result cannot be read.
     """
-    client = engine(options.engine)
+    client = connect(options.engine, timeout=3600)
     base = options.base_image or DEFAULT_BASES.get(request.lane)
     if base is None:
         raise BuilderError(f"no default build base for CUDA {request.lane}",

@@ -11,11 +11,13 @@ failed release raises :class:`BuilderError` carrying it.
 The gate is any :class:`SmokeGate`: a callable taking the engine client and the built
 :class:`~builder.image.ImageResult` and returning a :class:`GateResult` (passed flag,
 the wheel files it covered, a JSON report). :func:`static_gate` (the static smoke test
-of :mod:`builder.imagesmoke`) is the default; a GPU smoke test plugs in the same way.
+of :mod:`builder.imagesmoke`) checks the image without a GPU; :func:`gpu_gate` adds the
+smoke test on a GPU runner (:mod:`builder.smoke`), which ``release`` uses by default.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +48,7 @@ from builder.publish import (
     upload_wheel,
     wheel_state,
 )
+from builder.smoke import SmokeOptions, run_smoke
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,49 @@ def static_gate(client: docker.DockerClient, image: ImageResult) -> GateResult:
     wheels = ((report.installed_wheel,) if report.installed_wheel else ()) + \
         tuple(w.path.name for w in image.extra_wheels)
     return GateResult("static", report.passed, wheels, report.to_json())
+
+
+def gpu_gate(*, docker_host: str | None = None, series: Path = Path("patches/series.toml"),
+             moe: bool = False) -> SmokeGate:
+    """The smoke test on a GPU runner (:func:`builder.smoke.run_smoke`, image mode) as a
+    gate: the image runs with every GPU attached, FlashInfer may not compile, and the
+    installed sglang must be the wheel being released.
+
+    Args:
+        docker_host: the engine the image is in (``None``: ``DOCKER_HOST``).
+        series: the series whose intent checks must hold in the image.
+        moe: count the MoE autotune check even when it cannot run.
+
+    Returns:
+        A gate; it passes only when the static smoke test and the GPU smoke test pass. A
+        runner without a GPU (no NVIDIA runtime in the engine) fails it: nothing is
+        published from a machine that could not test on a GPU.
+    """
+    def gate(client: docker.DockerClient, image: ImageResult) -> GateResult:
+        static = static_gate(client, image)
+        if not static.passed:
+            return GateResult("gpu", False, (), {"static": static.report,
+                                                 "checks": static.report.get("checks", [])})
+        installed = [w.path for w in image.wheels if w.path.name in static.wheels]
+        saved = os.environ.get("DOCKER_HOST")
+        if docker_host:
+            os.environ["DOCKER_HOST"] = docker_host  # the smoke test's docker.from_env()
+        try:
+            report = run_smoke(SmokeOptions(mode="image", image=image.image_id, series=series,
+                                            sglang_wheel=installed[0] if installed else None,
+                                            moe=moe))
+        finally:
+            if docker_host and saved is None:
+                os.environ.pop("DOCKER_HOST", None)
+            elif docker_host and saved is not None:
+                os.environ["DOCKER_HOST"] = saved
+        data = report.to_json()
+        # The release summary names the failed checks by "ok".
+        data["checks"] = [{**check, "ok": check["status"] in ("passed", "warning")
+                           or not check["required"]} for check in data["checks"]]
+        return GateResult("gpu", report.passed, static.wheels if report.passed else (), data)
+
+    return gate
 
 
 @dataclass

@@ -182,7 +182,7 @@ def test_container_build_with_pypi_toolkit_is_found_by_flashinfer(docker_engine,
     CUDA wheels on a local Debian base, packed, installed into a fresh venv, and found by
     FlashInfer itself as AOT with sm_120a SASS; then an unchanged rebuild is cached."""
     args = ("--mode", "container", "--toolkit", "pypi", "--base-image",
-            kernel_base_image.name, "--engine", docker_engine.host,
+            kernel_base_image.name, "--docker-host", docker_engine.host,
             "--cache-dir", str(kernel_cache))
     shutil.rmtree(kernel_cache / "kernels", ignore_errors=True)
     built = _kernels(*args, "--dist", str(tmp_path / "dist"))

@@ -62,7 +62,7 @@ def release(project: Path, engine: DockerEngine, registry: str, index: str,
             base: BaseImage, *extra: str, env: dict[str, str] | None = None,
             repository: str = "sglang-sm120") -> subprocess.CompletedProcess[str]:
     """``python -m builder release --json`` in ``project``."""
-    return run_cli("release", "--json", "--cache-dir", str(project / "cache"),
+    return run_cli("release", "--json", "--gate", "static", "--cache-dir", str(project / "cache"),
                    "--registry", registry, "--repository", repository,
                    "--base-image", base.reference, "--repository-url", index, *extra,
                    cwd=project, env={**engine.env, **(env or {})})
@@ -351,6 +351,29 @@ def test_a_failing_smoke_gate_publishes_nothing(runtime_project: Path,
     assert summary.published == []
     assert [a for a, _ in summary.not_published] == [WHEEL,
                                                      f"{fresh_registry.host}/sglang-sm120:{TAG}"]
+    assert index_files(fresh_index) == []
+    with pytest.raises(Exception, match="manifest unknown"):
+        docker_engine.api.inspect_distribution(f"{fresh_registry.host}/sglang-sm120:{TAG}")
+
+
+def test_release_on_a_runner_without_gpu_publishes_nothing(runtime_project: Path,
+                                                           docker_engine: DockerEngine,
+                                                           fresh_registry: Registry,
+                                                           fresh_index: PackageIndex,
+                                                           debian_base_image: BaseImage
+                                                           ) -> None:
+    """The default gate is the smoke test on the runner's GPU: this engine has no NVIDIA
+    runtime, so the smoke test fails (a misconfigured runner) and nothing is published."""
+    done = run_cli("release", "--json", "--cache-dir", str(runtime_project / "cache"),
+                   "--registry", fresh_registry.host, "--base-image",
+                   debian_base_image.reference, "--repository-url", fresh_index.url,
+                   cwd=runtime_project, env={**docker_engine.env, **fresh_index.env()})
+    assert done.returncode == 1, done.stdout + done.stderr
+    error = outcome(done)
+    assert error["error"].startswith("the gpu smoke gate failed: runner: misconfigured runner")
+    summary = error["report"]
+    assert summary["published"] == [] and summary["gate"]["name"] == "gpu"
+    assert summary["gate"]["report"]["misconfigured_runner"] is True
     assert index_files(fresh_index) == []
     with pytest.raises(Exception, match="manifest unknown"):
         docker_engine.api.inspect_distribution(f"{fresh_registry.host}/sglang-sm120:{TAG}")
