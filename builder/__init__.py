@@ -2,11 +2,14 @@
 
 The pipeline's stages, each returning one result object the next one takes::
 
-    fetch_source -> apply_series -> build_wheel -> build_image -> smoke gate -> publish
-    (SourceResult)  (PatchResult)   (WheelResult)  (ImageResult)  (GateResult)  (Published)
+    fetch_source -> apply_series -> build_wheel ---------> build_image -> smoke gate -> publish
+    (SourceResult)  (PatchResult)   (WheelResult)     /    (ImageResult)  (GateResult)  (Published)
+                    read_pins -> build_kernels ------/
+                    (KernelPins) (KernelResult: a flashinfer_jit_cache wheel)
 
-:func:`run_image` and :func:`run_release` run them for a target; a release publishes only
-what passed its :data:`SmokeGate` (default: :func:`static_gate`).
+:func:`run_kernels`, :func:`run_image` and :func:`run_release` run them for a target; a
+release publishes only what passed its :data:`SmokeGate` (the ``release`` command's
+default: the smoke test on the runner's GPU, :func:`builder.release.gpu_gate`).
 
 Configuration is parsed once by :func:`load_targets` and :func:`load_series`; every
 refusal is a :class:`BuilderError` with a cause and a hint.
@@ -132,3 +135,19 @@ __all__ = [
 
 # CI: the build plan (``plan --json``) and the upstream check
 __all__ += ["Plan", "PlanEntry", "UpstreamReport", "plan_targets"]
+
+# The kernel stage: FlashInfer modules compiled ahead of time into a jit-cache wheel.
+from builder.kernels import (  # noqa: E402
+    DEFAULT_GROUPS,
+    KernelPins,
+    KernelRequest,
+    KernelResult,
+    build_kernels,
+    read_pins,
+)
+from builder.pipeline import KernelOptions, kernel_request, run_kernels  # noqa: E402
+from builder.toolchain import Toolchain, assemble, cuda_wheels  # noqa: E402
+
+__all__ += ["DEFAULT_GROUPS", "KernelOptions", "KernelPins", "KernelRequest", "KernelResult",
+            "Toolchain", "assemble", "build_kernels", "cuda_wheels", "kernel_request",
+            "read_pins", "run_kernels"]
