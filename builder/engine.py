@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -202,14 +202,3 @@ class BuildkitTrace:
     def tail(self, lines: int = 12) -> str:
         """The last ``lines`` lines shown, joined."""
         return "\n".join(self.log[-lines:])
-
-
-def stream_lines(events: Iterator[dict[str, Any]]) -> Iterator[str]:
-    """Yield the human lines of a push or pull stream (``status``, ``id``), skipping
-    byte-progress updates."""
-    for event in events:
-        if "progressDetail" in event and event.get("progressDetail"):
-            continue
-        status = event.get("status")
-        if status:
-            yield f"{event['id']}: {status}" if event.get("id") else str(status)
