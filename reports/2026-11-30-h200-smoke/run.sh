@@ -5,7 +5,7 @@ K=/root/keep
 W=$K/flashinfer_cubin-0.6.3-py3-none-any.whl
 cat $K/part-aa $K/part-ab .dev/cubin/part-ac > $W
 echo "64ecd1e3084c78bfc958e90132d5dffcaf9d2cb4d52bfecde4c1b040e5b024d6  $W" | sha256sum -c || exit 1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .dev/whl/*.whl $W || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .dev/whl/*.whl .dev/extra/*.whl $W || exit 1
 export PYTHONPATH=/tmp/site
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv | tee $OUT/nvidia-smi.txt
 python3 -c "import torch, flashinfer; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'flashinfer', flashinfer.__version__)" | tee -a $OUT/nvidia-smi.txt
