@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -100,8 +101,8 @@ class Cache:
         final = self.entry(kind, key)
         final.parent.mkdir(parents=True, exist_ok=True)
         _remove_orphans(final.parent)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}.{os.getpid()}.", suffix=".tmp",
-                                    dir=final.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}.{os.getpid()}.{_pid_namespace()}.",
+                                    suffix=".tmp", dir=final.parent))
         try:
             yield tmp
             try:
@@ -115,11 +116,25 @@ class Cache:
             raise
 
 
+def _pid_namespace() -> str:
+    """This process's PID namespace (a number): a cache shared with a build container
+    sees PIDs of two namespaces, and a PID means something only in its own."""
+    try:
+        return re.sub(r"\D", "", os.readlink("/proc/self/ns/pid")) or "0"
+    except OSError:
+        return "0"
+
+
 def _remove_orphans(folder: Path) -> None:
-    """Remove temporary entries left by builds that were killed (their process is gone)."""
+    """Remove temporary entries left by builds that were killed (their process is gone).
+
+    Only entries made in this PID namespace are judged; another namespace's (a build
+    container's, or the host's seen from one) are left alone.
+    """
+    namespace = _pid_namespace()
     for tmp in folder.glob(".*.tmp"):
         parts = tmp.name.split(".")
-        if len(parts) < 4 or not parts[2].isdigit():
+        if len(parts) < 5 or not parts[2].isdigit() or parts[3] != namespace:
             continue
         try:
             os.kill(int(parts[2]), 0)

@@ -210,6 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     preflight.add_argument("--include", type=Path, action="append", metavar="DIR",
                            help="where the cuBLAS/cuRAND headers may be (repeatable; default: "
                                 "the include folder beside nvcc)")
+    preflight.add_argument("--cuda-lane", metavar="X.Y",
+                           help="one of the target's CUDA lanes (default: its first)")
     preflight.add_argument("--python", type=Path, metavar="PY",
                            help="interpreter whose torch must match the lane (default: skip)")
     preflight.set_defaults(handler=_cmd_preflight)
@@ -229,11 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     release = commands.add_parser(
         "release", help="wheel -> image -> smoke gate -> publish wheels and image",
-        description="Build the wheel and the image, run the smoke gate (static: the "
-                    "provenance and the patched line read inside the image), and only if it "
-                    "passes upload the wheels with twine (TWINE_USERNAME / TWINE_PASSWORD "
-                    "or keyring) and push the image (SGLANG_SM120_REGISTRY_USERNAME / "
-                    "_PASSWORD, or docker login). Re-running never overwrites: a file or "
+        description="Build the wheel and the image, run the smoke gate (--gate gpu, the "
+                    "default: the smoke test on this runner's GPU inside the image; --gate "
+                    "static: only the provenance and the patched line read inside the image), "
+                    "and only if it passes upload the wheels with twine (TWINE_USERNAME / "
+                    "TWINE_PASSWORD or keyring) and push the image "
+                    "(SGLANG_SM120_REGISTRY_USERNAME / _PASSWORD, or docker login). Re-running never overwrites: a file or "
                     "tag already there with the same content counts as published, with other "
                     "content it is an error. The summary lists exactly what was published.")
     _common(release)
@@ -318,7 +321,7 @@ def _kernels_parser(commands: Any) -> None:
     kernels.add_argument("--sccache", action="store_true",
                          help="compile through sccache; SCCACHE_DIR, SCCACHE_REDIS_ENDPOINT, "
                               "SCCACHE_BUCKET ... choose its cache (shared across runners)")
-    kernels.add_argument("--jobs", type=_count(1024), metavar="N",
+    kernels.add_argument("--jobs", type=_positive, metavar="N",
                          help="parallel compile jobs (default: CPUs, bounded by free memory)")
     kernels.add_argument("--base-image", metavar="REF",
                          help="container mode: the build container's base image")
@@ -336,6 +339,31 @@ def _kernels_parser(commands: Any) -> None:
     kernels.add_argument("--verbose", action="store_true",
                          help="print every compiler line, not just the steps")
     kernels.set_defaults(handler=_cmd_kernels)
+
+
+def _image_id_from(path: Path) -> str:
+    """The ``image_id`` in the JSON ``image --json`` printed.
+
+    Raises:
+        BuilderError: the file is missing, not JSON, or has no image ID.
+    """
+    try:
+        data = json.loads(path.read_text())
+        image_id = data["image_id"] if "image_id" in data else data["image"]["image_id"]
+    except OSError as error:
+        raise BuilderError(f"cannot read {path}: {error.strerror}",
+                           "write it with `python -m builder image --json > FILE`") from None
+    except (ValueError, KeyError, TypeError):
+        raise BuilderError(f"{path} holds no image ID", "write it with "
+                           "`python -m builder image --json > FILE`") from None
+    return str(image_id)
+
+
+def _positive(text: str) -> int:
+    value = _count(1024)(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("give at least 1")
+    return value
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -383,8 +411,10 @@ def _cmd_kernels(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]
     reporter.result(table)
     reporter.result(f"FlashInfer {manifest['flashinfer_version']}, CUDA "
                     f"{manifest['cuda_version']} (nvcc {manifest['nvcc_version']}), arch list "
-                    f"{' '.join(manifest['arch_list'])}; compiled in "
-                    f"{manifest.get('compile_seconds')} s; sha256 {result.sha256}")
+                    f"{' '.join(manifest['arch_list'])}; "
+                    + (f"compiled in {result.compile_seconds} s; "
+                       if result.compile_seconds is not None else "")
+                    + f"sha256 {result.sha256}")
     if result.sccache:
         reporter.result(f"sccache: {result.sccache}")
     return result.describe()
@@ -422,7 +452,9 @@ def _smoke_parser(commands: Any) -> None:
                        help="print one JSON object on stdout and no progress")
     smoke.add_argument("--mode", choices=("host", "image"), default="host",
                        help="host: this environment; image: a container (default: %(default)s)")
-    smoke.add_argument("--image", metavar="REF", help="the image to test (--mode image)")
+    smoke.add_argument("--image", metavar="REF",
+                       help="the image to test (--mode image); @FILE reads the image ID from "
+                            "the JSON that `image --json` printed into FILE")
     smoke.add_argument("--python", metavar="PY",
                        help="interpreter of the tested environment (default: this one; in "
                             "an image: python3)")
@@ -464,6 +496,8 @@ def _render_smoke(report: SmokeReport, reporter: Reporter) -> None:
 
 
 def _cmd_smoke(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    if args.image and args.image.startswith("@"):
+        args.image = _image_id_from(Path(args.image[1:]))
     if args.mode == "image" and not args.image:
         raise BuilderError("--mode image needs --image REF", "name the image to test")
     if args.probe_output is not None and args.mode == "image":
@@ -675,7 +709,7 @@ def _cmd_refresh(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]
 def _cmd_preflight(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     includes = args.include or [args.nvcc.resolve().parent.parent / "include"]
     result = run_preflight(_options(args, reporter), nvcc=args.nvcc, include_dirs=includes,
-                           python=args.python)
+                           python=args.python, lane=args.cuda_lane)
     reporter.result(f"{result.target}: FlashInfer {result.pins.flashinfer}, kernel wheel "
                     f"flashinfer_jit_cache {result.kernel_version}, SM120 arch {result.arch}")
     table = Table(title="Toolchain preflight")

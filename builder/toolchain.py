@@ -120,16 +120,25 @@ def current_environment(flashinfer: str) -> PythonEnv:
     python = Path(sys.executable)
     found = _probe(python)
     if found["flashinfer"] != flashinfer:
-        raise BuilderError(f"this Python has flashinfer-python {found['flashinfer']}, the "
-                           f"target pins {flashinfer}",
+        has = f"flashinfer-python {found['flashinfer']}" if found["flashinfer"] else \
+            "no flashinfer-python"
+        raise BuilderError(f"this Python has {has}, the target pins {flashinfer}",
                            f"pip install flashinfer-python=={flashinfer}, or use "
                            "--environment managed")
     return PythonEnv(python, Path(sysconfig.get_paths()["purelib"]),
                      sha256_json({"python": str(python), **found}))
 
 
+def torch_index(lane: str) -> str:
+    """PyTorch's own index for a CUDA lane (``https://download.pytorch.org/whl/cu129``):
+    PyPI's Linux torch is built for one CUDA version only (2.9.1: 12.8), the lane's build
+    is there."""
+    return f"https://download.pytorch.org/whl/cu{lane.replace('.', '')}"
+
+
 def managed_environment(requirements: list[str], cache: Cache, reporter: Reporter, *,
-                        wheelhouse: Path | None = None) -> PythonEnv:
+                        wheelhouse: Path | None = None,
+                        extra_index_urls: tuple[str, ...] = ()) -> PythonEnv:
     """A virtual environment (a cache entry) holding ``requirements``.
 
     Args:
@@ -137,19 +146,23 @@ def managed_environment(requirements: list[str], cache: Cache, reporter: Reporte
         cache: where the environment lives; keyed by the requirements and interpreter.
         reporter: progress output.
         wheelhouse: install offline from this folder of wheels (``--no-index``).
+        extra_index_urls: indexes to look in besides PyPI (PyTorch's, for a torch of
+            the lane).
 
     Raises:
         BuilderError: pip failed (its last lines are in the message).
     """
     key = sha256_json({"requirements": sorted(requirements), "python": sys.version,
-                       "executable": os.path.realpath(sys.executable)})
+                       "executable": os.path.realpath(sys.executable),
+                       "indexes": [] if wheelhouse else list(extra_index_urls)})
     entry = cache.lookup("kernel-env", key)
     if entry is None:
         with cache.building("kernel-env", key) as tmp, \
                 reporter.working(f"Installing the build environment ({len(requirements)} "
                                  "requirements)"):
             venv.EnvBuilder(with_pip=True).create(tmp / "venv")
-            offline = ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse else []
+            offline = ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse else \
+                [arg for url in extra_index_urls for arg in ("--extra-index-url", url)]
             done = subprocess.run([str(tmp / "venv" / "bin" / "python"), "-m", "pip",
                                    "install", "--quiet", "--disable-pip-version-check",
                                    "--no-compile", *offline, *requirements],

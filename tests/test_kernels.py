@@ -78,7 +78,7 @@ def test_preflight_with_the_real_nvcc(nvcc: Path, tmp_path: Path) -> None:
     checks = {c.name: c for c in preflight(nvcc=nvcc, lane="13.0", arches=["12.0a", "12.0f"],
                                            include_dirs=[nvcc.parent.parent / "include",
                                                          include])}
-    assert checks["nvcc"].ok and checks["nvcc"].detail.endswith("is CUDA 13.0")
+    assert checks["nvcc"].ok and checks["nvcc"].detail.endswith("is CUDA 13.0, the lane is 13.0")
     assert checks["compile 12.0a"].ok and checks["compile 12.0f"].ok
     assert checks["curand.h"].ok and str(include) in checks["curand.h"].detail
     assert not checks["cublas_v2.h"].ok
@@ -98,4 +98,4 @@ def test_preflight_command(shared_cache: Path) -> None:
     data = json.loads(done.stdout)
     assert data["error"].startswith("toolchain preflight failed: nvcc:")
     report = data["report"]
-    assert report["kernel_version"] == "0.6.3+sm120.1" and report["arch"] == "12.0a"
+    assert report["kernel_version"] == "0.6.3+sm120.1.cu129" and report["arch"] == "12.0a"

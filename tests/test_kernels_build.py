@@ -156,12 +156,15 @@ def test_kernel_wheel_layout_is_flashinfers(kernel_cache, tmp_path):
     assert len(manifest["flags_sha256"]) == 64 and manifest["nvcc_version"].startswith("13.0.")
 
 
-def test_unknown_module_group_is_one_clear_error(kernel_cache, tmp_path):
-    result = run_cli("kernels", *TARGET, *TORCH, "--mode", "host", "--modules", "nrom",
-                     "--cache-dir", str(kernel_cache), "--dist", str(tmp_path))
+def test_unknown_module_group_is_refused_before_any_work(kernel_cache, tmp_path):
+    start = time.monotonic()
+    result = run_cli("kernels", *TARGET, *TORCH, "--mode", "host", "--modules", "norm,nrom",
+                     "--cache-dir", str(tmp_path / "cache"), "--dist", str(tmp_path / "dist"))
     assert result.returncode == 1
-    assert "has no module group 'nrom'" in result.stderr and "Traceback" not in result.stderr
-    assert not list(tmp_path.iterdir())
+    assert "unknown module group 'nrom'" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "dist").exists()
+    assert not (tmp_path / "cache" / "kernel-env").exists()  # nothing installed
+    assert time.monotonic() - start < 120
 
 
 def test_plain_12_0_and_a_foreign_lane_are_refused(tmp_path):

@@ -81,7 +81,7 @@ CALLED = sorted({name for path in WORKFLOWS for _, step in _steps(_load(path))
 def test_the_workflows_are_there() -> None:
     assert [p.name for p in WORKFLOWS] == ["build.yml", "pull-request.yml", "upstream.yml"]
     assert set(CALLED) >= {"lint", "tests", "matrix", "plan", "build", "kernels", "image",
-                           "smoke", "publish", "upstream"}
+                           "smoke", "release", "upstream"}
 
 
 # --- the linters ---------------------------------------------------------------------------
