@@ -237,8 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "and only if it passes upload the wheels with twine (TWINE_USERNAME / "
                     "TWINE_PASSWORD or keyring) and push the image "
                     "(SGLANG_SM120_REGISTRY_USERNAME / _PASSWORD, or docker login). "
-                    "Re-running never overwrites: a file or tag already there with the same content counts as published, with other "
-                    "content it is an error. The summary lists exactly what was published.")
+                    "Re-running never overwrites: a file or tag already there with the "
+                    "same content counts as published, with other content it is an error. "
+                    "The summary lists exactly what was published.")
     _common(release)
     _source_args(release)
     _image_args(release)
