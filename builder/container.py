@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from builder.cache import Cache, sha256_file, sha256_json
+from builder.cache import Cache, atomic_write_bytes, sha256_file, sha256_json
 from builder.engine import StreamError, connect, read_stream
 from builder.errors import BuilderError
 from builder.kernels import KernelRequest, KernelResult, build_torch, compile_jobs
@@ -205,7 +205,7 @@ def build_kernels_in_container(request: KernelRequest, options: KernelOptions, *
     env_house = wheelhouse(requirements, python, cache, reporter, extra_index_urls=indexes)
     request_file = cache.root / "requests" / f"{sha256_json(request.describe())[:16]}.json"
     request_file.parent.mkdir(parents=True, exist_ok=True)
-    request_file.write_text(json.dumps(request.describe()))
+    atomic_write_bytes(request_file, json.dumps(request.describe()).encode())
     dist_dir.mkdir(parents=True, exist_ok=True)
     root = cache.root.resolve()
 
