@@ -337,6 +337,9 @@ def _kernels_parser(commands: Any) -> None:
     kernels.add_argument("--save-request", type=Path, metavar="FILE",
                          help="only resolve what to build and write it as JSON (for --request "
                               "on a machine without the upstream source or network)")
+    kernels.add_argument("--progress", action="store_true",
+                         help="with --json, still show progress on stderr (the build "
+                              "container runs so: its log streams while stdout stays JSON)")
     kernels.add_argument("--verbose", action="store_true",
                          help="print every compiler line, not just the steps")
     kernels.set_defaults(handler=_cmd_kernels)
@@ -853,7 +856,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for flag in ("versions", "commits"):
             if getattr(args, flag) is not None and not _list(getattr(args, flag)):
                 parser.error(f"--{flag} is empty")
-    reporter = Reporter(quiet=args.json)
+    reporter = Reporter(quiet=args.json, progress=getattr(args, "progress", False))
     handler: Callable[[argparse.Namespace, Reporter], dict[str, Any]] = args.handler
     previous = signal.signal(signal.SIGTERM, _terminate)  # clean up as on Ctrl-C
     try:

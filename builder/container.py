@@ -216,7 +216,10 @@ def build_kernels_in_container(request: KernelRequest, options: KernelOptions, *
                "--request", inside(request_file), "--cache-dir", "/cache", "--dist", "/dist",
                "--environment", "managed", "--wheelhouse", inside(env_house),
                "--build-torch", torch, "--jobs", str(options.jobs or
-                                                     compile_jobs(request.groups)), "--json"]
+                                                     compile_jobs(request.groups)),
+               "--json", "--progress"]
+    if reporter.verbose:
+        command.append("--verbose")
     if toolkit == "base":
         command += ["--nvcc", "/usr/local/cuda/bin/nvcc"]
     if options.sccache:

@@ -493,6 +493,8 @@ def build_kernels(request: KernelRequest, env: PythonEnv, *, nvcc: Path | None,
             message), or a library lacks SASS for an arch or has SASS for another.
     """
     reporter = reporter or Reporter(quiet=True)
+    if dist_dir.exists() and not dist_dir.is_dir():  # before any work, not after
+        raise BuilderError(f"{dist_dir} is not a folder", "pass --dist a folder")
     compiler = find_nvcc(nvcc, env)
     release = nvcc_release(compiler)
     key = sha256_json({"request": request.describe(), "epoch": request.epoch,
@@ -540,8 +542,6 @@ def build_kernels(request: KernelRequest, env: PythonEnv, *, nvcc: Path | None,
         shutil.rmtree(entry, ignore_errors=True)
         raise BuilderError(f"the cached kernel wheel in {entry} was damaged; it was removed",
                            "run the same command again to rebuild it")
-    if dist_dir.exists() and not dist_dir.is_dir():
-        raise BuilderError(f"{dist_dir} is not a folder", "pass --dist a folder")
     destination = dist_dir / wheels[0].name
     atomic_copy(wheels[0], destination)
     return KernelResult(request, destination, meta["sha256"], jitcache.read_manifest(wheels[0]),

@@ -24,14 +24,17 @@ class Reporter:
     """Where stages report progress. ``quiet`` silences everything (``--json`` runs).
 
     Args:
-        quiet: print nothing.
+        quiet: print nothing (``--json``).
         verbose: print every line of a tool's log (compilers), not just its steps.
+        progress: with ``quiet``, still print progress on standard error (standard output
+            stays for the JSON result).
     """
 
-    def __init__(self, quiet: bool = False, verbose: bool = False) -> None:
+    def __init__(self, quiet: bool = False, verbose: bool = False,
+                 progress: bool = False) -> None:
         self.quiet = quiet
         self.verbose = verbose
-        self.console = Console(stderr=True, quiet=quiet, highlight=False)
+        self.console = Console(stderr=True, quiet=quiet and not progress, highlight=False)
         self.out = Console(quiet=quiet, highlight=False)
 
     def info(self, message: str) -> None:

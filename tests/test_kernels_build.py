@@ -188,8 +188,14 @@ def test_container_build_with_pypi_toolkit_is_found_by_flashinfer(docker_engine,
             kernel_base_image.name, "--docker-host", docker_engine.host,
             "--cache-dir", str(kernel_cache))
     shutil.rmtree(kernel_cache / "kernels", ignore_errors=True)
-    built = _kernels(*args, "--dist", str(tmp_path / "dist"))
-    assert built["cached"] is False
+    done = run_cli("kernels", *TARGET, *TORCH, "--modules", "norm", *args, "--dist",
+                   str(tmp_path / "dist"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    # The build log streamed out of the container while it ran (not only at the end).
+    assert "Building the build container" in done.stderr
+    assert "[sm120-builder] building norm" in done.stderr
+    built = _kernels(*args, "--dist", str(tmp_path / "dist"))  # the same inputs: cached
+    assert built["cached"] is True
     module = built["manifest"]["modules"][0]
     assert module["name"] == "norm" and module["sass"] == ["sm_120a"] and module["ptx"] == []
     wheelhouse = next(p.parent for p in (kernel_cache / "wheelhouse").glob(
@@ -203,3 +209,5 @@ def test_container_build_with_pypi_toolkit_is_found_by_flashinfer(docker_engine,
 
     again = _kernels(*args, "--dist", str(tmp_path / "again"))
     assert again["cached"] is True and again["sha256"] == built["sha256"]
+    assert (tmp_path / "dist" / Path(built["wheel"]).name).read_bytes() == \
+        (tmp_path / "again" / Path(built["wheel"]).name).read_bytes()
