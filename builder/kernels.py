@@ -440,9 +440,10 @@ def _stream(command: list[str], environment: dict[str, str], log: Path,
     return process.returncode, out
 
 
-def _sccache_environment(sccache: Sccache, scratch: Path, bases: list[Path]) -> dict[str, str]:
+def _sccache_environment(sccache: Sccache, sockets: Path, bases: list[Path]) -> dict[str, str]:
     return {**sccache.environment,
-            "SCCACHE_SERVER_UDS": str(scratch / "sccache.sock"),
+            # A unix socket path must stay under 108 bytes: a short folder, not the cache.
+            "SCCACHE_SERVER_UDS": str(sockets / "sccache.sock"),
             # Paths under these folders hash as relative: two build folders share objects.
             "SCCACHE_BASEDIRS": ":".join(str(b) for b in bases),
             "SCCACHE_IDLE_TIMEOUT": "0"}
@@ -582,21 +583,32 @@ def _compile(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, tmp: 
     # An empty SCCACHE_* (a CI variable left unset) still counts as set for sccache.
     for name in [k for k, v in environment.items() if k.startswith("SCCACHE_") and not v]:
         del environment[name]
-    if sccache is not None:
-        environment.update(_sccache_environment(sccache, tmp, [tmp, env.site_packages]))
-        environment["FLASHINFER_NVCC"] = f"{sccache.binary} {toolchain.nvcc}"
-        environment["CXX"] = f"{sccache.binary} {environment.get('CXX', 'c++')}"
-        subprocess.run([str(sccache.binary), "--start-server"], env=environment,
-                       capture_output=True, check=False)
-    log = tmp / "build.log"
-    modules = tmp / "modules"
-    argument = json.dumps({"out": str(modules), "groups": list(request.groups),
-                           "head_dims": list(request.head_dims)})
-    with reporter.working(f"Compiling {', '.join(request.groups)} for "
-                          f"{' '.join(request.arch_list)} ({jobs} jobs)"):
-        code, out = _stream([str(env.python), str(_DRIVER), argument], environment, log,
-                            reporter)
-    stats = _sccache_stats(sccache, environment) if sccache is not None else None
+    sockets = Path(tempfile.mkdtemp(prefix="sm120-sccache-",
+                                    dir="/tmp" if Path("/tmp").is_dir() else None))
+    try:
+        if sccache is not None:
+            environment.update(_sccache_environment(sccache, sockets,
+                                                    [tmp, env.site_packages]))
+            environment["FLASHINFER_NVCC"] = f"{sccache.binary} {toolchain.nvcc}"
+            environment["CXX"] = f"{sccache.binary} {environment.get('CXX', 'c++')}"
+            started = subprocess.run([str(sccache.binary), "--start-server"],
+                                     env=environment, capture_output=True, text=True,
+                                     check=False)
+            if started.returncode != 0:
+                raise BuilderError("sccache did not start: " + (
+                    started.stderr or started.stdout).strip()[-300:],
+                    "check the SCCACHE_* settings (its cache backend must answer)")
+        log = tmp / "build.log"
+        modules = tmp / "modules"
+        argument = json.dumps({"out": str(modules), "groups": list(request.groups),
+                               "head_dims": list(request.head_dims)})
+        with reporter.working(f"Compiling {', '.join(request.groups)} for "
+                              f"{' '.join(request.arch_list)} ({jobs} jobs)"):
+            code, out = _stream([str(env.python), str(_DRIVER), argument], environment, log,
+                                reporter)
+        stats = _sccache_stats(sccache, environment) if sccache is not None else None
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
     try:
         result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     except (IndexError, ValueError):
