@@ -12,6 +12,7 @@ environment FlashInfer's spec functions run in.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -102,8 +103,6 @@ def _probe(python: Path) -> dict[str, Any]:
                           check=False, timeout=120)
     if done.returncode != 0:
         raise BuilderError(f"{python} does not run: {done.stderr.strip()[-300:]}", "")
-    import json
-
     result: dict[str, Any] = json.loads(done.stdout)
     return result
 
