@@ -35,18 +35,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import NoReturn
 
 import docker
 import pytest
 
-IN_CI = os.environ.get("CI") == "true"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_PACKAGES = ("python3", "python3-pip")
 DEBIAN_MIRROR = os.environ.get("SGLANG_SM120_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 
 
 def need(tool: str, package: str) -> str:
-    """Return the path of ``tool``; skip the test without it (fail in CI).
+    """Return the path of ``tool``; fail the test without it.
 
     Args:
         tool: the executable's name.
@@ -56,19 +56,19 @@ def need(tool: str, package: str) -> str:
         (str(p) for p in (Path("/usr/sbin") / tool, Path("/sbin") / tool) if p.exists()), None)
     if path:
         return path
-    message = f"{tool} not found (Debian package {package}; .ci/run installs it)"
-    if IN_CI:
-        pytest.fail(message)
-    pytest.skip(message)
+    missing(f"{tool} not found (Debian package {package}; .ci/run installs it)")
+
+
+def missing(message: str) -> NoReturn:
+    """Fail the test: a service it needs cannot be started here. Never a skip, in CI or
+    out of it: a test that did not run must not look like one that passed."""
+    pytest.fail(message, pytrace=False)
 
 
 def need_root(what: str) -> None:
-    """Skip (fail in CI) unless running as root, which ``what`` needs."""
+    """Fail unless running as root, which ``what`` needs."""
     if os.geteuid() != 0:
-        message = f"{what} needs root"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
+        missing(f"{what} needs root")
 
 
 def free_port() -> int:
@@ -348,9 +348,7 @@ def start_package_index(root: Path, *, credentials: tuple[str, str] | None = Non
             authentication at all.
     """
     if importlib.util.find_spec("pypiserver") is None:
-        if IN_CI:
-            pytest.fail("pypiserver is not installed (pip install -e '.[test]')")
-        pytest.skip("pypiserver is not installed (pip install -e '.[test]')")
+        missing("pypiserver is not installed (pip install -e '.[test]')")
     packages = root / "packages"
     packages.mkdir(parents=True, exist_ok=True)
     port = free_port()
