@@ -146,6 +146,19 @@ class Target:
         """Every CUDA lane of the target, the default first."""
         return (self.cuda_lane, *self.extra_cuda_lanes)
 
+    def lane(self, requested: str | None) -> str:
+        """``requested`` if it is one of the target's lanes, else its default lane.
+
+        Raises:
+            BuilderError: ``requested`` is not one of the target's lanes.
+        """
+        lane = requested or self.cuda_lane
+        if lane not in self.cuda_lanes:
+            raise BuilderError(f"target {self.name} is built for CUDA "
+                               f"{', '.join(self.cuda_lanes)}, not {lane}",
+                               "add the lane to extra_cuda_lanes in the targets file")
+        return lane
+
     @property
     def version(self) -> str:
         """The version our wheel carries: ``<upstream>+<local label>`` (PEP 440)."""

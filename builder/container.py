@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -30,7 +29,13 @@ from typing import TYPE_CHECKING, Any
 from builder.cache import Cache, atomic_write_bytes, sha256_file, sha256_json
 from builder.engine import StreamError, connect, read_stream
 from builder.errors import BuilderError
-from builder.kernels import KernelRequest, KernelResult, build_torch, compile_jobs
+from builder.kernels import (
+    KernelRequest,
+    KernelResult,
+    build_torch,
+    compile_jobs,
+    sccache_settings,
+)
 from builder.progress import Reporter
 from builder.toolchain import cuda_wheels
 
@@ -224,7 +229,7 @@ def build_kernels_in_container(request: KernelRequest, options: KernelOptions, *
         command += ["--nvcc", "/usr/local/cuda/bin/nvcc"]
     if options.sccache:
         command.append("--sccache")
-    environment = {k: v for k, v in os.environ.items() if k.startswith("SCCACHE_") and v}
+    environment = sccache_settings()
     # A shared sccache backend is reached over the network; nothing else needs one.
     network = "host" if any(k in environment for k in
                             ("SCCACHE_REDIS_ENDPOINT", "SCCACHE_REDIS", "SCCACHE_BUCKET",

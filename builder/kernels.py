@@ -363,6 +363,12 @@ class Sccache:
     environment: dict[str, str]
 
 
+def sccache_settings() -> dict[str, str]:
+    """This process's non-empty ``SCCACHE_*`` variables: sccache's own configuration. An
+    empty one (a CI variable left unset) still counts as set for sccache, so it is left out."""
+    return {k: v for k, v in os.environ.items() if k.startswith("SCCACHE_") and v}
+
+
 @dataclass(frozen=True)
 class KernelResult:
     """A built (or cached) kernel wheel.
@@ -580,9 +586,8 @@ def _compile(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, tmp: 
                    "PATH": os.pathsep.join([str(env.python.parent),
                                             os.environ.get("PATH", os.defpath)])}
     environment.pop("FLASHINFER_DISABLE_JIT", None)
-    # An empty SCCACHE_* (a CI variable left unset) still counts as set for sccache.
-    for name in [k for k, v in environment.items() if k.startswith("SCCACHE_") and not v]:
-        del environment[name]
+    for name in [k for k in environment if k.startswith("SCCACHE_")]:
+        del environment[name]  # only sccache_settings() reach sccache, below
     sockets = Path(tempfile.mkdtemp(prefix="sm120-sccache-",
                                     dir="/tmp" if Path("/tmp").is_dir() else None))
     try:

@@ -7,7 +7,6 @@ stage's result object, which the next stage takes.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from builder.kernels import (
     kernel_wheel_version,
     preflight,
     read_pins,
+    sccache_settings,
 )
 from builder.layout import Layout
 from builder.matrix import Column, Matrix, check_matrix
@@ -364,11 +364,7 @@ def run_preflight(options: Options, *, nvcc: Path, include_dirs: list[Path],
     source = obtain_source(options, target)
     pins = read_pins(source)
     arch = check_arch_list(target.arch_list, pins)
-    lane = lane or target.cuda_lane
-    if lane not in target.cuda_lanes:
-        raise BuilderError(f"target {target.name} is built for CUDA "
-                           f"{', '.join(target.cuda_lanes)}, not {lane}",
-                           "add the lane to extra_cuda_lanes in the targets file")
+    lane = target.lane(lane)
     checks = preflight(nvcc=nvcc, lane=lane, arches=list(target.arch_list),
                        include_dirs=include_dirs, python=python)
     return PreflightResult(target.name, pins,
@@ -449,10 +445,7 @@ def kernel_request(options: Options, kernel: KernelOptions) -> KernelRequest:
     target = select_target(options)
     source = obtain_source(options, target)
     pins = read_pins(source)
-    lane = kernel.lane or target.cuda_lane
-    if lane not in target.cuda_lanes:
-        raise BuilderError(f"target {target.name} is built for CUDA {', '.join(target.cuda_lanes)},"
-                           f" not {lane}", "add the lane to extra_cuda_lanes in the targets file")
+    lane = target.lane(kernel.lane)
     label = kernel_label(target.local_label, lane)
     if kernel.arch_list is None:
         check_arch_list(target.arch_list, pins)
@@ -518,8 +511,7 @@ def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult:
     env, nvcc = build_environment(request, kernel, cache, options.reporter)
     sccache = None
     if kernel.sccache:
-        sccache = Sccache(find_sccache(env), {k: v for k, v in os.environ.items()
-                                              if k.startswith("SCCACHE_") and v})
+        sccache = Sccache(find_sccache(env), sccache_settings())
     return build_kernels(request, env, nvcc=nvcc, cache=cache, dist_dir=options.dist_dir,
                          reporter=options.reporter, sccache=sccache, jobs=kernel.jobs)
 # --- CI: plan and upstream check ---------------------------------------------------------

@@ -17,7 +17,6 @@ smoke test on a GPU runner (:mod:`builder.smoke`), which ``release`` uses by def
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,18 +131,10 @@ def gpu_gate(*, docker_host: str | None = None, series: Path = Path("patches/ser
             return GateResult("gpu", False, (), {"static": static.report,
                                                  "checks": static.report.get("checks", [])})
         installed = [w.path for w in image.wheels if w.path.name in static.wheels]
-        saved = os.environ.get("DOCKER_HOST")
-        if docker_host:
-            os.environ["DOCKER_HOST"] = docker_host  # the smoke test's docker.from_env()
-        try:
-            report = run_smoke(SmokeOptions(mode="image", image=image.image_id, series=series,
-                                            sglang_wheel=installed[0] if installed else None,
-                                            moe=moe))
-        finally:
-            if docker_host and saved is None:
-                os.environ.pop("DOCKER_HOST", None)
-            elif docker_host and saved is not None:
-                os.environ["DOCKER_HOST"] = saved
+        report = run_smoke(SmokeOptions(mode="image", image=image.image_id,
+                                        docker_host=docker_host, series=series,
+                                        sglang_wheel=installed[0] if installed else None,
+                                        moe=moe))
         data = report.to_json()
         # The release summary names the failed checks by "ok".
         data["checks"] = [{**check, "ok": check["status"] in ("passed", "warning")

@@ -215,6 +215,7 @@ class SmokeOptions:
     Attributes:
         mode: ``host`` (this environment) or ``image`` (a container of ``image``).
         image: the image reference (image mode).
+        docker_host: the engine holding it (image mode; ``None``: ``DOCKER_HOST``).
         python: the interpreter that runs the probe (host: this one; image: ``python3``).
         series: the patch series whose intent checks must hold in the installed sglang.
         sglang_wheel: the patched wheel being released: the installed provenance and RECORD
@@ -233,6 +234,7 @@ class SmokeOptions:
 
     mode: Literal["host", "image"] = "host"
     image: str | None = None
+    docker_host: str | None = None
     python: str | None = None
     series: Path = Path("patches/series.toml")
     sglang_wheel: Path | None = None
@@ -642,7 +644,7 @@ def run_smoke(options: SmokeOptions) -> SmokeReport:
     args = probe_arguments(intent_patterns(series), options.moe)
     artifacts: dict[str, Any] = {}
     if options.mode == "image":
-        from builder.smoke_image import EngineRefused, run_in_image
+        from builder.smoke_image import EngineRefused, docker_client, run_in_image
 
         if not options.image:
             raise BuilderError("image mode needs --image REF", "name a built image")
@@ -652,7 +654,8 @@ def run_smoke(options: SmokeOptions) -> SmokeReport:
                 options.image, [options.python or "python3",
                                 "/sm120-smoke/smoke_probe.py", *args],
                 files={"sm120-smoke/smoke_probe.py": PROBE_PATH.read_bytes()},
-                environment={"FLASHINFER_DISABLE_JIT": "1"}, timeout=options.probe_timeout)
+                environment={"FLASHINFER_DISABLE_JIT": "1"}, timeout=options.probe_timeout,
+                client=docker_client(options.docker_host))
         except EngineRefused as exc:
             return _refused(str(exc), exc.fault, options.image)
         artifacts["image"] = {"ref": options.image, "id": container.image_id}

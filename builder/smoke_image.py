@@ -84,8 +84,9 @@ def _tar(files: Mapping[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
-def docker_client() -> Any:
-    """A docker-py client from the environment (``DOCKER_HOST`` and friends).
+def docker_client(host: str | None = None) -> Any:
+    """A docker-py client of the engine at ``host``, else from the environment
+    (``DOCKER_HOST`` and friends).
 
     Raises:
         EngineRefused: no engine answers (a misconfigured runner).
@@ -93,7 +94,7 @@ def docker_client() -> Any:
     import docker
 
     try:
-        client = docker.from_env()
+        client = docker.DockerClient(base_url=host) if host else docker.from_env()
         client.ping()
     except docker.errors.DockerException as exc:
         raise EngineRefused(f"no Docker Engine answers: {exc}", "misconfigured-runner"
