@@ -34,9 +34,9 @@ from services import (  # noqa: E402
 )
 
 from builder import Options, run_wheels  # noqa: E402
-from builder.image import BaseImage  # noqa: E402
-from builder.imagesmoke import static_smoke  # noqa: E402
-from builder.release import ImageOptions, run_image  # noqa: E402
+from builder.image.build import BaseImage  # noqa: E402
+from builder.image.run import ImageOptions, run_image  # noqa: E402
+from builder.smoke.static import static_smoke  # noqa: E402
 
 
 def _layer_blob_size(registry: str, repository: str, digest: str) -> int:

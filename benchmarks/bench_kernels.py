@@ -75,7 +75,7 @@ def main() -> None:
         jobs = str(len(os.sched_getaffinity(0)))
 
         # FlashInfer's own builder over the same specs, same toolchain.
-        from builder.toolchain import PythonEnv, assemble, find_nvcc, local_nvcc
+        from builder.kernels.toolchain import PythonEnv, assemble, find_nvcc, local_nvcc
 
         site = next(cache.glob("kernel-env/*/venv/lib/python3*/site-packages"))
         py_env = PythonEnv(venv_python, site, "bench")

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from builder import Options, apply_file_hunks, parse_patch, split_lines
-from builder.pipeline import run_check, run_fetch
+from builder.patching.matrix import run_check
+from builder.source.fetch import run_fetch
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = ["0.5.7", "0.5.9", "0.5.10rc0", "0.5.10.post1", "0.5.11", "0.5.12.post1",

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from builder import Options, load_series, run_fetch
-from builder.patch import apply_series
-from builder.repack import repack_wheel, verify_repack
+from builder.patching.apply import apply_series
+from builder.wheel.repack import repack_wheel, verify_repack
 
 ROOT = Path(__file__).resolve().parent.parent
 

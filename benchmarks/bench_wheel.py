@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from builder import Options, load_targets, run_fetch, run_wheel
-from builder.wheel import build_constraints
+from builder.wheel.build import build_constraints
 
 ROOT = Path(__file__).resolve().parent.parent
 RATIO_GOAL = 1.2

@@ -1,4 +1,4 @@
-# The CUDA build container of the kernel stage (builder/container.py builds it with
+# The CUDA build container of the kernel stage (builder/kernels/container.py builds it with
 # docker-py; see README "Kernels"). It is the base image plus a venv with the builder;
 # the container runs `python -m builder kernels --request ...`, the same code as host mode.
 #

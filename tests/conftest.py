@@ -33,7 +33,7 @@ from services import (
     start_registry,
 )
 
-from builder.image import BaseImage
+from builder.image.build import BaseImage
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_CACHE = Path(os.environ.get("SGLANG_SM120_TEST_CACHE", REPO / ".cache" / "tests"))

@@ -1,6 +1,6 @@
 """A real HTTP server process that behaves like ``sglang.launch_server`` from the outside.
 
-For the smoke test's server check (builder/smoke_server.py). It prints SGLang's start-up and
+For the smoke test's server check (builder/smoke/server.py). It prints SGLang's start-up and
 autotune log lines (texts from SGLang 0.5.9 and FlashInfer 0.6.3), answers ``GET /health``
 with 503 while "loading" and 200 after, and ``POST /generate`` with ``{"text", "meta_info"}``.
 Like SGLang it starts a child process (its scheduler), in the same process group.

@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from builder.cache import Cache, _pid_namespace
+from builder.core.cache import Cache, _pid_namespace
 
 
 def _dead_pid() -> int:

@@ -8,7 +8,7 @@ import pytest
 from conftest import REPO
 
 from builder import BuilderError, load_series, load_targets
-from builder.config import WheelPin
+from builder.core.config import WheelPin
 
 ENTRY = '''
 [[patch]]

@@ -21,7 +21,7 @@ import pytest
 from conftest import MODEL_RUNNER, REPO
 
 from builder import HunkStatus, apply_file_hunks, parse_patch, split_lines
-from builder.hunks import APPLIED_STATUSES, HunkResult
+from builder.patching.hunks import APPLIED_STATUSES, HunkResult
 
 CASES = 300
 VOCABULARY = [f"    call_{i}(x)\n" for i in range(25)] + ["\n", "    return x\n", "    pass\n"]

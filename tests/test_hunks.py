@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from builder import HunkStatus, apply_file_hunks, parse_patch, split_lines
-from builder.hunks import Hunk
+from builder.patching.hunks import Hunk
 
 BASE = [f"value_{i} = compute({i})\n" for i in range(1, 41)]
 

@@ -13,11 +13,11 @@ from conftest import REPO, run_cli
 from services import DockerEngine, Registry
 
 from builder import Options
-from builder.config import load_targets
-from builder.errors import BuilderError
-from builder.image import LABEL_NS, OCI, BaseImage, image_tags, load_base_pins
-from builder.imagesmoke import static_smoke
-from builder.release import ImageOptions, run_image
+from builder.core.config import load_targets
+from builder.core.errors import BuilderError
+from builder.image.build import LABEL_NS, OCI, BaseImage, image_tags, load_base_pins
+from builder.image.run import ImageOptions, run_image
+from builder.smoke.static import static_smoke
 
 PIN_SHA = "sha256:" + "ab" * 32
 

@@ -8,8 +8,8 @@ import pytest
 from test_patch_cases import make_tree, series_of
 
 from builder import BuilderError, PatchStatus, Series, apply_series, local_source
-from builder.config import SeriesEntry
-from builder.intent import IntentCheck, parse_intent_check
+from builder.patching.intent import IntentCheck, parse_intent_check
+from builder.patching.series import SeriesEntry
 
 FUNC = '''
 def should_tune(args):

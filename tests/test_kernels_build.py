@@ -22,7 +22,7 @@ import pytest
 from conftest import run_cli
 from services import Process, need
 
-from builder.cache import sha256_file
+from builder.core.cache import sha256_file
 
 TARGET = ["--target", "sglang-0.5.9", "--cuda-lane", "13.0"]
 # The CPU build of torch on this machine class's disk: enough to compile (FlashInfer

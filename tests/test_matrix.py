@@ -11,9 +11,9 @@ from conftest import MATRIX_RELEASES, RELEASES, REPO, run_cli
 from packaging.version import Version
 
 from builder import Cache, load_series
-from builder.config import SdistPin, WheelPin
-from builder.matrix import Column, check_matrix
-from builder.source import fetch_pin
+from builder.core.config import SdistPin, WheelPin
+from builder.patching.matrix import Column, check_matrix
+from builder.source.fetch import fetch_pin
 
 SEED = "0001-enable-flashinfer-cutlass-autotune.patch"
 SEED_0511 = "0001-enable-flashinfer-cutlass-autotune-0.5.11.patch"

@@ -19,8 +19,8 @@ from builder import (
     local_source,
     plan_series,
 )
-from builder.config import Series
-from builder.source import fetch_source
+from builder.patching.series import Series
+from builder.source.fetch import fetch_source
 
 SERIES = REPO / "patches" / "series.toml"
 SEED = REPO / "patches" / "0001-enable-flashinfer-cutlass-autotune.patch"

@@ -11,8 +11,8 @@ import pytest
 from packaging.specifiers import SpecifierSet
 
 from builder import BuilderError, PatchStatus, Series, apply_series, local_source
-from builder.config import SeriesEntry
-from builder.hunks import HunkStatus
+from builder.patching.hunks import HunkStatus
+from builder.patching.series import SeriesEntry
 
 LINES = "".join(f"line {i}\n" for i in range(1, 21))
 

@@ -29,11 +29,12 @@ from services import (
 from wheel.wheelfile import WheelFile
 
 from builder import Options
-from builder.errors import BuilderError
-from builder.image import LABEL_NS, BaseImage
-from builder.imagesmoke import static_smoke
-from builder.publish import Index
-from builder.release import GateResult, ImageOptions, ReleaseSummary, run_image, run_release
+from builder.core.errors import BuilderError
+from builder.image.build import LABEL_NS, BaseImage
+from builder.image.run import ImageOptions, run_image
+from builder.release.publish import Index
+from builder.release.run import GateResult, ReleaseSummary, run_release
+from builder.smoke.static import static_smoke
 
 VERSION = "0.5.9+sm120.7"
 WHEEL = f"sglang-{VERSION}-py3-none-any.whl"

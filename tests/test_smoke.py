@@ -21,10 +21,11 @@ from conftest import REPO, TEST_CACHE, run_cli, write_project
 from wheel.wheelfile import WheelFile
 
 from builder import Options, run_wheel
-from builder.cache import sha256_json
-from builder.config import load_series
-from builder.errors import BuilderError
-from builder.smoke import (
+from builder.core.cache import sha256_json
+from builder.core.errors import BuilderError
+from builder.patching.series import load_series
+from builder.smoke.container import classify_engine_error
+from builder.smoke.gpu import (
     CheckResult,
     SmokeReport,
     check_lockstep,
@@ -35,8 +36,7 @@ from builder.smoke import (
     wheel_provenance,
     write_report,
 )
-from builder.smoke_image import classify_engine_error
-from builder.smoke_probe import (
+from builder.smoke.probe import (
     RESULT_PREFIX,
     arch_runs_on,
     classify_line,
@@ -556,7 +556,7 @@ def test_a_probe_run_by_hand_is_judged_the_same(installed: tuple[Path, Path],
     # The probe alone, as on a GPU box without the builder: only its file and the stdlib.
     alone = tmp_path / "alone"
     alone.mkdir()
-    shutil.copy(REPO / "builder" / "smoke_probe.py", alone)
+    shutil.copy(REPO / "builder" / "smoke" / "probe.py", alone / "smoke_probe.py")
     out = subprocess.run([python, str(alone / "smoke_probe.py"), "--sglang-pattern",
                           "sglang/srt/model_executor/*.py"], capture_output=True, text=True,
                          check=True, cwd=alone).stdout
@@ -618,7 +618,7 @@ def test_bad_input_is_refused_before_anything_runs(tmp_path: Path) -> None:
 
 def test_smoke_is_listed_and_help_works_without_torch() -> None:
     done = subprocess.run([sys.executable, "-c", "import sys; sys.modules['torch'] = None\n"
-                           "from builder.cli import main; main(['smoke', '--help'])"],
+                           "from builder.cli.main import main; main(['smoke', '--help'])"],
                           capture_output=True, text=True, cwd=REPO, check=False)
     assert done.returncode == 0, done.stderr
     assert "exit status: 0 passed, 1 failed (or bad input), 3 misconfigured runner" in \

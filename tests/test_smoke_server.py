@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.smoke_server import (
+from builder.smoke.server import (
     ServerOutcome,
     ServerSpec,
     free_port,

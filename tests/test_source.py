@@ -17,9 +17,9 @@ import pytest
 from conftest import RELEASES, UpstreamRepo, git_source, target_toml
 
 from builder import BuilderError, Cache, fetch_source, load_targets
-from builder.config import GitPin, SdistPin, Target
-from builder.layout import Layout
-from builder.source import local_source
+from builder.core.config import GitPin, SdistPin, Target
+from builder.core.layout import Layout
+from builder.source.fetch import local_source
 
 
 def _target(*sources: SdistPin | GitPin, version: str = "0.5.9") -> Target:
@@ -207,7 +207,7 @@ def test_released_wheel_is_read_as_an_sdist_layout_tree(matrix_files: dict[str, 
                                                         tmp_path: Path) -> None:
     from conftest import MATRIX_RELEASES
 
-    from builder.config import WheelPin
+    from builder.core.config import WheelPin
 
     wheel = matrix_files["0.5.11"]
     pin = WheelPin("sglang", "0.5.11", wheel.name, MATRIX_RELEASES["0.5.11"].sha256,
@@ -224,7 +224,7 @@ def test_unsafe_wheels_are_refused(tmp_path: Path, member: str) -> None:
     import stat
     import zipfile
 
-    from builder.config import WheelPin
+    from builder.core.config import WheelPin
 
     wheel = tmp_path / "pkg-1.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as archive:

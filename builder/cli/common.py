@@ -1,0 +1,176 @@
+"""Arguments and helpers the command groups share."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.table import Table
+
+from builder.core.cache import default_cache_root
+from builder.core.config import SOURCE_KINDS
+from builder.core.errors import BuilderError
+from builder.core.options import DEFAULT_INDEX_URL, Options
+
+if TYPE_CHECKING:
+    from builder.image.run import ImageOptions
+    from builder.patching.matrix import Matrix
+from builder.core.progress import Reporter
+
+
+def count(limit: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not 0 <= value <= limit:
+            raise argparse.ArgumentTypeError(f"must be from 0 to {limit}")
+        return value
+    return parse
+
+
+def common(parser: argparse.ArgumentParser, *, target: bool = True) -> None:
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object on stdout and no progress")
+    parser.add_argument("--targets-file", type=Path, default=Path("targets.toml"),
+                        help="the targets file (default: %(default)s)")
+    parser.add_argument("--cache-dir", type=Path, default=None,
+                        help="cache root (default: $SGLANG_SM120_CACHE or "
+                             f"{default_cache_root()})")
+    if target:
+        parser.add_argument("--target", metavar="NAME",
+                            help="build target (default: the targets file's default)")
+
+
+def source_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("source")
+    group.add_argument("--source", choices=SOURCE_KINDS,
+                       help="take the target's sdist, wheel or git pin (default: its "
+                            "'prefer')")
+    group.add_argument("--git-url", metavar="URL",
+                       help="clone the git pin's commit from this URL or path instead")
+    group.add_argument("--index-url", default=DEFAULT_INDEX_URL,
+                       help="simple index where sdists are found by sha256 "
+                            "(default: %(default)s)")
+    group.add_argument("--source-dir", type=Path, metavar="DIR",
+                       help="use this SGLang checkout or unpacked sdist instead of fetching")
+    group.add_argument("--upstream-version", metavar="VERSION",
+                       help="the upstream version of --source-dir (default: its PKG-INFO)")
+
+
+def series_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("patches")
+    group.add_argument("--series", type=Path, metavar="FILE",
+                       help="apply this series file instead of the target's")
+    group.add_argument("--patch", type=Path, metavar="FILE",
+                       help="apply just this patch (unpinned, for trying one out)")
+    group.add_argument("--strip", type=count(20), default=1, metavar="N",
+                       help="strip level for --patch (default: %(default)s)")
+    group.add_argument("--max-fuzz", type=count(3), default=0, metavar="N",
+                       help="fuzz allowed for --patch (default: %(default)s)")
+
+
+def positive(text: str) -> int:
+    value = count(1024)(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("give at least 1")
+    return value
+
+
+def comma_names(text: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one name")
+    return names
+
+
+def comma_numbers(text: str) -> tuple[int, ...]:
+    try:
+        numbers = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of whole numbers") from None
+    if not numbers or min(numbers) <= 0:
+        raise argparse.ArgumentTypeError("head dimensions are positive")
+    return numbers
+
+
+def comma_list(text: str | None) -> list[str]:
+    return [item.strip() for item in (text or "").split(",") if item.strip()]
+
+
+def options(args: argparse.Namespace, reporter: Reporter) -> Options:
+    return Options(
+        targets_file=args.targets_file, target=getattr(args, "target", None),
+        cache_dir=args.cache_dir or default_cache_root(),
+        index_url=getattr(args, "index_url", DEFAULT_INDEX_URL),
+        source=getattr(args, "source", None), git_url=getattr(args, "git_url", None),
+        source_dir=getattr(args, "source_dir", None),
+        upstream_version=getattr(args, "upstream_version", None),
+        series=getattr(args, "series", None), patch=getattr(args, "patch", None),
+        strip=getattr(args, "strip", 1), max_fuzz=getattr(args, "max_fuzz", 0),
+        dist_dir=getattr(args, "dist", Path("dist")), reporter=reporter)
+
+
+def image_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("image")
+    group.add_argument("--registry", default="localhost:5000", metavar="HOST[:PORT]",
+                       help="registry the image tag names (default: %(default)s)")
+    group.add_argument("--repository", default="sglang-sm120", metavar="PATH",
+                       help="repository in that registry (default: %(default)s)")
+    group.add_argument("--base-image", metavar="NAME@sha256:...",
+                       help="build on this image instead of the pinned upstream one")
+    group.add_argument("--kernel-wheel", type=Path, action="append", default=[],
+                       metavar="WHEEL", help="also install this wheel (repeatable; e.g. "
+                       "the flashinfer_jit_cache kernel wheel)")
+    group.add_argument("--pins-file", type=Path, default=Path("images/pins.toml"),
+                       help="upstream base images by digest (default: %(default)s)")
+    group.add_argument("--dockerfile", type=Path, default=Path("images/Dockerfile"),
+                       help="the runtime image's Dockerfile (default: %(default)s)")
+    group.add_argument("--dist", type=Path, default=Path("dist"), metavar="DIR",
+                       help="where the wheels go (default: %(default)s)")
+    group.add_argument("--docker-host", metavar="URL",
+                       help="the Docker Engine (default: $DOCKER_HOST or "
+                            "unix:///var/run/docker.sock)")
+
+
+def image_options_from(args: argparse.Namespace) -> ImageOptions:
+    from builder.image.run import ImageOptions
+
+    return ImageOptions(registry=args.registry, repository=args.repository,
+                        base_image=args.base_image, pins_file=args.pins_file,
+                        dockerfile=args.dockerfile, kernel_wheels=tuple(args.kernel_wheel),
+                        docker_host=args.docker_host)
+
+
+def image_id_from(path: Path) -> str:
+    """The ``image_id`` in the JSON ``image --json`` printed.
+
+    Raises:
+        BuilderError: the file is missing, not JSON, or has no image ID.
+    """
+    try:
+        data = json.loads(path.read_text())
+        image_id = data["image_id"] if "image_id" in data else data["image"]["image_id"]
+    except OSError as error:
+        raise BuilderError(f"cannot read {path}: {error.strerror}",
+                           "write it with `python -m builder image --json > FILE`") from None
+    except (ValueError, KeyError, TypeError):
+        raise BuilderError(f"{path} holds no image ID", "write it with "
+                           "`python -m builder image --json > FILE`") from None
+    return str(image_id)
+
+
+def matrix_table(matrix: Matrix) -> Table:
+    table = Table(title="Patch compatibility")
+    table.add_column("patch", overflow="fold")
+    for column in matrix.columns:
+        table.add_column(column.label + (f"\n({column.target})" if column.target else ""),
+                         overflow="fold")
+    for name, row in zip(matrix.patches, matrix.cells, strict=True):
+        table.add_row(name, *(cell.text + {True: " ✓", False: " ✗", None: ""}[cell.intents]
+                              for cell in row))
+    return table

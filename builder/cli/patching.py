@@ -1,0 +1,225 @@
+"""Commands of the source and patch stages: targets, fetch, patch, check, refresh."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from builder.cli.common import (
+    comma_list,
+    common,
+    matrix_table,
+    options,
+    series_args,
+    source_args,
+)
+from builder.core.config import load_targets
+from builder.core.errors import BuilderError
+from builder.core.options import DEFAULT_INDEX_URL
+from builder.core.progress import Reporter
+
+if TYPE_CHECKING:
+    from builder.patching.apply import PatchReport
+    from builder.patching.hunks import HunkResult
+
+
+def add_commands(commands: Any) -> None:
+    """Add ``targets``, ``fetch`` and ``patch``."""
+    targets = commands.add_parser("targets", help="list the build targets")
+    common(targets, target=False)
+    targets.set_defaults(handler=_cmd_targets)
+
+    fetch = commands.add_parser("fetch", help="download, verify and unpack a target's source")
+    common(fetch)
+    source_args(fetch)
+    fetch.set_defaults(handler=_cmd_fetch)
+
+    patch = commands.add_parser(
+        "patch", help="apply the patch series and report every hunk",
+        description="Apply a series (or one --patch) with fuzz checking. Without "
+                    "--source-dir the result is a patched copy in the cache; with "
+                    "--source-dir the folder itself is patched (all or nothing) unless "
+                    "--dry-run.")
+    common(patch)
+    source_args(patch)
+    series_args(patch)
+    patch.add_argument("--dry-run", action="store_true",
+                       help="only report; write nothing")
+    patch.set_defaults(handler=_cmd_patch)
+
+
+def add_matrix_commands(commands: Any) -> argparse.ArgumentParser:
+    """Add ``check`` and the first half of ``refresh`` (its arguments keep their order)."""
+    check = commands.add_parser(
+        "check", help="compatibility matrix: the series on several upstream releases",
+        description="Apply the series (in memory) to every target, or to --versions "
+                    "found on the index (sdist, else a released wheel read as source), or "
+                    "to --commits of a git repository, and print patch x release. Exits 1 "
+                    "when a target of the targets file would break.")
+    common(check, target=False)
+    which = check.add_mutually_exclusive_group()
+    which.add_argument("--versions", metavar="V1,V2", help="upstream versions to check")
+    which.add_argument("--commits", metavar="C1[=V],C2", help="full git commits to check, "
+                       "each optionally =VERSION (default: the default target's version)")
+    check.add_argument("--git-url", metavar="URL", help="repository of --commits "
+                       "(default: the default target's git URL)")
+    check.add_argument("--index-url", default=DEFAULT_INDEX_URL,
+                       help="simple index for --versions (default: %(default)s)")
+    check.add_argument("--series", type=Path, metavar="FILE",
+                       help="series to check (default: the default target's)")
+    check.add_argument("--format", choices=("table", "markdown"), default="table",
+                       help="human output: a table, or Markdown for a pull request")
+    check.set_defaults(handler=_cmd_check)
+
+    refresh = commands.add_parser(
+        "refresh", help="regenerate the series' patches against a target's upstream",
+        description="Rewrite each patch so it applies to the target with zero fuzz and "
+                    "exact line numbers, keeping its header; updates the sha256 pins in "
+                    "the series file. Hunks that needed fuzz need --accept-fuzz and are "
+                    "shown before and after.")
+    common(refresh)
+    source_args(refresh)
+    refresh.add_argument("--accept-fuzz", action="store_true",
+                         help="also refresh hunks that needed fuzz (review them!)")
+    refresh.add_argument("--output-dir", type=Path, metavar="DIR",
+                         help="write refreshed patches here; the series is left alone")
+    parser: argparse.ArgumentParser = refresh
+    return parser
+
+
+def finish_refresh(refresh: argparse.ArgumentParser) -> None:
+    """The rest of ``refresh``'s arguments (after ``release`` in the original parser)."""
+    refresh.add_argument("--series", type=Path, metavar="FILE",
+                         help="refresh this series file instead of the target's")
+    refresh.add_argument("--dry-run", action="store_true", help="only report")
+    refresh.set_defaults(handler=_cmd_refresh, patch=None, strip=1, max_fuzz=0)
+
+
+def _cmd_targets(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    targets = load_targets(args.targets_file)
+    table = Table("target", "version", "sources", "CUDA", "arch list", title="Targets")
+    for target in targets.targets.values():
+        mark = " (default)" if target.name == targets.default else ""
+        kinds = ", ".join(p.kind + ("*" if p.kind == target.prefer else "")
+                          for p in target.sources)
+        table.add_row(target.name + mark, target.version, kinds, target.cuda_lane,
+                      " ".join(target.arch_list))
+    reporter.result(table)
+    return {"default": targets.default,
+            "targets": [t.describe() for t in targets.targets.values()]}
+
+
+def _cmd_fetch(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.source.fetch import run_fetch
+
+    source = run_fetch(options(args, reporter))
+    reporter.result(f"Source {source.upstream_version} ({source.layout.kind}) at {source.tree}")
+    return source.describe()
+
+
+def render_report(report: PatchReport, console: Console) -> None:
+    """Print a patch report as a table, with the hunk and its near miss for failures."""
+    table = Table(title=f"Patch report for upstream {report.upstream_version}")
+    for column in ("patch", "file", "hunk", "status", "line", "offset", "fuzz", "note"):
+        table.add_column(column, overflow="fold")
+    for patch in report.patches:
+        if not patch.files or patch.status == "obsolete":
+            table.add_row(patch.name, "", "", str(patch.status), "", "", "", patch.message)
+            continue
+        for file in patch.files:
+            if not file.hunks:
+                table.add_row(patch.name, file.path, "", file.status, "", "", "", file.note)
+            for hunk in file.hunks:
+                note = hunk.note
+                if hunk.status == "fuzz":
+                    note = f"allowed up to fuzz {patch.max_fuzz} (reason below)"
+                table.add_row(patch.name, file.path, str(hunk.hunk), str(hunk.status),
+                              "" if hunk.line is None else str(hunk.line),
+                              "" if hunk.offset is None else str(hunk.offset),
+                              "" if hunk.fuzz is None else str(hunk.fuzz), note)
+    console.print(table)
+    for patch in report.patches:
+        if patch.fuzz_reason and any(h.status == "fuzz" for f in patch.files for h in f.hunks):
+            console.print(f"fuzz allowance for {patch.name}: {patch.fuzz_reason}",
+                          markup=False)
+    for intent in report.intents:
+        mark = "[green]holds[/]" if intent.holds else "[red]FAILS[/]"
+        before = "held before" if intent.held_before else "did not hold before"
+        console.print(f"intent {mark} ({before}): ", end="")
+        console.print(f"{intent.check} -- {intent.detail}", markup=False)
+    for patch in report.patches:
+        for file in patch.files:
+            for hunk in file.hunks:
+                if hunk.text:
+                    _print_failed_hunk(console, patch.name, file.path, hunk)
+
+
+def _print_failed_hunk(console: Console, patch: str, path: str, hunk: HunkResult) -> None:
+    console.print(f"\n{patch} {path} hunk #{hunk.hunk} ({hunk.status}):", markup=False)
+    console.print(hunk.text, markup=False, highlight=False, end="")
+    if hunk.candidates:
+        console.print(f"it could land at lines {', '.join(map(str, hunk.candidates))}; "
+                      "line numbers cannot tell them apart", markup=False)
+    if hunk.near_miss is not None:
+        miss = hunk.near_miss
+        console.print(f"nearest place: line {miss.line} ({miss.matched} of {miss.total} "
+                      "lines equal):", markup=False)
+        console.print(miss.diff, markup=False, highlight=False, end="")
+
+
+def _cmd_patch(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.patching.apply import run_patch
+
+    in_place = args.source_dir is not None
+    result = run_patch(options(args, reporter), in_place=in_place, dry_run=args.dry_run)
+    render_report(result.report, reporter.out)
+    applied = any(p.status == "applied" for p in result.report.patches)
+    where = ("nothing written (--dry-run)" if args.dry_run else
+             "nothing to write: nothing left to apply" if not applied else
+             f"patched in place: {result.tree}" if in_place else
+             f"patched tree (a cache entry: do not edit): {result.tree}")
+    reporter.result(where)
+    return {"tree": None if args.dry_run else str(result.tree), "key": result.key,
+            "report": result.report.to_json()}
+
+
+def _cmd_check(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.patching.matrix import run_check
+
+    matrix = run_check(options(args, reporter), versions=comma_list(args.versions),
+                       commits=comma_list(args.commits))
+    if args.format == "markdown":
+        reporter.raw(matrix.to_markdown())
+    else:
+        reporter.result(matrix_table(matrix))
+        reporter.result("✓ / ✗: the patch's intent checks hold / fail after the series")
+    if matrix.broken_targets:
+        raise BuilderError(f"the series would break: {', '.join(matrix.broken_targets)}",
+                           "run python -m builder patch --target NAME --dry-run for detail",
+                           report=matrix)
+    return matrix.to_json()
+
+
+def _cmd_refresh(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.patching.refresh import run_refresh
+
+    results = run_refresh(options(args, reporter), accept_fuzz=args.accept_fuzz,
+                          output_dir=args.output_dir, dry_run=args.dry_run)
+    table = Table(title="Refresh")
+    for column in ("patch", "status", "old sha256", "new sha256", "written to"):
+        table.add_column(column, overflow="fold")
+    for item in results:
+        table.add_row(item.name, item.status, item.old_sha256[:12], item.new_sha256[:12],
+                      str(item.written or "-"))
+    reporter.result(table)
+    for item in results:
+        for hunk in item.fuzzed:
+            reporter.raw(f"\n{item.name} {hunk.path}: this hunk needed fuzz {hunk.fuzz}; "
+                         f"check that the refreshed placement is right.\nbefore:\n"
+                         f"{hunk.before}after:\n"
+                         f"{hunk.after or '(not found in the refreshed patch)'}\n")
+    return {"patches": [item.to_json() for item in results], "dry_run": args.dry_run}

@@ -1,0 +1,84 @@
+"""The image and release commands: ``image`` and ``release``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from builder.cli.common import (
+    common,
+    image_args,
+    image_options_from,
+    options,
+    source_args,
+)
+from builder.core.progress import Reporter
+
+
+def add_commands(commands: Any) -> None:
+    """Add ``image`` and ``release``."""
+    image = commands.add_parser(
+        "image", help="build the runtime OCI image: upstream's image plus our wheel(s)",
+        description="Build the target's wheel, then the runtime image from images/Dockerfile "
+                    "with the engine's BuildKit: FROM the upstream image of the target's "
+                    "CUDA lane (by digest, images/pins.toml), plus one thin layer that "
+                    "pip-installs the sglang wheel and any --kernel-wheel with --no-deps. "
+                    "The build log streams to stderr.")
+    common(image)
+    source_args(image)
+    image_args(image)
+    image.set_defaults(handler=_cmd_image, series=None, patch=None, strip=1, max_fuzz=0)
+
+    release = commands.add_parser(
+        "release", help="wheel -> image -> smoke gate -> publish wheels and image",
+        description="Build the wheel and the image, run the smoke gate (--gate gpu, the "
+                    "default: the smoke test on this runner's GPU inside the image; --gate "
+                    "static: only the provenance and the patched line read inside the image), "
+                    "and only if it passes upload the wheels with twine (TWINE_USERNAME / "
+                    "TWINE_PASSWORD or keyring) and push the image "
+                    "(SGLANG_SM120_REGISTRY_USERNAME / _PASSWORD, or docker login). "
+                    "Re-running never overwrites: a file or tag already there with the "
+                    "same content counts as published, with other content it is an error. "
+                    "The summary lists exactly what was published.")
+    common(release)
+    source_args(release)
+    image_args(release)
+    release.add_argument("--repository-url", required=True, metavar="URL",
+                         help="where twine uploads the wheels (pypiserver: its root URL)")
+    release.add_argument("--publish-index-url", metavar="URL",
+                         help="the simple index of that repository, read to find files "
+                              "already published (default: <repository-url>/simple/)")
+    release.add_argument("--gate", choices=("gpu", "static"), default="gpu",
+                         help="gpu: the smoke test on this runner's GPU, in the image "
+                              "(default; `smoke`); static: only the provenance and patched "
+                              "line read inside the image, no GPU (a dry run of publishing)")
+    release.add_argument("--gate-series", type=Path, default=Path("patches/series.toml"),
+                         metavar="FILE", help="series whose intent checks the gpu gate "
+                                              "verifies in the image (default: %(default)s)")
+    release.set_defaults(handler=_cmd_release, series=None, patch=None, strip=1, max_fuzz=0)
+
+
+def _cmd_image(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.image.run import run_image
+
+    result = run_image(options(args, reporter), image_options_from(args))
+    how = "from the build cache" if result.cached else "built"
+    reporter.raw(f"image {result.image_id} ({how}) on {result.base.reference}\n"
+                 + "".join(f"tagged {tag}\n" for tag in result.tags)
+                 + f"layer added: {result.layer_size} bytes ({result.layers_added} layer); "
+                 f"installed: {', '.join(result.requirements)}\n")
+    return result.describe()
+
+
+def _cmd_release(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.release.publish import Index
+    from builder.release.run import gpu_gate, run_release, static_gate
+
+    index = Index.from_urls(args.repository_url, args.publish_index_url)
+    image = image_options_from(args)
+    gate = gpu_gate(docker_host=image.docker_host, series=args.gate_series) \
+        if args.gate == "gpu" else static_gate
+    summary = run_release(options(args, reporter), image, index, gate=gate)
+    reporter.raw("".join(line + "\n" for line in summary.lines()))
+    return summary.to_json()

@@ -1,0 +1,114 @@
+"""The smoke test's command: ``smoke``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.table import Table
+
+from builder.cli.common import (
+    image_id_from,
+)
+from builder.core.errors import BuilderError
+from builder.core.progress import Reporter
+
+if TYPE_CHECKING:
+    from builder.smoke.gpu import SmokeReport
+
+_SMOKE_EPILOG = """\
+checks: runner, sglang, lockstep, kernels, moe-autotune, server. 1-4 always count; 5
+counts with --moe or when the kernel wheel ships the fused MoE module for this GPU; 6 counts
+with --model. A check that needs a GPU and finds none fails ("no CUDA device").
+
+examples:
+  python -m builder smoke --mode host --sglang-wheel dist/sglang-0.5.9+sm120.1-py3-none-any.whl
+  python -m builder smoke --mode host --moe --json --output reports/smoke.json
+  python -m builder smoke --mode image --image sglang-sm120:0.5.9 --model /models/small
+  # where only torch and FlashInfer are installed, run the probe alone, judge it elsewhere:
+  python builder/smoke/probe.py --sglang-pattern 'sglang/srt/model_executor/*.py' > probe.out
+  python -m builder smoke --probe-output probe.out --sglang-wheel dist/sglang-….whl
+
+exit status: 0 passed, 1 failed (or bad input), 3 misconfigured runner (the engine cannot
+give a container a GPU: no NVIDIA runtime, or no driver).
+"""
+
+
+def add_commands(commands: Any) -> None:
+    """Add ``smoke``."""
+    smoke = commands.add_parser(
+        "smoke", help="smoke-test the artifacts on a GPU runner (JSON report + summary)",
+        description="Run the smoke checks in this Python environment (--mode host) or in a "
+                    "built image with every GPU attached (--mode image). Runs with "
+                    "FLASHINFER_DISABLE_JIT=1: a kernel missing from the kernel wheel fails, "
+                    "it is never compiled.",
+        epilog=_SMOKE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    smoke.add_argument("--json", action="store_true",
+                       help="print one JSON object on stdout and no progress")
+    smoke.add_argument("--mode", choices=("host", "image"), default="host",
+                       help="host: this environment; image: a container (default: %(default)s)")
+    smoke.add_argument("--image", metavar="REF",
+                       help="the image to test (--mode image); @FILE reads the image ID from "
+                            "the JSON that `image --json` printed into FILE")
+    smoke.add_argument("--python", metavar="PY",
+                       help="interpreter of the tested environment (default: this one; in "
+                            "an image: python3)")
+    which = smoke.add_mutually_exclusive_group()
+    which.add_argument("--sglang-wheel", type=Path, metavar="WHEEL",
+                       help="the sglang wheel being released: the installed one must be it")
+    which.add_argument("--expect-provenance", type=Path, metavar="FILE",
+                       help="compare the installed sglang's sm120-provenance.json with this")
+    smoke.add_argument("--series", type=Path, default=Path("patches/series.toml"),
+                       metavar="FILE", help="series whose intent checks must hold in the "
+                                            "installed sglang (default: %(default)s)")
+    smoke.add_argument("--moe", action="store_true",
+                       help="count check 5 (fused MoE autotune) even when it cannot run")
+    smoke.add_argument("--model", type=Path, metavar="PATH",
+                       help="a model folder: also launch SGLang and ask it for text (check 6)")
+    smoke.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                       help="extra argument for sglang.launch_server (repeatable)")
+    smoke.add_argument("--probe-output", type=Path, metavar="FILE",
+                       help="judge this saved output of builder/smoke/probe.py (run by hand "
+                            "where the builder is not installed) instead of running it")
+    smoke.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
+                       help="limit for the probe, checks 1-5 (default: %(default)s)")
+    smoke.add_argument("--server-timeout", type=float, default=1800.0, metavar="SECONDS",
+                       help="limit for the server to become ready (default: %(default)s)")
+    smoke.add_argument("--output", type=Path, metavar="FILE",
+                       help="also write the JSON report here (written when it fails too)")
+    smoke.set_defaults(handler=_cmd_smoke)
+
+
+def _render_smoke(report: SmokeReport, reporter: Reporter) -> None:
+    table = Table(title=f"Smoke test ({report.mode} mode)")
+    for column in ("check", "status", "counted", "detail"):
+        table.add_column(column, overflow="fold")
+    for check in report.checks:
+        table.add_row(check.name, check.status, "yes" if check.required else "no",
+                      check.detail)
+    reporter.result(table)
+    reporter.result(report.summary()[-1], style="bold")
+
+
+def _cmd_smoke(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.smoke.gpu import SmokeFailed, SmokeOptions, run_smoke, write_report
+
+    if args.image and args.image.startswith("@"):
+        args.image = image_id_from(Path(args.image[1:]))
+    if args.mode == "image" and not args.image:
+        raise BuilderError("--mode image needs --image REF", "name the image to test")
+    if args.probe_output is not None and args.mode == "image":
+        raise BuilderError("--probe-output judges a host-mode probe", "drop --mode image")
+    report = run_smoke(SmokeOptions(
+        mode=args.mode, image=args.image, python=args.python, series=args.series,
+        sglang_wheel=args.sglang_wheel, expect_provenance=args.expect_provenance,
+        model=args.model, moe=args.moe, server_args=tuple(args.server_arg),
+        probe_output=args.probe_output, probe_timeout=args.timeout,
+        server_timeout=args.server_timeout, reporter=reporter))
+    if args.output is not None:
+        write_report(report, args.output)
+    _render_smoke(report, reporter)
+    if not report.passed:
+        raise SmokeFailed(report)
+    return report.to_json()

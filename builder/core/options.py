@@ -1,0 +1,68 @@
+"""Everything a run needs, parsed once from the command line, and the target it selects.
+
+Every stage's ``run_*`` function takes :class:`Options`; :func:`select_target` reads the
+targets file once per run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from builder.core.cache import Cache, default_cache_root
+from builder.core.config import SourceKind, Target, load_targets
+from builder.core.progress import Reporter
+
+#: pip's default index (PEP 503/691 simple API).
+DEFAULT_INDEX_URL = "https://pypi.org/simple"
+
+
+@dataclass(frozen=True)
+class Options:
+    """Everything a run needs, parsed once.
+
+    Attributes:
+        targets_file: the targets file.
+        target: the target's name (``None``: the default target).
+        cache_dir: the cache root.
+        index_url: simple index to find sdists on.
+        source: ``sdist`` or ``git`` (``None``: the target's preference).
+        git_url: replacement URL or path for the target's git pin.
+        source_dir: an existing tree to use instead of fetching.
+        upstream_version: the version of ``source_dir`` when it has no PKG-INFO.
+        series: a series file replacing the target's.
+        patch: a single patch replacing the target's series (ad hoc, unpinned).
+        strip: strip level for ``patch``.
+        max_fuzz: fuzz allowed for ``patch``.
+        dist_dir: where wheels go.
+        reporter: progress output.
+    """
+
+    targets_file: Path = Path("targets.toml")
+    target: str | None = None
+    cache_dir: Path = field(default_factory=default_cache_root)
+    index_url: str = DEFAULT_INDEX_URL
+    source: SourceKind | None = None
+    git_url: str | None = None
+    source_dir: Path | None = None
+    upstream_version: str | None = None
+    series: Path | None = None
+    patch: Path | None = None
+    strip: int = 1
+    max_fuzz: int = 0
+    dist_dir: Path = Path("dist")
+    reporter: Reporter = field(default_factory=lambda: Reporter(quiet=True))
+
+    @property
+    def cache(self) -> Cache:
+        """The cache at ``cache_dir``."""
+        return Cache(self.cache_dir)
+
+
+def select_target(options: Options) -> Target:
+    """Return the selected target from the targets file.
+
+    Raises:
+        BuilderError: the targets file is invalid or has no such target.
+    """
+    return load_targets(options.targets_file).get(options.target)

@@ -1,1 +1,0 @@
-../../images/kernels-build.Dockerfile

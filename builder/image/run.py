@@ -1,0 +1,71 @@
+"""The image stage for a target: its wheel(s), then the runtime image on its pinned base."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+
+from builder.core.engine import connect
+from builder.core.errors import BuilderError
+from builder.core.options import Options, select_target
+from builder.image.build import (
+    BaseImage,
+    ImageResult,
+    build_image,
+    image_tags,
+    load_base_pins,
+    read_extra_wheel,
+)
+from builder.wheel.build import run_wheels
+
+
+@dataclass(frozen=True)
+class ImageOptions:
+    """What the image stage needs beyond :class:`~builder.core.options.Options`.
+
+    Attributes:
+        registry: ``host[:port]`` the tag names.
+        repository: repository path in that registry.
+        base_image: ``NAME@sha256:…`` replacing the pinned upstream base (the tests'
+            local Debian base goes here), or ``None``.
+        pins_file: ``images/pins.toml``.
+        dockerfile: ``images/Dockerfile``.
+        kernel_wheels: extra wheels installed with ``--no-deps`` (FlashInfer kernels).
+        docker_host: the engine (``None``: ``$DOCKER_HOST`` or the default socket).
+    """
+
+    registry: str = "localhost:5000"
+    repository: str = "sglang-sm120"
+    base_image: str | None = None
+    pins_file: Path = Path("images/pins.toml")
+    dockerfile: Path = Path("images/Dockerfile")
+    kernel_wheels: tuple[Path, ...] = ()
+    docker_host: str | None = None
+
+
+def run_image(options: Options, image_options: ImageOptions,
+              client: docker.DockerClient | None = None) -> ImageResult:
+    """Wheel and image stages for the selected target.
+
+    Raises:
+        BuilderError: see :func:`builder.wheel.build.run_wheels`,
+            :func:`builder.image.build.build_image`; the engine is unreachable; no base is
+            pinned for the target's lane.
+    """
+    client = client or connect(image_options.docker_host)
+    target = select_target(options)
+    pins = load_base_pins(image_options.pins_file)
+    base = BaseImage.parse(image_options.base_image) if image_options.base_image else \
+        pins.base_for(target.upstream_version, target.cuda_lane)
+    extra = [read_extra_wheel(p) for p in image_options.kernel_wheels]
+    if not image_options.dockerfile.is_file():
+        raise BuilderError(f"{image_options.dockerfile} not found",
+                           "run from the project root (images/Dockerfile)")
+    wheels = run_wheels(options)
+    tags = image_tags(image_options.registry, image_options.repository, target,
+                      pins.lanes(target.upstream_version))
+    return build_image(client, dockerfile=image_options.dockerfile, target=target,
+                       wheels=wheels, extra_wheels=extra, base=base, tags=tags,
+                       reporter=options.reporter)

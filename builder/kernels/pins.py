@@ -1,0 +1,149 @@
+"""Lockstep pins and the arch contract of a target's kernel build.
+
+* **Lockstep pins**, read from the patched source itself (``pyproject.toml`` of an sdist or
+  checkout, ``METADATA`` of a released wheel), never hand-copied: ``flashinfer_python``,
+  ``flashinfer_cubin``, ``sgl-kernel``/``sglang-kernel``, ``torch``, ``cuda-python``. The kernel
+  wheel's version is FlashInfer's plus our local label, because FlashInfer requires a
+  jit-cache package's version to start with its own (shared/design.md).
+* **Arch contract**: FlashInfer <= 0.6.6 auto-detects an SM120 GPU as ``12.0a``, >= 0.6.7 as
+  ``12.0f`` (which needs CUDA >= 12.9); a plain ``12.0`` breaks FP4 code in ptxas
+  (shared/design.md, measured on the upstream releases).
+"""
+
+from __future__ import annotations
+
+import email.parser
+import tomllib
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from builder.core.errors import BuilderError
+from builder.source.fetch import SourceResult
+
+_KERNEL_PACKAGES = ("sgl-kernel", "sglang-kernel")
+_ARCH_SWITCH = Version("0.6.7")  # first FlashInfer that detects SM120 as 12.0f
+
+
+@dataclass(frozen=True)
+class KernelPins:
+    """The versions SGLang pins, which the kernels must match exactly.
+
+    Attributes:
+        flashinfer: ``flashinfer_python``'s pinned version.
+        flashinfer_cubin: ``flashinfer_cubin``'s pinned version (``None`` if not required).
+        kernel: ``(name, version)`` of ``sgl-kernel`` or ``sglang-kernel``, if pinned.
+        torch: the ``torch`` requirement as written (``None`` if absent).
+        cuda_python: the ``cuda-python`` requirement as written (``None`` if absent).
+    """
+
+    flashinfer: Version
+    flashinfer_cubin: Version | None
+    kernel: tuple[str, str] | None
+    torch: str | None
+    cuda_python: str | None
+
+    def describe(self) -> dict[str, Any]:
+        """Return JSON-ready data."""
+        return {"flashinfer_python": str(self.flashinfer),
+                "flashinfer_cubin": str(self.flashinfer_cubin) if self.flashinfer_cubin
+                else None, "kernel": list(self.kernel) if self.kernel else None,
+                "torch": self.torch, "cuda_python": self.cuda_python}
+
+
+def _requirements(source: SourceResult) -> list[str]:
+    """The project's run-time requirements, from pyproject.toml or a wheel's METADATA."""
+    pyproject = source.layout.package_root(source.tree) / "pyproject.toml"
+    if pyproject.is_file():
+        with pyproject.open("rb") as handle:
+            deps = tomllib.load(handle).get("project", {}).get("dependencies", [])
+        return [str(d) for d in deps]
+    for metadata in source.tree.glob("*.dist-info/METADATA"):
+        message = email.parser.BytesParser().parsebytes(metadata.read_bytes())
+        return [str(r) for r in message.get_all("Requires-Dist") or []]
+    raise BuilderError(f"{source.tree} has neither pyproject.toml nor a wheel's METADATA",
+                       "the kernel pins are read from the upstream source itself")
+
+
+def _exact(requirement: Requirement) -> Version | None:
+    pins = [s.version for s in requirement.specifier if s.operator == "=="]
+    try:
+        return Version(pins[0]) if len(pins) == 1 else None
+    except InvalidVersion:
+        return None
+
+
+def read_pins(source: SourceResult) -> KernelPins:
+    """Read the lockstep pins from the (patched) upstream source.
+
+    Raises:
+        BuilderError: ``flashinfer_python`` is not pinned exactly, or ``flashinfer_cubin``
+            (or a pinned ``flashinfer_jit_cache``) names another version; the message
+            says which.
+    """
+    found: dict[str, Requirement] = {}
+    for line in _requirements(source):
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+            found.setdefault(canonicalize_name(requirement.name), requirement)
+    flashinfer_req = found.get("flashinfer-python")
+    flashinfer = _exact(flashinfer_req) if flashinfer_req else None
+    if flashinfer is None:
+        raise BuilderError(f"upstream {source.upstream_version} does not pin flashinfer_python "
+                           "exactly (==)", "the kernels must match one FlashInfer version")
+    cubin_req = found.get("flashinfer-cubin")
+    cubin = _exact(cubin_req) if cubin_req else None
+    for name in ("flashinfer-cubin", "flashinfer-jit-cache"):
+        other = _exact(found[name]) if name in found else None
+        if other is not None and other.public != flashinfer.public:
+            raise BuilderError(f"upstream {source.upstream_version} pins flashinfer_python "
+                               f"{flashinfer} but {name} {other}: the versions disagree",
+                               "FlashInfer requires them to match; check the release")
+    kernel = next(((name, str(_exact(found[name]))) for name in _KERNEL_PACKAGES
+                   if name in found and _exact(found[name]) is not None), None)
+    torch, cuda = found.get("torch"), found.get("cuda-python")
+    return KernelPins(flashinfer, cubin, kernel, str(torch) if torch else None,
+                      str(cuda) if cuda else None)
+
+
+def kernel_wheel_version(pins: KernelPins, local_label: str) -> str:
+    """``<flashinfer version>+<label>``: FlashInfer requires the jit-cache version to start
+    with its own."""
+    return f"{pins.flashinfer.public}+{local_label}"
+
+
+def sm120_arch(flashinfer: Version) -> str:
+    """The arch FlashInfer detects on SM120: ``12.0a`` up to 0.6.6, ``12.0f`` from 0.6.7."""
+    return "12.0f" if flashinfer.release >= _ARCH_SWITCH.release else "12.0a"
+
+
+def check_arch_list(arch_list: tuple[str, ...], pins: KernelPins) -> str:
+    """Return the SM120 arch for ``pins`` after checking the target's arch list agrees.
+
+    Raises:
+        BuilderError: the list has a plain ``12.0`` (breaks FP4 code in ptxas) or an SM120
+            entry other than the one this FlashInfer detects.
+    """
+    wanted = sm120_arch(pins.flashinfer)
+    for arch in arch_list:
+        if arch == "12.0":
+            raise BuilderError("arch 12.0 without a suffix breaks FlashInfer's FP4 code in "
+                               "ptxas", f"use {wanted} for FlashInfer {pins.flashinfer}")
+        if arch.startswith("12.0") and arch != wanted:
+            raise BuilderError(f"the target lists {arch} but FlashInfer {pins.flashinfer} "
+                               f"detects an SM120 GPU as {wanted}",
+                               f"set arch_list to [\"{wanted}\"] (12.0a up to FlashInfer "
+                               "0.6.6, 12.0f from 0.6.7)")
+    return wanted
+
+
+def kernel_label(local_label: str, lane: str) -> str:
+    """The kernel wheel's local label: ours plus the CUDA lane (``sm120.1.cu130``), like
+    FlashInfer's own ``+cu129`` jit-cache wheels, so two lanes never share a version."""
+    return f"{local_label}.cu{lane.replace('.', '')}"

@@ -1,0 +1,117 @@
+"""What a target's kernel build will be: its options, local label and request.
+
+:func:`kernel_request` decides it before anything compiles: pins from the target's
+upstream source, the arch list, the CUDA lane, the module groups and the wheel's version.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder.core.errors import BuilderError
+from builder.core.options import Options, select_target
+from builder.kernels.build import (
+    DEFAULT_GROUPS,
+    DEFAULT_HEAD_DIMS,
+    KernelRequest,
+    check_groups,
+)
+from builder.kernels.pins import check_arch_list, kernel_label, kernel_wheel_version, read_pins
+from builder.kernels.toolchain import (
+    arch_code,
+)
+from builder.source.fetch import obtain_source
+
+
+@dataclass(frozen=True)
+class KernelOptions:
+    """How to build a target's kernel wheel (the ``kernels`` command's options).
+
+    Attributes:
+        lane: CUDA lane (``None``: the target's default).
+        groups: module groups (``None``: the target's, else the default set).
+        head_dims: attention head dimensions (``None``: the target's, else 128).
+        arch_list: archs other than the target's (for a smoke test on a non-SM120 GPU,
+            e.g. ``("9.0a",)``); the wheel's label then names them.
+        mode: ``host`` (this machine's toolchain) or ``container`` (a CUDA build container).
+        environment: ``managed`` (a cached venv with the pinned FlashInfer) or ``current``
+            (this interpreter, FlashInfer already installed; for offline machines).
+        nvcc: the compiler (host mode; ``None``: one of the lane on this machine, else
+            PyPI's).
+        build_torch: torch requirement for the build venv (``None``: the target's pin).
+        wheelhouse: install the build venv offline from this folder.
+        sccache: compile through sccache (its ``SCCACHE_*`` variables pick the backend).
+        jobs: parallel compile jobs (``None``: bounded by CPUs and free memory).
+        base_image: the build container's base (container mode).
+        toolkit: ``pypi`` (CUDA from NVIDIA's PyPI wheels), ``base`` (the base image
+            has it, like ``nvidia/cuda:*-devel``) or ``None`` (the base's if it has one)
+            (container mode).
+        engine: Docker Engine URL (container mode; ``None``: ``DOCKER_HOST`` or the default).
+        request_file: build this saved request instead of resolving the target.
+    """
+
+    lane: str | None = None
+    groups: tuple[str, ...] | None = None
+    head_dims: tuple[int, ...] | None = None
+    arch_list: tuple[str, ...] | None = None
+    mode: str = "host"
+    environment: str = "managed"
+    nvcc: Path | None = None
+    build_torch: str | None = None
+    wheelhouse: Path | None = None
+    sccache: bool = False
+    jobs: int | None = None
+    base_image: str | None = None
+    toolkit: str | None = None
+    engine: str | None = None
+    request_file: Path | None = None
+
+
+
+
+def kernel_request(options: Options, kernel: KernelOptions) -> KernelRequest:
+    """Decide what to build for the target: pins from its upstream source, the arch list,
+    the CUDA lane, the module groups and the wheel's version.
+
+    Raises:
+        BuilderError: the pins disagree, the arch list contradicts FlashInfer's detection
+            (or has a plain ``12.0``), or the lane is not one of the target's.
+    """
+    if kernel.request_file is not None:
+        try:
+            data = json.loads(kernel.request_file.read_text())
+        except OSError as error:
+            raise BuilderError(f"cannot read the request {kernel.request_file}: "
+                               f"{error.strerror}", "write one with --save-request") from None
+        except ValueError:
+            raise BuilderError(f"{kernel.request_file} is not JSON",
+                               "write a request with --save-request") from None
+        request = KernelRequest.from_json(data)
+        check_groups(request.groups)
+        return request
+    target = select_target(options)
+    source = obtain_source(options, target)
+    pins = read_pins(source)
+    lane = target.lane(kernel.lane)
+    label = kernel_label(target.local_label, lane)
+    if kernel.arch_list is None:
+        check_arch_list(target.arch_list, pins)
+        arch_list = target.arch_list
+    else:
+        arch_list = kernel.arch_list
+        for arch in arch_list:
+            if not re.fullmatch(r"\d+\.\d+[af]?", arch):
+                raise BuilderError(f"arch {arch!r} is not like 9.0a or 12.0a",
+                                   "write compute capability major.minor, with a or f")
+        check_arch_list(arch_list, pins)  # a plain 12.0, or the other SM120 variant
+        label += "." + ".".join(arch_code(a).replace("_", "") for a in arch_list)
+    groups = tuple(kernel.groups or target.kernel_groups or DEFAULT_GROUPS)
+    check_groups(groups)
+    # Head dims matter to the attention group alone (and so to the cache key).
+    head_dims = (kernel.head_dims or target.head_dims or DEFAULT_HEAD_DIMS) \
+        if "attention" in groups else ()
+    return KernelRequest(target.name, pins, kernel_wheel_version(pins, label), arch_list, lane,
+                         tuple(groups), tuple(head_dims), source.source_date_epoch)

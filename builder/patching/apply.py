@@ -1,0 +1,723 @@
+"""Patch stage: apply a series to a source tree, all or nothing, with a per-hunk report.
+
+Every patch file is checked against its pinned sha256 first; each patch is parsed with
+unidiff and applied with the hunk matcher (:mod:`builder.patching.hunks`) to an in-memory view of
+the tree; the fuzz policy of the series decides which placements are acceptable; intent
+checks run after the whole series. Only when everything passed is anything written: to a
+new cache entry (a copy of the source tree) or, for ``--source-dir`` in place, file by
+file through temporary files and renames.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from builder.core.cache import (
+    Cache,
+    atomic_write_bytes,
+    sha256_file,
+    sha256_json,
+    sha256_tree,
+    signals_deferred,
+)
+from builder.core.errors import BuilderError
+from builder.core.layout import Layout
+from builder.core.options import Options, select_target
+from builder.patching.hunks import (
+    APPLIED_STATUSES,
+    DEFAULT_FUZZ_SEARCH,
+    Hunk,
+    HunkResult,
+    HunkStatus,
+    apply_file_hunks,
+    split_lines,
+)
+from builder.patching.intent import IntentCheck, pattern_root
+from builder.patching.patchfile import FilePatch, Operation, ParsedPatch, parse_patch
+from builder.patching.series import Series, SeriesEntry, select_series
+from builder.source.fetch import (
+    SourceResult,
+    link_tree,
+    obtain_source,
+)
+
+ENGINE_VERSION = "2"  # bump when placement rules change: it is part of the cache key
+
+
+class PatchStatus(StrEnum):
+    """What happened to one patch of the series."""
+
+    APPLIED = "applied"
+    ALREADY_APPLIED = "already-applied"
+    FAILED = "failed"
+    OBSOLETE = "obsolete"
+    NOT_APPLICABLE = "not-applicable"
+    NOT_REACHED = "not-reached"
+
+
+@dataclass(frozen=True)
+class FileReport:
+    """Per-file part of a patch report.
+
+    Attributes:
+        path: the repository path (the new one for renames and copies).
+        status: ``patched``, ``created``, ``deleted``, ``renamed``, ``copied``, ``mode``
+            (permissions only), ``already-applied``, or a refusal: ``failed``,
+            ``new-file-exists``, ``missing-file``, ``eol-mismatch``, ``binary``.
+        hunks: per-hunk results.
+        note: why, for refusals and special cases.
+    """
+
+    path: str
+    status: str
+    hunks: tuple[HunkResult, ...] = ()
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """Return JSON-ready data."""
+        return {"path": self.path, "status": self.status, "note": self.note,
+                "hunks": [h.to_json() for h in self.hunks]}
+
+
+@dataclass(frozen=True)
+class PatchOutcome:
+    """What happened to one series entry.
+
+    Attributes:
+        name: the patch's file name.
+        sha256: the file's sha256 as read.
+        status: see :class:`PatchStatus`.
+        strip: the strip level used.
+        max_fuzz: the fuzz the policy allowed for this upstream version.
+        fuzz_reason: why that fuzz is allowed (empty when 0 is the limit).
+        files: per-file hunk results.
+        message: why it failed, when it did.
+    """
+
+    name: str
+    sha256: str
+    status: PatchStatus
+    strip: int
+    max_fuzz: int = 0
+    fuzz_reason: str = ""
+    files: tuple[FileReport, ...] = ()
+    message: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """Return JSON-ready data."""
+        return {"name": self.name, "sha256": self.sha256, "status": str(self.status),
+                "strip": self.strip, "max_fuzz": self.max_fuzz,
+                "fuzz_reason": self.fuzz_reason, "message": self.message,
+                "files": [f.to_json() for f in self.files]}
+
+
+@dataclass(frozen=True)
+class IntentReport:
+    """One intent check's result, before and after the series."""
+
+    patch: str
+    check: str
+    held_before: bool
+    holds: bool
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        """Return JSON-ready data."""
+        return {"patch": self.patch, "check": self.check, "held_before": self.held_before,
+                "holds": self.holds, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class PatchReport:
+    """The whole series' report.
+
+    Attributes:
+        upstream_version: the version the series was applied to.
+        patches: one outcome per series entry, in order.
+        intents: every intent check of the applicable patches.
+    """
+
+    upstream_version: str
+    patches: tuple[PatchOutcome, ...]
+    intents: tuple[IntentReport, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """True when no patch failed and every intent check holds after the series."""
+        return all(p.status != PatchStatus.FAILED for p in self.patches) and \
+            all(i.holds for i in self.intents)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return JSON-ready data."""
+        return {"upstream_version": self.upstream_version, "ok": self.ok,
+                "patches": [p.to_json() for p in self.patches],
+                "intents": [i.to_json() for i in self.intents]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PatchReport:
+        """Rebuild a report from :meth:`to_json` output (or a wheel's provenance record)."""
+        patches = tuple(
+            PatchOutcome(name=p["name"], sha256=p["sha256"], status=PatchStatus(p["status"]),
+                         strip=p["strip"], max_fuzz=p["max_fuzz"],
+                         fuzz_reason=p["fuzz_reason"], message=p["message"],
+                         files=tuple(FileReport(f["path"], f["status"], tuple(
+                             HunkResult.from_json(h) for h in f["hunks"]), f["note"])
+                             for f in p["files"]))
+            for p in data["patches"])
+        return cls(data["upstream_version"], patches,
+                   tuple(IntentReport(**i) for i in data["intents"]))
+
+
+@dataclass(frozen=True)
+class PatchResult:
+    """The patched tree and how it was made.
+
+    Attributes:
+        tree: the patched tree's root (a cache entry, or the user's folder in place).
+        layout: the tree's layout.
+        source: the source the series was applied to.
+        report: the per-patch, per-hunk report.
+        key: content key of the patched tree (the source key and the exact changes).
+        tree_sha256: digest of the patched tree's files when the cache entry was made
+            (``None`` when the tree is not a cache entry); checked before a build.
+    """
+
+    tree: Path
+    layout: Layout
+    source: SourceResult
+    report: PatchReport
+    key: str
+    tree_sha256: str | None = None
+
+
+@dataclass
+class _TreeView:
+    """A tree plus pending changes (``None`` marks a deletion); nothing touches disk."""
+
+    root: Path
+    layout: Layout
+    changes: dict[str, bytes | None] = field(default_factory=dict)
+    modes: dict[str, int] = field(default_factory=dict)
+
+    def tree_path(self, repo_path: str) -> str | None:
+        return self.layout.tree_path(repo_path)
+
+    def read_bytes(self, tree_path: str) -> bytes | None:
+        if tree_path in self.changes:
+            return self.changes[tree_path]
+        file = self.root / tree_path
+        return file.read_bytes() if file.is_file() else None
+
+    def read(self, tree_path: str) -> str | None:
+        data = self.read_bytes(tree_path)
+        return None if data is None else data.decode("utf-8", "surrogateescape")
+
+    def mode(self, tree_path: str) -> int | None:
+        if tree_path in self.modes:
+            return self.modes[tree_path]
+        file = self.root / tree_path
+        return file.stat().st_mode & 0o777 if file.is_file() else None
+
+    def read_repo_path(self, repo_path: str) -> str | None:
+        tree_path = self.tree_path(repo_path)
+        return None if tree_path is None else self.read(tree_path)
+
+    def glob_repo_paths(self, pattern: str) -> list[str]:
+        """Existing repository paths matching an ``fnmatch`` pattern (changes included)."""
+        root = pattern_root(pattern)
+        tree_root = self.tree_path(root + "/") if root else ""
+        found: set[str] = set()
+        if tree_root is not None:
+            base = self.root / tree_root
+            if base.is_dir():
+                for path in base.rglob("*"):
+                    if ".git" in path.parts or not path.is_file():
+                        continue
+                    repo = self.layout.repo_path(path.relative_to(self.root).as_posix())
+                    if fnmatch.fnmatchcase(repo, pattern):
+                        found.add(repo)
+        for tree_path, data in self.changes.items():
+            repo = self.layout.repo_path(tree_path)
+            if fnmatch.fnmatchcase(repo, pattern):
+                if data is None:
+                    found.discard(repo)
+                else:
+                    found.add(repo)
+        return sorted(found)
+
+    def files_named(self, name: str, limit: int = 20) -> list[str]:
+        """Tree paths of existing files called ``name`` (for "moved elsewhere?" hints)."""
+        found = [p for p, data in self.changes.items() if data is not None
+                 and p.rsplit("/", 1)[-1] == name]
+        for path in self.root.rglob(name):
+            rel = path.relative_to(self.root).as_posix()
+            if ".git" not in path.parts and rel not in self.changes and path.is_file():
+                found.append(rel)
+            if len(found) >= limit:
+                break
+        return sorted(found)
+
+
+@dataclass
+class _FileOutcome:
+    report: FileReport
+    state: str  # "applied", "already" or "failed"
+    staged: dict[str, bytes | None] = field(default_factory=dict)
+    modes: dict[str, int] = field(default_factory=dict)
+
+
+def _encode(lines: list[str]) -> bytes:
+    return "".join(lines).encode("utf-8", "surrogateescape")
+
+
+def _eol(lines: list[str]) -> str:
+    crlf = sum(1 for line in lines if line.endswith("\r\n"))
+    lf = sum(1 for line in lines if line.endswith("\n")) - crlf
+    return "crlf" if crlf > lf else "lf" if lf else "none"
+
+
+def _without_cr(lines: list[str]) -> list[str]:
+    return [line[:-2] + "\n" if line.endswith("\r\n") else line for line in lines]
+
+
+def _eol_mismatch(lines: list[str], hunks: tuple[Hunk, ...],
+                  results: list[HunkResult], search: int) -> list[HunkResult]:
+    """Mark failed hunks that would apply if only line endings were equal."""
+    file_eol = _eol(lines)
+    patch_eol = _eol([text for h in hunks for _, text in h.lines])
+    if HunkStatus.FAILED not in {r.status for r in results} or "none" in (file_eol, patch_eol) \
+            or file_eol == patch_eol:
+        return results
+    plain = [Hunk(h.index, h.source_start, h.source_length, h.target_start, h.target_length,
+                  tuple((k, t[:-2] + "\n" if t.endswith("\r\n") else t) for k, t in h.lines),
+                  h.section) for h in hunks]
+    normalised = apply_file_hunks(_without_cr(lines), plain, fuzz_search=search)
+    marked = []
+    for result, trial in zip(results, normalised.results, strict=True):
+        if result.status == HunkStatus.FAILED and trial.status in APPLIED_STATUSES:
+            result = HunkResult(result.hunk, HunkStatus.EOL_MISMATCH, line=trial.line,
+                                text=result.text,
+                                note=f"the file has {file_eol.upper()} line endings and the "
+                                     f"patch {patch_eol.upper()}; not converting")
+        marked.append(result)
+    return marked
+
+
+def _apply_hunks(view: _TreeView, file_patch: FilePatch, current: str, max_fuzz: int
+                 ) -> tuple[list[HunkResult], list[str] | None, bool]:
+    """Apply the hunks with the fuzz policy: (results, new lines or None, all already)."""
+    lines = split_lines(current)
+    search = max(DEFAULT_FUZZ_SEARCH, max_fuzz)
+    outcome = apply_file_hunks(lines, file_patch.hunks, fuzz_search=search)
+    results = list(outcome.results)
+    for i, result in enumerate(results):
+        if result.status == HunkStatus.FUZZ and (result.fuzz or 0) > max_fuzz:
+            results[i] = HunkResult(
+                result.hunk, HunkStatus.FAILED, line=result.line, offset=result.offset,
+                fuzz=result.fuzz, changed_line=result.changed_line,
+                note=f"needs fuzz {result.fuzz}, the series allows {max_fuzz} here")
+    results = _eol_mismatch(lines, file_patch.hunks, results, search)
+    ok = all(r.status in APPLIED_STATUSES for r in results)
+    return results, (outcome.new_lines if ok else None), outcome.already_applied
+
+
+def _refuse(path: str, status: str, note: str, hunks: tuple[Hunk, ...],
+            hunk_status: HunkStatus) -> _FileOutcome:
+    results = tuple(HunkResult(h.index, hunk_status, note=note) for h in hunks)
+    return _FileOutcome(FileReport(path, status, results, note), "failed")
+
+
+def _moved_hint(view: _TreeView, file_patch: FilePatch, max_fuzz: int) -> str:
+    assert file_patch.old_path is not None
+    name = file_patch.old_path.rsplit("/", 1)[-1]
+    for candidate in view.files_named(name):
+        text = view.read(candidate)
+        if text is not None and file_patch.hunks and \
+                _apply_hunks(view, file_patch, text, max_fuzz)[1] is not None:
+            return f"; a file with matching content is at {candidate} (moved?)"
+    return ""
+
+
+def _apply_file(view: _TreeView, patch_name: str, file_patch: FilePatch,
+                max_fuzz: int, strip: int) -> _FileOutcome:
+    """Apply one file patch to the view (without changing it); decide its status."""
+    repo_path = file_patch.path
+    old = view.tree_path(file_patch.old_path) if file_patch.old_path else None
+    new = view.tree_path(file_patch.new_path) if file_patch.new_path else None
+    if (file_patch.old_path and old is None) or (file_patch.new_path and new is None):
+        raise BuilderError(f"{patch_name}: {repo_path} (after stripping {strip} leading "
+                           f"path components) is not in the {view.layout.kind} layout, "
+                           "which holds only python/",
+                           "check the strip level, or build from git (--source git) for "
+                           "files outside python/")
+    hunks = file_patch.hunks
+    if file_patch.binary:
+        return _refuse(repo_path, "binary", "binary diffs (GIT binary patch) are not "
+                       "supported; ship the file another way", hunks, HunkStatus.BINARY)
+    op = file_patch.operation
+    if op == Operation.CREATE:
+        assert new is not None
+        existing = view.read(new)
+        content = "".join(t for h in hunks for t in h.postimage)
+        if existing is not None:
+            same = existing == content
+            note = ("the file to create already exists with identical content"
+                    if same else "the file to create already exists with different content")
+            refused = tuple(HunkResult(h.index, HunkStatus.NEW_FILE_EXISTS, note=note)
+                            for h in hunks)
+            return _FileOutcome(FileReport(repo_path, "already-applied" if same else
+                                           "new-file-exists", refused, note),
+                                "already" if same else "failed")
+        created = tuple(HunkResult(h.index, HunkStatus.CLEAN, line=1, offset=0, fuzz=0,
+                                   changed_line=1) for h in hunks)
+        return _FileOutcome(FileReport(repo_path, "created", created), "applied",
+                            {new: content.encode("utf-8", "surrogateescape")},
+                            {new: file_patch.new_mode or 0o644})
+    assert old is not None
+    current = view.read(old)
+    if current is None:
+        if op == Operation.DELETE:
+            note = "the file to delete is already absent"
+            return _FileOutcome(FileReport(repo_path, "already-applied", tuple(
+                HunkResult(h.index, HunkStatus.ALREADY_APPLIED, note=note) for h in hunks),
+                note), "already")
+        moved_to = view.read(new) if op == Operation.RENAME and new else None
+        if moved_to is not None:  # renamed already? then the hunks are in the new file
+            results, _, already = _apply_hunks(view, file_patch, moved_to, max_fuzz)
+            if already or not hunks:
+                return _FileOutcome(FileReport(repo_path, "already-applied", tuple(results),
+                                               "already renamed"), "already")
+        note = f"{file_patch.old_path} does not exist" + _moved_hint(view, file_patch,
+                                                                       max_fuzz)
+        return _refuse(repo_path, "missing-file", note, hunks, HunkStatus.MISSING_FILE)
+    if op in (Operation.RENAME, Operation.COPY) and new is not None and new != old and \
+            view.read(new) is not None:
+        note = f"{file_patch.new_path} already exists; the {op} would overwrite it"
+        return _refuse(repo_path, "new-file-exists", note, hunks, HunkStatus.NEW_FILE_EXISTS)
+    results, new_lines, already = _apply_hunks(view, file_patch, current, max_fuzz) \
+        if hunks else ([], split_lines(current), False)
+    report_hunks = tuple(results)
+    if new_lines is None:
+        if already:
+            return _FileOutcome(FileReport(repo_path, "already-applied", report_hunks),
+                                "already")
+        statuses = {r.status for r in results}
+        if HunkStatus.ALREADY_APPLIED in statuses and statuses <= {
+                HunkStatus.ALREADY_APPLIED, *APPLIED_STATUSES}:
+            note = "some hunks are already applied and others are not"
+        else:
+            note = "; ".join(f"hunk #{r.hunk}: {r.status}" + (f" ({r.note})" if r.note else "")
+                             for r in results if r.status not in APPLIED_STATUSES)
+        status = "eol-mismatch" if HunkStatus.EOL_MISMATCH in statuses else "failed"
+        return _FileOutcome(FileReport(repo_path, status, report_hunks, note), "failed")
+    mode = view.mode(old)
+    new_mode = file_patch.new_mode if file_patch.new_mode is not None else mode
+    if op == Operation.DELETE:
+        if new_lines:
+            note = "the file's content differs from what the patch deletes; not deleting it"
+            return _FileOutcome(FileReport(repo_path, "failed", report_hunks, note), "failed")
+        return _FileOutcome(FileReport(repo_path, "deleted", report_hunks), "applied", {old: None})
+    data = _encode(new_lines)
+    if op == Operation.MODIFY and not hunks:
+        if new_mode == mode:
+            return _FileOutcome(FileReport(repo_path, "already-applied", (),
+                                           f"mode is already {new_mode:o}"), "already")
+        return _FileOutcome(FileReport(repo_path, "mode", (), f"mode {mode:o} -> {new_mode:o}"),
+                            "applied", {old: data}, {old: new_mode or 0o644})
+    assert new is not None
+    staged: dict[str, bytes | None] = {new: data}
+    if op == Operation.RENAME and new != old:
+        staged[old] = None
+    status = {Operation.RENAME: "renamed", Operation.COPY: "copied"}.get(op, "patched")
+    return _FileOutcome(FileReport(repo_path, status, report_hunks), "applied", staged,
+                        {new: new_mode or 0o644})
+
+
+def _apply_patch(view: _TreeView, parsed: ParsedPatch, entry: SeriesEntry,
+                 max_fuzz: int, fuzz_reason: str
+                 ) -> tuple[PatchOutcome, dict[str, bytes | None], dict[str, int]]:
+    """Apply one patch to the view; return its outcome and the changes to stage."""
+    # Files of one patch see each other's changes (a patch may touch a file twice).
+    scratch = _TreeView(view.root, view.layout, dict(view.changes), dict(view.modes))
+    reports: list[FileReport] = []
+    states: set[str] = set()
+    for file_patch in parsed.files:
+        outcome = _apply_file(scratch, parsed.path.name, file_patch, max_fuzz, entry.strip)
+        reports.append(outcome.report)
+        states.add(outcome.state)
+        scratch.changes.update(outcome.staged)
+        scratch.modes.update(outcome.modes)
+    problems = [f"{r.path}: {r.status}" + (f" ({r.note})" if r.note else "")
+                for r in reports if r.status in _REFUSALS]
+    if not problems and states == {"applied", "already"}:
+        problems.append("part of the patch is already applied and part is not")
+    # The scratch view started as a copy of ``view``: its dicts are the view after this
+    # patch, so the caller can take them whole.
+    staged, modes = scratch.changes, scratch.modes
+    if problems:
+        status, staged, modes = PatchStatus.FAILED, {}, {}
+    elif states == {"already"}:
+        status, staged, modes = PatchStatus.ALREADY_APPLIED, {}, {}
+    else:
+        status = PatchStatus.APPLIED
+    return PatchOutcome(name=parsed.path.name, sha256=parsed.sha256, status=status,
+                        strip=entry.strip, max_fuzz=max_fuzz, fuzz_reason=fuzz_reason,
+                        files=tuple(reports), message="; ".join(problems)), staged, modes
+
+
+_REFUSALS = frozenset({"failed", "new-file-exists", "missing-file", "eol-mismatch", "binary"})
+
+
+def read_series(series: Series) -> dict[Path, ParsedPatch]:
+    """Check every patch file against its pinned sha256 and parse it (no tree needed).
+
+    Called before a source is fetched, so a bad series fails fast.
+
+    Returns:
+        The parsed patches by path.
+
+    Raises:
+        BuilderError: a patch file is missing, changed after it was pinned, or malformed.
+    """
+    parsed = {}
+    for entry in series.entries:
+        if not entry.path.is_file():
+            raise BuilderError(f"patch file not found: {entry.path}",
+                               "check the --patch path" if entry.sha256 is None else
+                               "check the series file's 'file' entries")
+        actual = sha256_file(entry.path)
+        if entry.sha256 is not None and actual != entry.sha256:
+            raise BuilderError(
+                f"patch file {entry.name} changed after it was pinned: sha256 {actual}, "
+                f"series says {entry.sha256}",
+                "review the change, then put the new sha256 into the series file")
+        parsed[entry.path] = parse_patch(entry.path, entry.strip)
+    return parsed
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What a series does to a tree: new bytes per tree path (``None`` deletes) and modes."""
+
+    files: dict[str, bytes | None] = field(default_factory=dict)
+    modes: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PatchStep:
+    """One series entry replayed: its outcome and the files it touched, before and after.
+
+    Attributes:
+        entry: the series entry.
+        parsed: the parsed patch.
+        outcome: what happened.
+        before: repository path -> content before this patch (``None``: absent).
+        after: repository path -> content after it (equal to ``before`` unless applied).
+        held_before: each intent check's result before this patch.
+    """
+
+    entry: SeriesEntry
+    parsed: ParsedPatch
+    outcome: PatchOutcome
+    before: dict[str, bytes | None]
+    after: dict[str, bytes | None]
+    held_before: tuple[bool, ...]
+
+
+def replay_series(source: SourceResult, series: Series, *, fuzz: int | None = None
+                  ) -> tuple[list[PatchStep | PatchOutcome], _TreeView]:
+    """Apply ``series`` to ``source`` in memory, one entry after another.
+
+    Args:
+        source: the tree.
+        series: the patches.
+        fuzz: the fuzz to allow every patch instead of the series' policy (``refresh
+            --accept-fuzz``); ``None`` keeps the policy.
+
+    Returns:
+        Per entry a :class:`PatchStep`, or only a :class:`PatchOutcome` when the entry
+        was not tried (not applicable, or after a failure); and the final view.
+
+    Raises:
+        BuilderError: a patch file is missing, changed after pinning, or malformed, or
+            names a path outside the tree's layout.
+    """
+    version = source.upstream_version
+    parsed = read_series(series)
+    view = _TreeView(source.tree, source.layout)
+    steps: list[PatchStep | PatchOutcome] = []
+    failed = False
+    for entry in series.entries:
+        patch = parsed[entry.path]
+        if series.path is not None and not entry.applies_to(version):
+            steps.append(PatchOutcome(entry.name, patch.sha256, PatchStatus.NOT_APPLICABLE,
+                                      entry.strip, message=f"declared for {entry.versions}"))
+            continue
+        if failed:
+            steps.append(PatchOutcome(entry.name, patch.sha256, PatchStatus.NOT_REACHED,
+                                      entry.strip, message="an earlier patch failed"))
+            continue
+        held = tuple(check.evaluate_tree(view).holds for check in entry.intents)
+        max_fuzz, reason = entry.fuzz_limit(version)
+        if fuzz is not None:
+            max_fuzz, reason = max(max_fuzz, fuzz), reason or "--accept-fuzz"
+        outcome, staged, modes = _apply_patch(view, patch, entry, max_fuzz, reason)
+        if held and all(held) and outcome.status != PatchStatus.ALREADY_APPLIED:
+            # Upstream already does what the patch means: change nothing, fail nothing.
+            outcome = replace(outcome, status=PatchStatus.OBSOLETE,
+                              message="its intent checks already hold without it; "
+                                      "nothing applied" + (f" (the patch itself: "
+                                                           f"{outcome.message})"
+                                                           if outcome.message else ""))
+            staged, modes = {}, {}
+        touched = {path for fp in patch.files for path in (fp.old_path, fp.new_path) if path}
+        before = {path: _read_repo_bytes(view, path) for path in sorted(touched)}
+        view.changes.update(staged)
+        view.modes.update(modes)
+        after = {path: _read_repo_bytes(view, path) for path in sorted(touched)}
+        steps.append(PatchStep(entry, patch, outcome, before, after, held))
+        failed = outcome.status == PatchStatus.FAILED
+    return steps, view
+
+
+def _read_repo_bytes(view: _TreeView, repo_path: str) -> bytes | None:
+    tree_path = view.tree_path(repo_path)
+    return None if tree_path is None else view.read_bytes(tree_path)
+
+
+def plan_series(source: SourceResult, series: Series) -> tuple[PatchReport, Changes]:
+    """Apply ``series`` to ``source`` in memory and check intents; write nothing.
+
+    A patch that declares intent checks which all hold before it is applied is
+    ``obsolete`` (unless it is ``already-applied``): it is not applied and does not fail.
+
+    Returns:
+        The report and the changes; the changes are empty unless the report is ok.
+
+    Raises:
+        BuilderError: a patch file is missing, changed after pinning, or malformed, or
+            names a path outside the tree's layout (raised before any hunk is tried).
+    """
+    steps, view = replay_series(source, series)
+    outcomes = [s.outcome if isinstance(s, PatchStep) else s for s in steps]
+    intents = [_intent_report(step.entry, check, held, view)
+               for step in steps if isinstance(step, PatchStep)
+               for check, held in zip(step.entry.intents, step.held_before, strict=True)]
+    report = PatchReport(str(source.upstream_version), tuple(outcomes), tuple(intents))
+    if not report.ok:
+        return report, Changes()
+    return report, Changes(dict(view.changes), dict(view.modes))
+
+
+def _intent_report(entry: SeriesEntry, check: IntentCheck, held_before: bool,
+                   after: _TreeView) -> IntentReport:
+    outcome = check.evaluate_tree(after)
+    return IntentReport(entry.name, check.describe(), held_before, outcome.holds,
+                        outcome.detail)
+
+
+def _failure(report: PatchReport) -> BuilderError:
+    for outcome in report.patches:
+        if outcome.status == PatchStatus.FAILED:
+            return BuilderError(f"patch {outcome.name} failed: {outcome.message}",
+                                "see the hunk report; fix or refresh the patch, or "
+                                "declare a fuzz allowance with a reason in the series",
+                                report=report)
+    broken = next(i for i in report.intents if not i.holds)
+    return BuilderError(f"intent check of {broken.patch} failed: {broken.check}: "
+                        f"{broken.detail}",
+                        "the patch applied but did not do what it declares; fix the patch",
+                        report=report)
+
+
+def _write_changes(root: Path, changes: Changes) -> None:
+    for tree_path, data in sorted(changes.files.items()):
+        target = root / tree_path
+        if data is None:
+            target.unlink(missing_ok=True)
+        else:
+            atomic_write_bytes(target, data, changes.modes.get(tree_path))
+
+
+def patched_tree_key(source: SourceResult, changes: Changes) -> str:
+    """Return the content key of a patched tree: the source plus exactly what changed.
+
+    Keyed by the result, not by the series' text, so no setting that decides which
+    patches apply (version ranges, fuzz policy, intents) can make two different trees
+    share an entry.
+    """
+    return sha256_json({
+        "engine": ENGINE_VERSION, "source": source.key,
+        "files": {path: None if data is None else hashlib.sha256(data).hexdigest()
+                  for path, data in sorted(changes.files.items())},
+        "modes": dict(sorted(changes.modes.items())),
+    })
+
+
+def apply_series(source: SourceResult, series: Series, *, cache: Cache | None = None,
+                 in_place: bool = False, dry_run: bool = False) -> PatchResult:
+    """Apply a series to a source tree, all or nothing.
+
+    Args:
+        source: the tree to patch (never modified unless ``in_place``).
+        series: the patches, in order.
+        cache: where the patched copy goes (required unless ``in_place`` or ``dry_run``).
+        in_place: write the changes into ``source.tree`` itself (``--source-dir``).
+        dry_run: only report; write nothing.
+
+    Returns:
+        The patched tree and the report.
+
+    Raises:
+        BuilderError: a patch file is missing, changed or malformed, a hunk failed, was
+            ambiguous or needed more fuzz than allowed, part of a patch was already
+            applied, or an intent check failed. Nothing has been written then; the error
+            carries the report.
+    """
+    report, changes = plan_series(source, series)
+    if not report.ok:
+        raise _failure(report)
+    key = patched_tree_key(source, changes)
+    if dry_run:
+        return PatchResult(source.tree, source.layout, source, report, key)
+    if in_place:
+        with signals_deferred():  # all files or none, even on Ctrl-C
+            _write_changes(source.tree, changes)
+        return PatchResult(source.tree, source.layout, source, report, key)
+    if cache is None:
+        raise ValueError("apply_series needs a cache unless in_place or dry_run")
+    entry = cache.lookup("patched", key)
+    if entry is None:
+        with cache.building("patched", key) as tmp:
+            # Hard links: _write_changes replaces files by rename, never in place.
+            link_tree(source.tree, tmp / "tree")
+            _write_changes(tmp / "tree", changes)
+            (tmp / "tree.json").write_text(json.dumps(
+                {"tree_sha256": sha256_tree(tmp / "tree", exclude=frozenset({".git"}))}))
+        entry = cache.entry("patched", key)
+    digest = json.loads((entry / "tree.json").read_text())["tree_sha256"] \
+        if (entry / "tree.json").is_file() else None
+    return PatchResult(entry / "tree", source.layout, source, report, key, digest)
+
+
+def run_patch(options: Options, *, in_place: bool = False, dry_run: bool = False
+              ) -> PatchResult:
+    """Source and patch stages.
+
+    A target is needed only when no ``--source-dir`` with ``--series``/``--patch`` is
+    given; with ``--source-dir`` and ``in_place`` the user's tree is patched itself.
+    """
+    ad_hoc = options.source_dir is not None and (options.series or options.patch)
+    target = None if ad_hoc and options.target is None else select_target(options)
+    series = select_series(options, target)
+    read_series(series)  # a bad series fails before any download
+    source = obtain_source(options, target)
+    result = apply_series(source, series, cache=options.cache, in_place=in_place,
+                          dry_run=dry_run)
+    return result

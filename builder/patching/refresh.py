@@ -1,0 +1,291 @@
+"""Refresh: regenerate every patch of a series against a target's upstream.
+
+After a refresh each patch applies to that upstream with zero fuzz and exact line
+numbers. The patch's header (message, authorship) and the series metadata are kept; the
+output is deterministic: ``a/`` ``b/`` paths, no timestamps, files sorted, hunk section
+headers by git's default rule (the nearest earlier line that starts with a letter, ``_``
+or ``$``). A patch that needed fuzz is only refreshed with ``accept_fuzz``, and the
+report shows every such hunk before and after: a refresh can bake a wrong placement in.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from builder.core.cache import atomic_write_bytes
+from builder.core.config import load_targets
+from builder.core.errors import BuilderError
+from builder.core.options import Options
+from builder.patching.apply import (
+    PatchStatus,
+    PatchStep,
+    read_series,
+    replay_series,
+)
+from builder.patching.hunks import HunkStatus
+from builder.patching.patchfile import Operation
+from builder.patching.series import Series, select_series
+from builder.source.fetch import (
+    SourceResult,
+    obtain_source,
+)
+
+_FUNCNAME = re.compile(r"^[A-Za-z_$]")
+
+
+@dataclass(frozen=True)
+class FuzzedHunk:
+    """A hunk that needed fuzz, as it was and as the refreshed patch has it."""
+
+    path: str
+    fuzz: int
+    before: str
+    after: str
+
+    def to_json(self) -> dict[str, Any]:
+        """Return JSON-ready data."""
+        return {"path": self.path, "fuzz": self.fuzz, "before": self.before,
+                "after": self.after}
+
+
+@dataclass(frozen=True)
+class RefreshedPatch:
+    """One patch's refresh.
+
+    Attributes:
+        name: the patch's file name.
+        status: ``refreshed``, ``unchanged``, or why it was left alone (``obsolete``,
+            ``already-applied``, ``not-applicable``).
+        written: where the new text went (``None`` when nothing was written).
+        old_sha256: the file's sha256 before.
+        new_sha256: its sha256 after (equal when unchanged).
+        fuzzed: hunks that needed fuzz, before and after.
+    """
+
+    name: str
+    status: str
+    written: Path | None
+    old_sha256: str
+    new_sha256: str
+    fuzzed: tuple[FuzzedHunk, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """Return JSON-ready data."""
+        return {"name": self.name, "status": self.status,
+                "written": str(self.written) if self.written else None,
+                "old_sha256": self.old_sha256, "new_sha256": self.new_sha256,
+                "fuzzed": [f.to_json() for f in self.fuzzed]}
+
+
+def _funcname(lines: list[str], first: int) -> str:
+    """git's default hunk header: the nearest line before ``first`` (1-based) that starts
+    with a letter, ``_`` or ``$``, cut to 80 characters."""
+    for line in reversed(lines[:max(first - 1, 0)]):
+        if _FUNCNAME.match(line):
+            return " " + line.rstrip("\r\n")[:80]
+    return ""
+
+
+def _lines(data: bytes | None) -> list[str]:
+    if data is None:
+        return []
+    text = data.decode("utf-8", "surrogateescape")
+    parts = text.split("\n")
+    return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
+def render_file_diff(path: str, before: bytes | None, after: bytes | None,
+                     prefixes: tuple[str, str]) -> str:
+    """A git-style unified diff of one file with 3 lines of context, no timestamps.
+
+    Args:
+        path: the repository path.
+        before: the old content (``None``: the file is created).
+        after: the new content (``None``: the file is deleted).
+        prefixes: ``("a/", "b/")`` for strip level 1, ``("", "")`` for 0.
+    """
+    old, new = _lines(before), _lines(after)
+    a, b = prefixes
+    head = [f"diff --git {a}{path} {b}{path}\n"]
+    if before is None:
+        head.append("new file mode 100644\n")
+    elif after is None:
+        head.append("deleted file mode 100644\n")
+    head.append(f"--- {'/dev/null' if before is None else a + path}\n")
+    head.append(f"+++ {'/dev/null' if after is None else b + path}\n")
+    body: list[str] = []
+    for line in list(difflib.unified_diff(old, new, n=3, lineterm="\n"))[2:]:
+        if line.startswith("@@"):
+            match = re.match(r"@@ -(\d+)", line)
+            first = int(match[1]) if match else 1
+            line = line.rstrip("\n") + _funcname(old, first) + "\n"
+        body.append(line)
+        if not line.endswith("\n"):
+            body.append("\n\\ No newline at end of file\n")
+    return "".join(head + body)
+
+
+def _prefixes(step: PatchStep) -> tuple[str, str]:
+    if step.entry.strip == 1:
+        return ("a/", "b/")
+    if step.entry.strip == 0:
+        return ("", "")
+    raise BuilderError(f"cannot refresh {step.entry.name}: strip level {step.entry.strip}",
+                       "refresh writes a/ b/ paths (strip 1) or bare paths (strip 0)")
+
+
+def _new_text(step: PatchStep) -> str:
+    for file_patch in step.parsed.files:
+        if file_patch.operation in (Operation.RENAME, Operation.COPY) or \
+                (file_patch.new_mode is not None and file_patch.operation == Operation.MODIFY):
+            raise BuilderError(f"cannot refresh {step.entry.name}: it renames, copies or "
+                               f"changes the mode of {file_patch.path}",
+                               "refresh that patch by hand")
+    prefixes = _prefixes(step)
+    diffs = [render_file_diff(path, step.before[path], step.after[path], prefixes)
+             for path in sorted(step.after) if step.before[path] != step.after[path]]
+    header = step.parsed.header
+    if header and not header.endswith("\n"):
+        header += "\n"
+    if header.rstrip("\n").endswith("---"):
+        header += "\n"
+    return header + "".join(diffs)
+
+
+def _fuzzed(step: PatchStep, new_text: str) -> tuple[FuzzedHunk, ...]:
+    fuzzed = []
+    new_hunks = re.split(r"(?m)^(?=@@ )", new_text)
+    for file_patch, file_report in zip(step.parsed.files, step.outcome.files, strict=True):
+        for hunk, result in zip(file_patch.hunks, file_report.hunks, strict=True):
+            if result.status != HunkStatus.FUZZ:
+                continue
+            after = next((h for h in new_hunks[1:] if result.changed_line is not None
+                          and _covers(h, result.changed_line)), "")
+            fuzzed.append(FuzzedHunk(file_report.path, result.fuzz or 0, hunk.render(),
+                                     after.split("\ndiff --git ")[0]))
+    return tuple(fuzzed)
+
+
+def _covers(hunk_text: str, line: int) -> bool:
+    match = re.match(r"@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))?", hunk_text)
+    if not match:
+        return False
+    start, length = int(match[1]), int(match[2] or 1)
+    return start <= line < start + length
+
+
+def refresh_series(source: SourceResult, series: Series, *, accept_fuzz: bool = False,
+                   output_dir: Path | None = None, dry_run: bool = False
+                   ) -> tuple[RefreshedPatch, ...]:
+    """Regenerate each applicable patch of ``series`` against ``source``.
+
+    Args:
+        source: the upstream tree to refresh against.
+        series: the series (a series file; its sha256 pins are updated in place when the
+            patches are rewritten in place).
+        accept_fuzz: allow hunks that need fuzz (up to 2) to be refreshed.
+        output_dir: write refreshed patches here instead of over the originals (the
+            series file is then left alone).
+        dry_run: compute and report only.
+
+    Returns:
+        One entry per series entry.
+
+    Raises:
+        BuilderError: a patch failed, or needs fuzz without ``accept_fuzz``, or cannot be
+            rewritten (renames, copies, mode changes, strip > 1). Nothing is written then.
+    """
+    steps, _ = replay_series(source, series, fuzz=2 if accept_fuzz else None)
+    results: list[RefreshedPatch] = []
+    writes: list[tuple[Path, bytes]] = []
+    pins: list[tuple[str, str]] = []
+    for step in steps:
+        if not isinstance(step, PatchStep):
+            results.append(RefreshedPatch(step.name, str(step.status), None, step.sha256,
+                                          step.sha256))
+            continue
+        outcome = step.outcome
+        if outcome.status == PatchStatus.FAILED:
+            needs = [h for f in outcome.files for h in f.hunks if h.fuzz and
+                     h.status == HunkStatus.FAILED and "needs fuzz" in h.note]
+            hint = ("pass --accept-fuzz, then review every hunk shown before and after"
+                    if needs and not accept_fuzz else "fix the patch by hand")
+            raise BuilderError(f"cannot refresh {outcome.name}: {outcome.message}", hint)
+        if outcome.status != PatchStatus.APPLIED:
+            results.append(RefreshedPatch(outcome.name, str(outcome.status), None,
+                                          outcome.sha256, outcome.sha256))
+            continue
+        fuzzy = [f"{f.path} hunk #{h.hunk} (fuzz {h.fuzz})" for f in outcome.files
+                 for h in f.hunks if h.status == HunkStatus.FUZZ]
+        if fuzzy and not accept_fuzz:  # even where the series allows it: review first
+            raise BuilderError(f"cannot refresh {outcome.name} without review: "
+                               f"{', '.join(fuzzy)} needed fuzz",
+                               "pass --accept-fuzz, then review every hunk shown before "
+                               "and after")
+        text = _new_text(step)
+        data = text.encode("utf-8", "surrogateescape")
+        new_sha = hashlib.sha256(data).hexdigest()
+        changed = new_sha != outcome.sha256
+        destination = (output_dir / outcome.name) if output_dir else step.entry.path
+        if changed or output_dir:
+            writes.append((destination, data))
+            if output_dir is None:
+                pins.append((outcome.sha256, new_sha))
+        results.append(RefreshedPatch(outcome.name, "refreshed" if changed else "unchanged",
+                                      None if dry_run or not (changed or output_dir)
+                                      else destination,
+                                      outcome.sha256, new_sha, _fuzzed(step, text)))
+    if not dry_run:
+        for destination, data in writes:
+            atomic_write_bytes(destination, data)
+        if pins and series.path is not None:
+            text = series.path.read_text()
+            for old, new in pins:
+                text = text.replace(old, new)
+            atomic_write_bytes(series.path, text.encode())
+    return tuple(results)
+
+
+def run_refresh(options: Options, *, accept_fuzz: bool = False,
+                output_dir: Path | None = None, dry_run: bool = False
+                ) -> tuple[RefreshedPatch, ...]:
+    """Refresh the target's series against the target's upstream (see :mod:`refresh`).
+
+    Raises:
+        BuilderError: in place, a refreshed patch also covers another target's version
+            (rewriting it for this target could break that one), or ``output_dir`` is the
+            series' own folder; and see :func:`builder.patching.refresh.refresh_series`.
+    """
+    targets = load_targets(options.targets_file)
+    target = targets.get(options.target)
+    series = select_series(options, target)
+    read_series(series)
+    if output_dir is not None and series.path is not None and \
+            output_dir.resolve() == series.path.parent.resolve():
+        raise BuilderError(f"--output-dir {output_dir} is the series' own folder",
+                           "write copies elsewhere, or refresh in place without --output-dir")
+    source = obtain_source(options, target)
+    planned = refresh_series(source, series, accept_fuzz=accept_fuzz, output_dir=output_dir,
+                             dry_run=True)
+    if dry_run:
+        return planned
+    if output_dir is None:
+        rewritten = {p.name for p in planned if p.status == "refreshed"}
+        for entry in series.entries:
+            if entry.name not in rewritten:
+                continue
+            others = [t.name for t in targets.targets.values()
+                      if t.upstream_version != target.upstream_version
+                      and t.series == series.path and entry.applies_to(t.upstream_version)]
+            if others:
+                raise BuilderError(
+                    f"{entry.name} also applies to {', '.join(others)}: refreshing it in place "
+                    f"for {target.name} could break them",
+                    "write a copy with --output-dir DIR and give it its own series entry "
+                    "with a narrower version range (README: Refresh)")
+    return refresh_series(source, series, accept_fuzz=accept_fuzz, output_dir=output_dir)

@@ -1,0 +1,246 @@
+"""Image and release runs: wheel -> image -> smoke gate -> publish.
+
+:func:`run_image` builds the target's wheel(s) and the runtime image. :func:`run_release`
+goes on: a smoke gate must pass, then every check that could refuse a publish runs
+before anything is published (the index's files, the registry's tag), then the wheels
+the gate covered are uploaded and the image pushed, pulled back by digest and compared
+with what passed the gate. The :class:`ReleaseSummary` lists exactly what was published
+(index URL and file sha256, image reference and digest) and what was not, and why; a
+failed release raises :class:`BuilderError` carrying it.
+
+The gate is any :class:`SmokeGate`: a callable taking the engine client and the built
+:class:`~builder.image.build.ImageResult` and returning a :class:`GateResult` (passed flag,
+the wheel files it covered, a JSON report). :func:`static_gate` (the static smoke test
+of :mod:`builder.smoke.static`) checks the image without a GPU; :func:`gpu_gate` adds the
+smoke test on a GPU runner (:mod:`builder.smoke.gpu`), which ``release`` uses by default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+
+from builder.core.engine import connect
+from builder.core.errors import BuilderError
+from builder.core.options import Options
+from builder.image.build import (
+    ImageResult,
+)
+from builder.image.run import ImageOptions, run_image
+from builder.release.publish import (
+    Index,
+    Published,
+    image_state,
+    pull_by_digest,
+    push_image,
+    registry_auth,
+    split_reference,
+    upload_wheel,
+    wheel_state,
+)
+from builder.smoke.gpu import SmokeOptions, run_smoke
+from builder.smoke.static import static_smoke
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """A smoke gate's verdict.
+
+    Attributes:
+        name: the gate (``static``, ``gpu``).
+        passed: whether the image may be published.
+        wheels: file names of the wheels the gate proved installed and working; only
+            these are published (a released-wheel target has one sglang wheel per
+            Python tag, and the image carries one).
+        report: the gate's JSON report.
+    """
+
+    name: str
+    passed: bool
+    wheels: tuple[str, ...]
+    report: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        """Return JSON-ready data."""
+        return {"name": self.name, "passed": self.passed, "wheels": list(self.wheels),
+                "report": self.report}
+
+
+SmokeGate = Callable[[docker.DockerClient, ImageResult], GateResult]
+
+
+def static_gate(client: docker.DockerClient, image: ImageResult) -> GateResult:
+    """The static smoke test (:func:`builder.smoke.static.static_smoke`) as a gate."""
+    report = static_smoke(client, image)
+    wheels = ((report.installed_wheel,) if report.installed_wheel else ()) + \
+        tuple(w.path.name for w in image.extra_wheels)
+    return GateResult("static", report.passed, wheels, report.to_json())
+
+
+def gpu_gate(*, docker_host: str | None = None, series: Path = Path("patches/series.toml"),
+             moe: bool = False) -> SmokeGate:
+    """The smoke test on a GPU runner (:func:`builder.smoke.gpu.run_smoke`, image mode) as a
+    gate: the image runs with every GPU attached, FlashInfer may not compile, and the
+    installed sglang must be the wheel being released.
+
+    Args:
+        docker_host: the engine the image is in (``None``: ``DOCKER_HOST``).
+        series: the series whose intent checks must hold in the image.
+        moe: count the MoE autotune check even when it cannot run.
+
+    Returns:
+        A gate; it passes only when the static smoke test and the GPU smoke test pass. A
+        runner without a GPU (no NVIDIA runtime in the engine) fails it: nothing is
+        published from a machine that could not test on a GPU.
+    """
+    def gate(client: docker.DockerClient, image: ImageResult) -> GateResult:
+        static = static_gate(client, image)
+        if not static.passed:
+            return GateResult("gpu", False, (), {"static": static.report,
+                                                 "checks": static.report.get("checks", [])})
+        installed = [w.path for w in image.wheels if w.path.name in static.wheels]
+        report = run_smoke(SmokeOptions(mode="image", image=image.image_id,
+                                        docker_host=docker_host, series=series,
+                                        sglang_wheel=installed[0] if installed else None,
+                                        moe=moe))
+        data = report.to_json()
+        # The release summary names the failed checks by "ok".
+        data["checks"] = [{**check, "ok": check["status"] in ("passed", "warning")
+                           or not check["required"]} for check in data["checks"]]
+        return GateResult("gpu", report.passed, static.wheels if report.passed else (), data)
+
+    return gate
+
+
+@dataclass
+class ReleaseSummary:
+    """What a release published, and what it did not.
+
+    Attributes:
+        image: the image built (``None`` if the release stopped before).
+        gate: the smoke gate's verdict (``None`` if it did not run).
+        published: published (or found already published), in order.
+        not_published: (artifact, reason) for everything else.
+    """
+
+    image: ImageResult | None = None
+    gate: GateResult | None = None
+    published: list[Published] = field(default_factory=list)
+    not_published: list[tuple[str, str]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return JSON-ready data."""
+        return {"image": self.image.describe() if self.image else None,
+                "gate": self.gate.to_json() if self.gate else None,
+                "published": [p.to_json() for p in self.published],
+                "not_published": [{"artifact": a, "reason": r}
+                                  for a, r in self.not_published]}
+
+    def lines(self) -> list[str]:
+        """The summary as lines for people."""
+        out = [p.line() for p in self.published]
+        out += [f"not published: {artifact} ({reason})"
+                for artifact, reason in self.not_published]
+        return out or ["nothing published"]
+
+
+
+
+def run_release(options: Options, image_options: ImageOptions, index: Index,
+                gate: SmokeGate = static_gate,
+                client: docker.DockerClient | None = None) -> ReleaseSummary:
+    """Build the wheel and image, gate on the smoke test, publish what passed.
+
+    Args:
+        options: the target and build options.
+        image_options: registry, base and kernel wheels.
+        index: where the wheels go.
+        gate: the smoke gate (default: the static smoke test).
+        client: the engine (default: :func:`builder.core.engine.connect`).
+
+    Returns:
+        the summary: every artifact published or found already published.
+
+    Raises:
+        BuilderError: any stage failed, the gate did not pass, the index or registry
+            refused (down, credentials, a file or tag with other content), a push failed
+            mid-stream; its ``report`` is the :class:`ReleaseSummary` so far.
+    """
+    summary = ReleaseSummary()
+    try:
+        client = client or connect(image_options.docker_host)
+        image = run_image(options, image_options, client)
+    except BuilderError as exc:
+        what = f"target {options.target}" if options.target else "the default target"
+        summary.not_published.append((f"the wheels and image of {what}",
+                                      f"release stopped: {exc.cause}"))
+        raise BuilderError(exc.cause, exc.hint, report=summary) from None
+    summary.image = image
+    artifacts = [w.path.name for w in image.wheels] + \
+        [w.path.name for w in image.extra_wheels] + list(image.tags)
+
+    def stop(exc: BuilderError, published: set[str]) -> BuilderError:
+        summary.not_published += [(a, f"release stopped: {exc.cause}")
+                                  for a in artifacts if a not in published
+                                  and a not in {n for n, _ in summary.not_published}]
+        return BuilderError(exc.cause, exc.hint, report=summary)
+
+    options.reporter.info(f"smoke gate on {image.image_id}")
+    try:
+        result = gate(client, image)
+    except BuilderError as exc:
+        raise stop(exc, set()) from None
+    summary.gate = result
+    if not result.passed:
+        failed = [c for c in result.report.get("checks", []) if not c.get("ok", True)]
+        detail = "; ".join(f"{c['name']}: {c['detail']}" for c in failed[:3])
+        raise stop(BuilderError(f"the {result.name} smoke gate failed"
+                                + (f": {detail}" if detail else ""),
+                                "nothing was published; see the gate's report"), set())
+    covered = set(result.wheels)
+    sha = {w.path.name: (w.path, w.sha256) for w in image.wheels}
+    sha.update({w.path.name: (w.path, w.sha256) for w in image.extra_wheels})
+    for name in sha:
+        if name not in covered:
+            summary.not_published.append((name, f"not covered by the {result.name} smoke "
+                                                 "gate (the image installs another wheel)"))
+    to_publish = [name for name in sha if name in covered]
+    auth = registry_auth()
+    published: set[str] = set()
+    try:
+        # Every check that can refuse runs before anything is published.
+        states = {name: wheel_state(index, *sha[name]) for name in to_publish}
+        tag_states = {tag: image_state(client, image.image_id, tag, auth)
+                      for tag in image.tags}
+        for name in to_publish:
+            path, digest = sha[name]
+            if states[name] == "already-published":
+                summary.published.append(Published("wheel", name, index.simple_url,
+                                                    f"sha256:{digest}", "already-published"))
+            else:
+                summary.published.append(upload_wheel(index, path, digest, options.reporter))
+            published.add(name)
+        for tag in image.tags:
+            state, digest_found = tag_states[tag]
+            if state == "already-published" and digest_found:
+                summary.published.append(Published("image", tag, tag.split("/", 1)[0],
+                                                   digest_found, "already-published"))
+                published.add(tag)
+                continue
+            pushed = push_image(client, image.image_id, tag, auth, options.reporter)
+            repository, _ = split_reference(tag)
+            pulled = pull_by_digest(client, repository, pushed, auth)
+            if pulled != image.image_id:
+                raise BuilderError(f"{repository}@{pushed} pulled back as {pulled}, not the "
+                                   f"image that passed the gate ({image.image_id})",
+                                   "check the registry")
+            summary.published.append(Published("image", tag, tag.split("/", 1)[0], pushed,
+                                               "published"))
+            published.add(tag)
+    except BuilderError as exc:
+        raise stop(exc, published) from None
+    return summary

@@ -1,0 +1,258 @@
+"""Smoke check 6: launch an SGLang server, watch its log, ask it for text, stop it cleanly.
+
+The orchestration is generic over the command, so the tests drive it against a real HTTP
+server process of their own (``tests/fake_sglang_server.py``) that imitates SGLang's log
+lines and endpoints; on a GPU runner the command is :func:`sglang_command`. The server runs
+in its own session (process group): stopping sends SIGTERM to the whole group, waits, then
+SIGKILLs whatever is left, so no scheduler or detokenizer child outlives the check.
+
+SGLang facts used (read in the 0.5.9 and 0.5.16 sources): the model runner logs ``Running
+FlashInfer autotune...`` (0.5.16: ``Running FlashInfer autotune with cache: ...``) and then
+``FlashInfer autotune completed.``; ``GET /health`` answers 503 while the server starts and
+200 once it serves; ``POST /generate`` takes ``{"text", "sampling_params"}`` and answers
+``{"text", "meta_info"}``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from builder.smoke.probe import FAILED, PASSED, WARNING, classify_line, count_warnings
+
+AUTOTUNE_PATTERNS = ("Running FlashInfer autotune", "FlashInfer autotune completed")
+
+
+def sglang_command(python: str, model: str, port: int, *,
+                   extra: Sequence[str] = ()) -> tuple[str, ...]:
+    """The command that serves ``model`` with the MoE backend our patch autotunes."""
+    return (python, "-m", "sglang.launch_server", "--model-path", model,
+            "--moe-runner-backend", "flashinfer_cutlass", "--host", "127.0.0.1",
+            "--port", str(port), *extra)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """What to launch and how long to wait.
+
+    Attributes:
+        command: the server's command line.
+        base_url: where it listens (``http://127.0.0.1:PORT``).
+        env: extra environment variables.
+        patterns: log lines (substrings) that must appear before the check passes.
+        ready_timeout: seconds to wait for ``/health`` and the patterns (model load and
+            autotune included).
+        request_timeout: seconds for the ``/generate`` answer.
+        stop_grace: seconds between SIGTERM and SIGKILL.
+        pattern_grace: seconds a pattern may come after ``/health`` answers (SGLang logs
+            its autotune before it serves, so only a late flush needs this).
+        prompt: the text sent to ``/generate``.
+    """
+
+    command: tuple[str, ...]
+    base_url: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    patterns: tuple[str, ...] = AUTOTUNE_PATTERNS
+    ready_timeout: float = 1800.0
+    request_timeout: float = 300.0
+    stop_grace: float = 30.0
+    pattern_grace: float = 10.0
+    prompt: str = "The capital of France is"
+
+
+@dataclass(frozen=True)
+class ServerOutcome:
+    """The server check's result.
+
+    Attributes:
+        status: ``passed``, ``warning`` (passed, with autotune warnings) or ``failed``.
+        detail: one line.
+        data: timings, patterns seen, the answer, warnings, how it stopped, the log's tail.
+    """
+
+    status: str
+    detail: str
+    data: dict[str, Any]
+
+
+class _LogWatcher:
+    """Reads the server's merged stdout/stderr on a thread; remembers the patterns seen."""
+
+    def __init__(self, stream: Any, patterns: Sequence[str]) -> None:
+        self.patterns = list(patterns)
+        self.seen: dict[str, float] = {}
+        self.tail: deque[str] = deque(maxlen=40)
+        self.warning_lines: list[str] = []
+        self.lines = 0
+        self._lock = threading.Lock()
+        self._start = time.monotonic()
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: Any) -> None:
+        for raw in stream:
+            line = raw.rstrip("\n")
+            with self._lock:
+                self.lines += 1
+                self.tail.append(line)
+                if classify_line(line):
+                    self.warning_lines.append(line)
+                for pattern in self.patterns:
+                    if pattern in line and pattern not in self.seen:
+                        self.seen[pattern] = round(time.monotonic() - self._start, 2)
+
+    def missing(self) -> list[str]:
+        with self._lock:
+            return [p for p in self.patterns if p not in self.seen]
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member we may not signal still exists
+        return True
+    return True
+
+
+def stop_group(process: subprocess.Popen[str], grace: float) -> str:
+    """Stop the server's process group: SIGTERM, wait ``grace`` seconds, then SIGKILL.
+
+    Returns:
+        How it ended: ``exited`` (before we stopped it), ``SIGTERM`` or ``SIGKILL``; with
+        `` (orphans left)`` appended if group members survived even SIGKILL for 5 s.
+    """
+    pgid = process.pid  # start_new_session=True: the leader's pid is the group id
+    how = "exited" if process.poll() is not None else "SIGTERM"
+    if _group_alive(pgid):
+        if how == "exited":
+            how = "exited, children SIGTERM"
+        os.killpg(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            process.poll()
+            if not _group_alive(pgid):
+                break
+            time.sleep(0.1)
+        else:
+            how = how.replace("SIGTERM", "SIGKILL")
+            os.killpg(pgid, signal.SIGKILL)
+    process.wait()
+    deadline = time.monotonic() + 5
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return how + (" (orphans left)" if _group_alive(pgid) else "")
+
+
+def run_server_check(spec: ServerSpec) -> ServerOutcome:
+    """Launch the server, wait for ``/health`` and the log patterns, ``POST /generate``, stop.
+
+    Every path (crash, hang, a missing log line, a bad answer) ends with the process group
+    stopped; a failed outcome carries the log's last lines.
+
+    Returns:
+        The outcome; never raises for the server's behaviour.
+    """
+    import requests
+
+    started = time.monotonic()
+    process = subprocess.Popen(
+        list(spec.command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        bufsize=1, errors="replace", start_new_session=True, stdin=subprocess.DEVNULL,
+        env={**os.environ, **spec.env})
+    assert process.stdout is not None
+    watcher = _LogWatcher(process.stdout, spec.patterns)
+    data: dict[str, Any] = {"command": list(spec.command)}
+    status, detail = FAILED, ""
+    session = requests.Session()
+    try:
+        healthy_at = None
+        deadline = started + spec.ready_timeout
+        while True:
+            now = time.monotonic()
+            code = process.poll()
+            if code is not None:
+                detail = f"the server exited with code {code} before it was ready"
+                break
+            if healthy_at is None:
+                try:
+                    answer = session.get(f"{spec.base_url}/health", timeout=5)
+                    if answer.status_code == 200:
+                        healthy_at = now
+                        data["seconds_to_health"] = round(now - started, 2)
+                except requests.RequestException:
+                    pass
+            # The autotune runs while the model loads, so its lines come before /health;
+            # a late line gets pattern_grace seconds after /health, not the whole timeout.
+            if healthy_at is not None and (not watcher.missing()
+                                           or now > healthy_at + spec.pattern_grace):
+                break
+            if now > deadline:
+                detail = (f"no /health answer within {spec.ready_timeout:g} s (hung?)"
+                          if healthy_at is None else "timed out")
+                break
+            time.sleep(0.5)
+        if healthy_at is not None and not detail:
+            missing = watcher.missing()
+            if missing:
+                detail = f"/health answered but the log never showed: {'; '.join(missing)}"
+            else:
+                status, detail = _generate(session, spec, data)
+    finally:
+        session.close()
+        data["stopped_by"] = stop_group(process, spec.stop_grace)
+        data["exit_code"] = process.returncode
+        watcher.join(5)
+    data.update(patterns_seen=watcher.seen, log_lines=watcher.lines,
+                warnings=count_warnings(watcher.warning_lines),
+                warning_lines=watcher.warning_lines[:20], log_tail=list(watcher.tail),
+                seconds=round(time.monotonic() - started, 2))
+    if "orphans" in data["stopped_by"]:
+        status, detail = FAILED, f"{detail}; processes survived the stop" if detail else \
+            "processes of the server survived SIGKILL"
+    if status == PASSED and any(data["warnings"].values()):
+        status = WARNING
+        detail += "; autotune warnings: " + ", ".join(
+            f"{k} {n}" for k, n in data["warnings"].items() if n)
+    return ServerOutcome(status, detail, data)
+
+
+def _generate(session: Any, spec: ServerSpec, data: dict[str, Any]) -> tuple[str, str]:
+    import requests
+
+    body = {"text": spec.prompt, "sampling_params": {"max_new_tokens": 16, "temperature": 0}}
+    try:
+        answer = session.post(f"{spec.base_url}/generate", json=body,
+                              timeout=spec.request_timeout)
+    except requests.RequestException as exc:
+        return FAILED, f"POST /generate failed: {exc}"
+    if answer.status_code != 200:
+        return FAILED, f"POST /generate answered {answer.status_code}: {answer.text[:200]}"
+    try:
+        text = answer.json()["text"]
+    except (ValueError, KeyError, TypeError):
+        return FAILED, f"POST /generate answered no text: {answer.text[:200]}"
+    if not isinstance(text, str) or not text.strip():
+        return FAILED, f"POST /generate answered an empty text: {answer.text[:200]}"
+    data["generated_text"] = text
+    return PASSED, (f"/health after {data['seconds_to_health']} s, autotune ran, /generate "
+                    f"answered {text.strip()[:60]!r}")

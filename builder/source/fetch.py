@@ -1,0 +1,595 @@
+"""Source stage: a pinned upstream release as a verified, unpacked tree in the cache.
+
+Three ways in: an sdist from a package index (pinned by sha256, verified before it is
+unpacked), a git commit (cloned into a cache mirror with gitpython, checked out, HEAD
+verified against the pin), or a folder the user already has (``--source-dir``).
+"""
+
+from __future__ import annotations
+
+import calendar
+import hashlib
+import json
+import os
+import shutil
+import stat
+import tarfile
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import git
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+from packaging.version import InvalidVersion, Version
+
+from builder.core.cache import Cache, sha256_file, sha256_tree
+from builder.core.config import GitPin, Pin, SdistPin, SourceKind, Target, WheelPin
+from builder.core.errors import BuilderError
+from builder.core.layout import Layout
+from builder.core.options import DEFAULT_INDEX_URL, Options, select_target
+from builder.core.progress import Reporter
+
+_TIMEOUT_S = 60
+_JSON_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
+
+
+@dataclass(frozen=True)
+class SourceResult:
+    """An unpacked, verified upstream tree.
+
+    Attributes:
+        tree: the tree's root folder (treat as read-only: it is a cache entry or the
+            user's own folder).
+        layout: how the tree maps repository paths.
+        pin: the pin it came from (``None`` for ``--source-dir``).
+        upstream_version: the upstream release version.
+        source_date_epoch: seconds since the epoch of the upstream release (newest member
+            of the sdist, or the commit's committer date); used for reproducible builds.
+        key: a content key for caching later stages (the sdist's sha256, the commit, or
+            a hash of the folder's files).
+        tree_sha256: digest of the tree's files when it was unpacked into the cache
+            (``None`` for ``--source-dir``); the wheel stage checks it before building.
+        archive: the verified downloaded file (sdist or released wheel), if any.
+    """
+
+    tree: Path
+    layout: Layout
+    pin: Pin | None
+    upstream_version: Version
+    source_date_epoch: int
+    key: str
+    tree_sha256: str | None = None
+    archive: Path | None = None
+
+    def describe(self) -> dict[str, Any]:
+        """Return JSON-ready data."""
+        return {"tree": str(self.tree), "layout": self.layout.kind,
+                "pin": self.pin.describe() if self.pin else None,
+                "upstream_version": str(self.upstream_version),
+                "source_date_epoch": self.source_date_epoch, "key": self.key}
+
+
+def fetch_source(target: Target, *, cache: Cache, kind: SourceKind | None = None,
+                 index_url: str = DEFAULT_INDEX_URL, git_url: str | None = None,
+                 reporter: Reporter | None = None) -> SourceResult:
+    """Fetch and unpack the target's upstream source into the cache.
+
+    Args:
+        target: the build target.
+        cache: the cache to use.
+        kind: ``sdist``, ``wheel`` or ``git`` (default: the target's preferred kind).
+        index_url: PEP 503/691 simple index used to find an sdist by its sha256.
+        git_url: use this URL or path instead of the pin's (a mirror of the same history).
+        reporter: progress output.
+
+    Returns:
+        The verified tree.
+
+    Raises:
+        BuilderError: the source is unreachable, its sha256 or commit does not match the
+            pin, or the archive is unsafe.
+    """
+    pin = target.pin(kind)
+    if git_url and isinstance(pin, GitPin):
+        pin = GitPin(url=git_url, commit=pin.commit)
+    return fetch_pin(pin, target.upstream_version, cache=cache, index_url=index_url,
+                     reporter=reporter)
+
+
+def fetch_pin(pin: Pin, version: Version, *, cache: Cache,
+              index_url: str = DEFAULT_INDEX_URL,
+              reporter: Reporter | None = None) -> SourceResult:
+    """Fetch and unpack one pinned source (see :func:`fetch_source`).
+
+    Args:
+        pin: an sdist, wheel or git pin.
+        version: the upstream version it is (used for a git pin, which has none).
+        cache: the cache to use.
+        index_url: simple index used to find archives by sha256.
+        reporter: progress output.
+
+    Raises:
+        BuilderError: as :func:`fetch_source`.
+    """
+    reporter = reporter or Reporter(quiet=True)
+    if isinstance(pin, GitPin):
+        return _fetch_git(pin, version, cache, reporter)
+    return _fetch_archive(pin, cache, index_url, reporter)
+
+
+def local_source(path: Path, upstream_version: str | None = None) -> SourceResult:
+    """Describe a tree the user already has (``--source-dir``).
+
+    Args:
+        path: an SGLang checkout (git layout) or an unpacked sdist (sdist layout).
+        upstream_version: the release it is; default: ``Version`` in the sdist's PKG-INFO.
+
+    Raises:
+        BuilderError: the folder is missing, is not an SGLang tree, or has no version.
+    """
+    tree = path.resolve()
+    if not tree.exists():
+        raise BuilderError(f"source folder {path} does not exist", "check --source-dir")
+    if not tree.is_dir():
+        raise BuilderError(f"{path} is not a folder", "point --source-dir at a source tree")
+    layout = Layout.detect(tree)
+    version_text = upstream_version or _pkg_info_version(layout.package_root(tree))
+    if not version_text:
+        raise BuilderError(f"cannot tell the upstream version of {path}",
+                           "pass --upstream-version (e.g. 0.5.9)")
+    try:
+        version = Version(version_text)
+    except InvalidVersion:
+        raise BuilderError(f"{version_text!r} is not a PEP 440 version",
+                           "pass --upstream-version like 0.5.9") from None
+    newest = max((p.lstat().st_mtime for p in tree.rglob("*") if ".git" not in p.parts),
+                 default=0.0)
+    return SourceResult(tree=tree, layout=layout, pin=None, upstream_version=version,
+                        source_date_epoch=int(newest),
+                        key="dir-" + sha256_tree(tree, exclude=frozenset({".git"})))
+
+
+def _pkg_info_version(package_root: Path) -> str | None:
+    pkg_info = package_root / "PKG-INFO"
+    if not pkg_info.is_file():
+        return None
+    for line in pkg_info.read_text(errors="replace").splitlines():
+        if line.startswith("Version:"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+# --- sdist and released wheel ---------------------------------------------------------
+
+def _fetch_archive(pin: SdistPin | WheelPin, cache: Cache, index_url: str,
+                   reporter: Reporter) -> SourceResult:
+    """An sdist or a released wheel, verified and unpacked (both have the sdist layout)."""
+    archive = _download_pinned(pin, cache, index_url, reporter)
+    key = f"{pin.kind}-{pin.sha256}"
+    entry = cache.lookup("source", key)
+    if entry is None:
+        reporter.info(f"Unpacking {archive.name}")
+        with cache.building("source", key) as tmp:
+            if isinstance(pin, SdistPin):
+                top, newest = _safe_extract(archive, tmp)
+            else:
+                top, newest = "tree", _safe_unzip(archive, tmp / "tree")
+            (tmp / "source.json").write_text(json.dumps(
+                {"top": top, "source_date_epoch": newest,
+                 "tree_sha256": sha256_tree(tmp / top)}))
+        entry = cache.entry("source", key)
+    meta = json.loads((entry / "source.json").read_text())
+    return SourceResult(tree=entry / meta.get("top", "tree"), layout=Layout("sdist"), pin=pin,
+                        upstream_version=Version(pin.version),
+                        source_date_epoch=int(meta["source_date_epoch"]), key=key,
+                        tree_sha256=meta.get("tree_sha256"), archive=archive)
+
+
+def _safe_unzip(archive: Path, destination: Path) -> int:
+    """Extract a wheel, refusing absolute paths, ``..`` and symlinks; return newest mtime.
+
+    Every name is checked before anything is written, so a refused archive leaves
+    nothing behind.
+    """
+    try:
+        with zipfile.ZipFile(archive) as wheel:
+            infos = wheel.infolist()
+            for info in infos:
+                parts = info.filename.split("/")
+                mode = info.external_attr >> 16
+                if info.filename.startswith("/") or ".." in parts or "\\" in info.filename \
+                        or stat.S_ISLNK(mode):
+                    raise BuilderError(f"unsafe archive {archive.name}: member "
+                                       f"{info.filename!r}", "refusing to unpack it")
+            for info in infos:
+                if info.is_dir():
+                    continue
+                target = destination / info.filename
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(wheel.read(info))
+                if (info.external_attr >> 16) & 0o111:
+                    target.chmod(0o755)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise BuilderError(f"cannot unpack {archive.name}: {exc}",
+                           "the download may be damaged") from None
+    stamps = [calendar.timegm((*i.date_time, 0, 0, 0)) for i in infos]
+    return max(stamps, default=0)
+
+
+def _download_pinned(pin: SdistPin | WheelPin, cache: Cache, index_url: str,
+                     reporter: Reporter) -> Path:
+    """Return the cached archive, downloading and verifying it first if needed."""
+    entry = cache.lookup("downloads", pin.sha256)
+    if entry is not None:
+        archive = entry / pin.filename
+        if archive.is_file() and sha256_file(archive) == pin.sha256:
+            return archive
+        shutil.rmtree(entry)  # damaged entry: never trust it, fetch again
+    url = pin.url or _find_on_index(pin, index_url)
+    with cache.building("downloads", pin.sha256) as tmp:
+        archive = tmp / pin.filename
+        actual = _download(url, archive, reporter)
+        if actual != pin.sha256:
+            raise BuilderError(
+                f"sha256 mismatch for {pin.filename} from {url}: got {actual}, "
+                f"pinned {pin.sha256}",
+                "the file changed upstream or the pin is wrong; nothing was unpacked")
+    return cache.entry("downloads", pin.sha256) / pin.filename
+
+
+def _open(url: str, accept: str | None = None) -> Any:
+    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    try:
+        return urllib.request.urlopen(request, timeout=_TIMEOUT_S)
+    except urllib.error.HTTPError as exc:
+        raise BuilderError(f"{url} answered HTTP {exc.code} {exc.reason}",
+                           "check the URL, the index URL (--index-url) and the pin") from None
+    except ValueError:
+        raise BuilderError(f"{url!r} is not a URL",
+                           "give an https://, http:// or file:// URL") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise BuilderError(f"could not reach {url}: {reason}",
+                           "check the network, or pass --index-url for a reachable index"
+                           ) from None
+
+
+def _download(url: str, destination: Path, reporter: Reporter) -> str:
+    """Stream ``url`` into ``destination``; return the hex sha256 of what was received."""
+    digest = hashlib.sha256()
+    with _open(url) as response, destination.open("wb") as out:
+        length = response.headers.get("Content-Length")
+        with reporter.download(f"Downloading {destination.name}",
+                               int(length) if length else None) as bar:
+            while chunk := response.read(1 << 16):
+                out.write(chunk)
+                digest.update(chunk)
+                bar.advance(bar.task_ids[0], len(chunk))
+    return digest.hexdigest()
+
+
+class _AnchorParser(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[tuple[str, str, bool]] = []  # (file name, href, yanked)
+        self._href: str | None = None
+        self._yanked = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self._href = dict(attrs).get("href")
+            self._yanked = any(name == "data-yanked" for name, _ in attrs)  # PEP 592
+
+    def handle_data(self, data: str) -> None:
+        if self._href is not None:
+            self.links.append((data.strip(), self._href, self._yanked))
+            self._href = None
+
+
+class _IndexFile(NamedTuple):
+    name: str
+    url: str
+    sha256: str
+    yanked: bool
+
+
+def _index_listing(project: str, index_url: str) -> tuple[str, list[_IndexFile]]:
+    """The project page's URL and its files (PEP 691 JSON or PEP 503 HTML, PEP 592 yanks)."""
+    page_url = f"{index_url.rstrip('/')}/{canonicalize_name(project)}/"
+    with _open(page_url, _JSON_ACCEPT) as response:
+        body = response.read().decode("utf-8", "replace")
+        content_type = response.headers.get("Content-Type", "")
+    files: list[_IndexFile] = []
+    if "json" in content_type:
+        try:
+            items = json.loads(body).get("files", [])
+        except (json.JSONDecodeError, AttributeError):
+            raise BuilderError(f"{page_url} sent a JSON page that is not a PEP 691 project "
+                               "page", "check --index-url") from None
+        for item in items:
+            url = urllib.parse.urljoin(page_url, item["url"])
+            files.append(_IndexFile(item["filename"], url,
+                                    item.get("hashes", {}).get("sha256", ""),
+                                    bool(item.get("yanked", False))))
+    else:
+        parser = _AnchorParser()
+        parser.feed(body)
+        for name, href, yanked in parser.links:
+            url = urllib.parse.urljoin(page_url, href)
+            fragment = urllib.parse.urlparse(url).fragment
+            sha = fragment.split("=", 1)[1] if fragment.startswith("sha256=") else ""
+            files.append(_IndexFile(name, url.split("#", 1)[0], sha, yanked))
+    return page_url, files
+
+
+def _index_files(project: str, index_url: str) -> tuple[str, list[tuple[str, str, str]]]:
+    """The project page's URL and its files as (name, url, sha256) (PEP 691 or PEP 503)."""
+    page_url, files = _index_listing(project, index_url)
+    return page_url, [(f.name, f.url, f.sha256) for f in files]
+
+
+def _find_on_index(pin: SdistPin | WheelPin, index_url: str) -> str:
+    """Find the URL of the file with the pinned sha256 on a simple index."""
+    page_url, files = _index_files(pin.project, index_url)
+    for name, url, sha in files:
+        if sha == pin.sha256:
+            if name != pin.filename:
+                raise BuilderError(f"sha256 {pin.sha256} on {page_url} belongs to {name}, "
+                                   f"not {pin.filename}", "fix the pin in the targets file")
+            return url
+    same_name = [f"{n} (sha256 {s or 'not listed'})" for n, _, s in files if n == pin.filename]
+    raise BuilderError(
+        f"sha256 mismatch: no file on {page_url} has the pinned sha256 {pin.sha256}"
+        + (f"; the index has {same_name[0]}" if same_name else
+           f"; {pin.filename} is not listed there"),
+        "the release may have been replaced or the pin is wrong; check it before re-pinning")
+
+
+def find_release(project: str, version: str, index_url: str = DEFAULT_INDEX_URL
+                 ) -> SdistPin | WheelPin:
+    """Pin a release by what the index lists now (for ``check --versions``).
+
+    Prefers the sdist; without one (SGLang from 0.5.11 on) a pure-Python wheel, else
+    the alphabetically first ``x86_64`` wheel (the Python files are the same in all).
+    The sha256 is the index's, verified on download.
+
+    Raises:
+        BuilderError: the index is unreachable or lists no usable file for ``version``.
+    """
+    page_url, files = _index_files(project, index_url)
+    wanted = Version(version)
+    sdists, wheels = [], []
+    for name, url, sha in sorted(files):
+        if not sha:
+            continue
+        if name.endswith(".tar.gz"):
+            try:
+                if Version(name[:-len(".tar.gz")].rsplit("-", 1)[1]) == wanted:
+                    sdists.append(SdistPin(project, version, sha, url))
+            except (IndexError, InvalidVersion):
+                continue
+        elif name.endswith(".whl"):
+            try:
+                _, file_version, _, tags = parse_wheel_filename(name)
+            except InvalidWheelFilename:
+                continue
+            if file_version == wanted:
+                rank = 0 if any(t.abi == "none" and t.platform == "any" for t in tags) else \
+                    1 if "x86_64" in name else 2
+                wheels.append((rank, WheelPin(project, version, name, sha, url)))
+    if sdists:
+        return sdists[0]
+    if wheels:
+        return min(wheels, key=lambda item: (item[0], item[1].filename))[1]
+    raise BuilderError(f"{page_url} lists no sdist or wheel (with a sha256) for {version}",
+                       "check the version number")
+
+
+
+@dataclass(frozen=True)
+class IndexRelease:
+    """One release of a project as a simple index lists it.
+
+    Attributes:
+        version: the release's version, read from its file names.
+        files: how many sdists and wheels the index lists for it.
+        yanked: every one of those files is yanked (PEP 592), so installers skip it.
+    """
+
+    version: Version
+    files: int
+    yanked: bool
+
+
+def list_releases(project: str, index_url: str = DEFAULT_INDEX_URL) -> list[IndexRelease]:
+    """List a project's releases from its page on a simple index (for ``upstream``).
+
+    Versions are read from the sdist and wheel file names (PEP 691 JSON or PEP 503 HTML
+    pages alike; PyPI's legacy ``/pypi/NAME/json`` API is not used); other files and
+    names that do not parse are ignored.
+
+    Args:
+        project: the project name (any spelling; normalised per PEP 503).
+        index_url: the simple index's root URL.
+
+    Returns:
+        The releases, oldest first.
+
+    Raises:
+        BuilderError: the index is unreachable or answers with an error.
+    """
+    _, files = _index_listing(project, index_url)
+    found: dict[Version, list[bool]] = {}
+    for item in files:
+        try:
+            if item.name.endswith(".whl"):
+                version = parse_wheel_filename(item.name)[1]
+            else:
+                version = parse_sdist_filename(item.name)[1]
+        except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+            continue
+        found.setdefault(version, []).append(item.yanked)
+    return [IndexRelease(version, len(yanks), all(yanks))
+            for version, yanks in sorted(found.items())]
+
+def _safe_extract(archive: Path, destination: Path) -> tuple[str, int]:
+    """Extract with tarfile's ``data`` filter (PEP 706).
+
+    Returns the single top folder's name and the newest member's mtime (the release time).
+
+    The filter refuses absolute paths, ``..`` components, links pointing outside the
+    destination, and device files; a refused member aborts the whole extraction.
+    """
+    try:
+        with tarfile.open(archive) as tar:
+            members = tar.getmembers()
+            tops = {m.name.split("/", 1)[0] for m in members if m.name not in (".", "")}
+            if len(tops) != 1:
+                raise BuilderError(f"{archive.name} does not hold one top-level folder "
+                                   f"(found {sorted(tops)[:5]})", "this is not an sdist")
+            tar.extractall(destination, filter="data")
+            newest = int(max((m.mtime for m in members), default=0))
+    except tarfile.FilterError as exc:
+        raise BuilderError(f"unsafe archive {archive.name}: {exc}",
+                           "refusing to unpack it; nothing was extracted") from None
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise BuilderError(f"cannot unpack {archive.name}: {exc}",
+                           "the download may be damaged") from None
+    return tops.pop(), newest
+
+
+# --- git ---------------------------------------------------------------------------------
+
+def _fetch_git(pin: GitPin, version: Version, cache: Cache,
+               reporter: Reporter) -> SourceResult:
+    key = f"git-{pin.commit}"
+    entry = cache.lookup("source", key)
+    if entry is None:
+        mirror = _mirror_with_commit(pin, cache, reporter)
+        with cache.building("source", key) as tmp:
+            try:
+                repo = git.Repo.clone_from(str(mirror), str(tmp / "tree"), no_checkout=True)
+                repo.git.checkout("--detach", pin.commit)
+            except git.GitCommandError as exc:
+                raise BuilderError(f"cannot check out {pin.commit}: {_git_message(exc)}",
+                                   "the mirror may be damaged: delete it from the cache"
+                                   ) from None
+            head = repo.head.commit.hexsha
+            if head != pin.commit:
+                raise BuilderError(f"checked-out HEAD {head} is not the pin {pin.commit}",
+                                   "the mirror may be damaged: delete it from the cache")
+            (tmp / "source.json").write_text(json.dumps(
+                {"source_date_epoch": repo.head.commit.committed_date,
+                 "tree_sha256": sha256_tree(tmp / "tree", exclude=frozenset({".git"}))}))
+            repo.close()
+        entry = cache.entry("source", key)
+    tree = entry / "tree"
+    repo = git.Repo(str(tree))
+    head = repo.head.commit.hexsha
+    repo.close()
+    if head != pin.commit:
+        raise BuilderError(f"cached checkout {tree} has HEAD {head}, not {pin.commit}",
+                           f"delete {entry} and run again")
+    meta = json.loads((entry / "source.json").read_text())
+    return SourceResult(tree=tree, layout=Layout.detect(tree), pin=pin,
+                        upstream_version=version,
+                        source_date_epoch=int(meta["source_date_epoch"]), key=key,
+                        tree_sha256=meta.get("tree_sha256"))
+
+
+def _git_message(exc: git.GitCommandError) -> str:
+    """git's own words: the ``fatal:`` line, else the last line with text in it."""
+    lines = [line.strip().strip("'\"").strip() for line in str(exc.stderr or "").splitlines()]
+    lines = [line.removeprefix("stderr: ").strip("'\" ") for line in lines if line]
+    fatal = [line for line in lines if "fatal:" in line]
+    return (fatal or lines or [str(exc)])[-1]
+
+
+def _has_commit(repo: git.Repo, commit: str) -> bool:
+    try:
+        repo.git.cat_file("-e", f"{commit}^{{commit}}")
+    except git.GitCommandError:
+        return False
+    return True
+
+
+def _mirror_with_commit(pin: GitPin, cache: Cache, reporter: Reporter) -> Path:
+    """Clone (or fetch into) the cache mirror of ``pin.url`` until it has the commit."""
+    key = hashlib.sha256(pin.url.encode()).hexdigest()[:32]
+    mirror = cache.lookup("git", key)
+    if mirror is None:
+        reporter.info(f"Cloning {pin.url}")
+        with cache.building("git", key) as tmp:
+            try:
+                git.Repo.clone_from(pin.url, str(tmp / "mirror.git"), mirror=True).close()
+            except git.GitCommandError as exc:
+                raise BuilderError(f"could not clone {pin.url}: {_git_message(exc)}",
+                                   "check the URL or path and your network") from None
+        mirror = cache.entry("git", key)
+    repo = git.Repo(str(mirror / "mirror.git"))
+    try:
+        if not _has_commit(repo, pin.commit):
+            reporter.info(f"Fetching {pin.url}")
+            try:
+                repo.git.fetch("--prune", "origin")
+            except git.GitCommandError as exc:
+                raise BuilderError(f"could not fetch {pin.url}: {_git_message(exc)}",
+                                   "check the URL or path and your network") from None
+            if not _has_commit(repo, pin.commit):
+                raise BuilderError(f"commit {pin.commit} is not in {pin.url}",
+                                   "check the pin; it must be a commit of that repository")
+    finally:
+        repo.close()
+    return mirror / "mirror.git"
+
+
+def _link_or_copy(source: str, destination: str) -> None:
+    try:
+        os.link(source, destination)
+    except OSError:  # another filesystem, or links not allowed
+        shutil.copy2(source, destination)
+
+
+def link_tree(source: Path, destination: Path) -> None:
+    """Mirror a source tree without its ``.git`` folder, hard-linking files where possible.
+
+    Cheap (no file data is copied), and safe as long as files in ``destination`` are only
+    ever *replaced* (write to a temporary file, then rename), never rewritten in place:
+    a rewrite would change the source too.
+    """
+    shutil.copytree(source, destination, symlinks=True, copy_function=_link_or_copy,
+                    ignore=shutil.ignore_patterns(".git"), dirs_exist_ok=True)
+
+
+def obtain_source(options: Options, target: Target | None) -> SourceResult:
+    """Fetch the target's pinned source, or describe ``--source-dir``.
+
+    Raises:
+        BuilderError: see :func:`builder.source.fetch.fetch_source` and
+            :func:`builder.source.fetch.local_source`.
+    """
+    if options.source_dir is not None:
+        version = options.upstream_version or (str(target.upstream_version)
+                                               if target and options.target else None)
+        return local_source(options.source_dir, version)
+    if target is None:
+        raise BuilderError("no source given", "pass --target NAME or --source-dir DIR")
+    return fetch_source(target, cache=options.cache, kind=options.source,
+                        index_url=options.index_url, git_url=options.git_url,
+                        reporter=options.reporter)
+
+
+def run_fetch(options: Options) -> SourceResult:
+    """Source stage for the selected target."""
+    return obtain_source(options, select_target(options))

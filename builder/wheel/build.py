@@ -1,0 +1,371 @@
+"""Wheel stage: a versioned, reproducible wheel of the patched tree, with provenance.
+
+The wheel is built with the ``build`` package's API in an isolated environment (build
+requirements pinned by ``data/build-constraints.txt``) from a pristine copy of the
+package folder: setuptools leaves ``build/`` and ``*.egg-info`` behind, and a ``build/``
+folder in the working directory shadows the ``build`` package for ``python -m build``.
+
+Version: ``SETUPTOOLS_SCM_PRETEND_VERSION_FOR_SGLANG`` (setuptools-scm's per-package
+override), never ``git describe``: outside a tagged checkout SGLang's pyproject falls
+back to ``0.0.0.dev0`` (measured, see shared/design.md). ``SOURCE_DATE_EPOCH`` (the
+reproducible-builds.org convention, honoured by ``wheel``) comes from the upstream
+release, so two builds of the same inputs are byte-identical.
+
+Provenance: ``<dist-info>/sm120-provenance.json`` inside the wheel, readable after
+install with ``importlib.metadata.distribution("sglang").read_text(PROVENANCE_FILE)``.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import json
+import os
+import shutil
+import stat
+import subprocess
+import warnings
+import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import build
+import build.env
+from packaging.utils import parse_wheel_filename
+from packaging.version import Version
+from wheel.wheelfile import WheelFile
+
+from builder.core.cache import (
+    Cache,
+    atomic_copy,
+    sha256_file,
+    sha256_json,
+    sha256_tree,
+)
+from builder.core.config import Pin, WheelPin
+from builder.core.errors import BuilderError
+from builder.core.layout import Layout
+from builder.core.options import Options, select_target
+from builder.core.progress import Reporter
+from builder.patching.apply import PatchResult, PatchStatus, apply_series, read_series
+from builder.patching.series import select_series
+from builder.source.fetch import (
+    fetch_pin,
+    obtain_source,
+)
+from builder.wheel.repack import (
+    record_timestamp,
+    refuse_unshipped,
+    repack_wheel,
+    verify_repack,
+    zip_timestamp,
+)
+
+PROVENANCE_FILE = "sm120-provenance.json"
+PACKAGE_NAME = "sglang"
+_PRISTINE_IGNORE = shutil.ignore_patterns("build", "dist", "*.egg-info", ".git", "__pycache__")
+
+
+@dataclass(frozen=True)
+class WheelResult:
+    """A built wheel.
+
+    Attributes:
+        path: the wheel in the output folder (``dist/``).
+        version: the wheel's version (``0.5.9+sm120.1``).
+        sha256: hex sha256 of the wheel file.
+        provenance: the record stored inside the wheel.
+        key: the cache key (hash of every input).
+        cached: True when the wheel came from the cache without building.
+    """
+
+    path: Path
+    version: str
+    sha256: str
+    provenance: dict[str, Any]
+    key: str
+    cached: bool
+
+    def describe(self) -> dict[str, Any]:
+        """Return JSON-ready data."""
+        return {"path": str(self.path), "version": self.version, "sha256": self.sha256,
+                "key": self.key, "cached": self.cached, "provenance": self.provenance}
+
+
+def builder_version() -> str:
+    """Return this builder's version (its installed metadata, else the VERSION file)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sglang-sm120-builder")
+    except PackageNotFoundError:
+        version_file = Path(__file__).resolve().parents[2] / "VERSION"
+        return version_file.read_text().strip() if version_file.is_file() else "unknown"
+
+
+def build_constraints() -> list[str]:
+    """Return the pinned build requirements (``name==version`` lines)."""
+    text = resources.files("builder.wheel").joinpath("data/build-constraints.txt").read_text()
+    return [line.strip() for line in text.splitlines()
+            if line.strip() and not line.startswith("#")]
+
+
+def _provenance(patched: PatchResult, version: str, target: str | None,
+                requirements: Mapping[str, str]) -> dict[str, Any]:
+    source = patched.source
+    upstream = source.pin.describe() if source.pin else {"kind": "dir", "key": source.key}
+    report = patched.report.to_json()
+    return {
+        "schema": 1,
+        "builder": {"name": "sglang-sm120-builder", "version": builder_version()},
+        "target": target,
+        "version": version,
+        "upstream": upstream,
+        "upstream_version": str(source.upstream_version),
+        "source_date_epoch": source.source_date_epoch,
+        "patches": report["patches"],
+        "intents": report["intents"],
+        "build_requirements": dict(sorted(requirements.items())),
+    }
+
+
+def _runner(extra: Mapping[str, str], log: Path) -> Any:
+    def run(cmd: Sequence[str], cwd: str | None = None,
+            extra_environ: Mapping[str, str] | None = None) -> None:
+        env = {**os.environ, **(extra_environ or {}), **extra}
+        with log.open("ab") as handle:
+            subprocess.run(cmd, cwd=cwd, env=env, stdout=handle, stderr=subprocess.STDOUT,
+                           check=True)
+    return run
+
+
+def _tail(log: Path, lines: int = 15) -> str:
+    if not log.is_file():
+        return ""
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _run_build(package_root: Path, out_dir: Path, env_vars: Mapping[str, str],
+               log: Path) -> tuple[Path, dict[str, str]]:
+    """Build one wheel in an isolated environment; return it and the build requirements."""
+    constraints = build_constraints()
+    try:
+        with warnings.catch_warnings(record=True) as caught, \
+                build.env.DefaultIsolatedEnv() as env:
+            warnings.simplefilter("always")
+            builder = build.ProjectBuilder.from_isolated_env(env, package_root,
+                                                             runner=_runner(env_vars, log))
+            env.install(builder.build_system_requires, constraints)
+            extra = builder.get_requires_for_build("wheel")
+            env.install(extra, constraints)
+            installed = env.installed_versions([*builder.build_system_requires, *extra])
+            wheel_path = Path(builder.build("wheel", out_dir))
+        with log.open("a") as handle:  # the backend's warnings belong in the log, not on screen
+            handle.writelines(f"warning: {w.message}\n" for w in caught)
+    except (build.BuildException, build.BuildBackendException,
+            subprocess.CalledProcessError) as exc:
+        raise BuilderError(f"building the wheel failed: {exc}\n{_tail(log)}",
+                           f"full log: {log}") from None
+    return wheel_path, installed
+
+
+def _metadata_version(wheel: Path) -> str:
+    with zipfile.ZipFile(wheel) as archive:
+        names = [n for n in archive.namelist()
+                 if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+        if len(names) != 1:
+            raise BuilderError(f"{wheel.name} has {len(names)} METADATA files",
+                               "the build backend produced a broken wheel; see its log")
+        metadata = archive.read(names[0])
+    return str(email.parser.BytesParser().parsebytes(metadata)["Version"])
+
+
+def _add_provenance(built: Path, destination: Path, record: dict[str, Any],
+                    epoch: int) -> None:
+    """Rewrite ``built`` to ``destination`` with the provenance file added to dist-info.
+
+    Entries keep their order and timestamps; modes become 0644 (0755 if executable
+    before); RECORD is regenerated by ``wheel``.
+    """
+    data = (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
+    with record_timestamp(epoch), zipfile.ZipFile(built) as source, \
+            WheelFile(destination, "w") as target:
+        dist_info = target.dist_info_path
+        for info in source.infolist():
+            if info.filename == target.record_path:
+                continue
+            # Modes from the build folder follow the umask; fix them so the bytes don't.
+            executable = (info.external_attr >> 16) & 0o111
+            info.external_attr = (stat.S_IFREG | (0o755 if executable else 0o644)) << 16
+            target.writestr(info, source.read(info))
+        stamp = zipfile.ZipInfo(f"{dist_info}/{PROVENANCE_FILE}",
+                                date_time=zip_timestamp(epoch))
+        stamp.compress_type = zipfile.ZIP_DEFLATED
+        stamp.external_attr = 0o644 << 16
+        target.writestr(stamp, data)
+
+
+def _entry_intact(entry: Path) -> bool:
+    try:
+        meta = json.loads((entry / "wheel.json").read_text())
+        return bool(sha256_file(entry / meta["file"]) == meta["sha256"])
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def verify_tree(patched: PatchResult) -> None:
+    """Check the cached trees behind ``patched`` before building from them.
+
+    Raises:
+        BuilderError: the source's or the patched tree's files no longer match the digest
+            recorded when the cache entry was made (someone edited the cache).
+    """
+    for tree, recorded in ((patched.source.tree, patched.source.tree_sha256),
+                           (patched.tree, patched.tree_sha256)):
+        if recorded is not None and \
+                sha256_tree(tree, exclude=frozenset({".git"})) != recorded:
+            raise BuilderError(f"the cache entry {tree} was modified after it was made",
+                               f"delete {tree.parent} and run again; never edit the cache "
+                               "(use --source-dir for a tree of your own)")
+
+
+def build_wheel(patched: PatchResult, *, version: str, cache: Cache, dist_dir: Path,
+                target: str | None = None, reporter: Reporter | None = None) -> WheelResult:
+    """Build the patched tree's wheel, or take it from the cache, and copy it to ``dist_dir``.
+
+    A tree from an sdist or git is built with ``build``; a tree from a released wheel
+    (no sdist upstream) is repacked (:mod:`builder.wheel.repack`).
+
+    Args:
+        patched: the patch stage's result.
+        version: the full version (``<upstream>+<local label>``).
+        cache: the cache; the wheel's entry is keyed by every input's hash.
+        dist_dir: output folder; only a complete, verified wheel is ever copied there.
+        target: the target's name, recorded in the provenance.
+        reporter: progress output.
+
+    Returns:
+        The wheel in ``dist_dir``.
+
+    Raises:
+        BuilderError: the build failed (the message ends with the log's tail), or the
+            built file's name or METADATA version is not ``version``.
+    """
+    reporter = reporter or Reporter(quiet=True)
+    if dist_dir.exists() and not dist_dir.is_dir():
+        raise BuilderError(f"{dist_dir} is not a folder", "pass --dist a folder for the wheels")
+    epoch = patched.source.source_date_epoch
+    # Every input of the wheel's bytes: the tree, the version, the time, the tools, and
+    # the report and target that go into the provenance record.
+    key = sha256_json({"patched": patched.key, "version": version, "epoch": epoch,
+                       "builder": builder_version(), "constraints": build_constraints(),
+                       "target": target, "report": patched.report.to_json(),
+                       "upstream": patched.source.pin.describe() if patched.source.pin
+                       else patched.source.key})
+    entry = cache.lookup("wheel", key)
+    if entry is not None and not _entry_intact(entry):
+        shutil.rmtree(entry)  # damaged: never ship it, build again
+        entry = None
+    cached = entry is not None
+    if entry is None and isinstance(patched.source.pin, WheelPin):
+        verify_tree(patched)
+        with cache.building("wheel", key) as tmp, \
+                reporter.working(f"Repacking {PACKAGE_NAME} {version} from the upstream wheel"):
+            record = _provenance(patched, version, target, {})
+            archive = patched.source.archive
+            assert archive is not None
+            repacked = repack_wheel(
+                archive, patched.tree, version, PROVENANCE_FILE,
+                (json.dumps(record, indent=2, sort_keys=True) + "\n").encode(),
+                epoch, tmp)
+            verify_repack(archive, repacked)
+            (tmp / "wheel.json").write_text(json.dumps(
+                {"file": repacked.path.name, "sha256": sha256_file(repacked.path),
+                 "provenance": record}, indent=2))
+        entry = cache.entry("wheel", key)
+    if entry is None:
+        verify_tree(patched)
+        with cache.building("wheel", key) as tmp:
+            pristine = tmp / "src"
+            shutil.copytree(patched.layout.package_root(patched.tree), pristine,
+                            symlinks=True, ignore=_PRISTINE_IGNORE)
+            env_vars = {"SETUPTOOLS_SCM_PRETEND_VERSION_FOR_SGLANG": version,
+                        "SOURCE_DATE_EPOCH": str(epoch)}
+            with reporter.working(f"Building {PACKAGE_NAME} {version} wheel"):
+                built, requirements = _run_build(pristine, tmp / "out", env_vars,
+                                                 tmp / "build.log")
+            name, built_version, _, _ = parse_wheel_filename(built.name)
+            if name != PACKAGE_NAME or built_version != Version(version) or \
+                    _metadata_version(built) != version:
+                raise BuilderError(f"built {built.name} (METADATA {_metadata_version(built)})"
+                                   f" but expected {PACKAGE_NAME} {version}",
+                                   "is SETUPTOOLS_SCM_PRETEND_VERSION honoured by this "
+                                   "release's pyproject?")
+            record = _provenance(patched, version, target, requirements)
+            _add_provenance(built, tmp / built.name, record, epoch)
+            (tmp / "wheel.json").write_text(json.dumps(
+                {"file": built.name, "sha256": sha256_file(tmp / built.name),
+                 "provenance": record}, indent=2))
+            shutil.rmtree(pristine)
+            shutil.rmtree(tmp / "out")
+        entry = cache.entry("wheel", key)
+    meta = json.loads((entry / "wheel.json").read_text())
+    cached_wheel = entry / meta["file"]
+    destination = dist_dir / meta["file"]
+    atomic_copy(cached_wheel, destination)
+    return WheelResult(path=destination, version=version, sha256=sha256_file(destination),
+                       provenance=meta["provenance"], key=key, cached=cached)
+
+
+def run_wheel(options: Options) -> WheelResult:
+    """Source, patch and wheel stages for the selected target's first pin of its kind."""
+    return run_wheels(options)[0]
+
+
+def run_wheels(options: Options) -> list[WheelResult]:
+    """Source, patch and wheel stages for the selected target; the wheels land in dist.
+
+    A target built from released wheels (no sdist upstream) may pin one wheel per
+    platform and Python tag: each is patched and repacked. Otherwise one wheel is built.
+
+    Raises:
+        BuilderError: any stage refused; or no patch of the series applies to this
+            upstream version (the wheel would be upstream's under our label); or, for
+            released wheels, a patch touches compiled code or a build file.
+    """
+    target = select_target(options)
+    series = select_series(options, target)
+    parsed = read_series(series)  # a bad series fails before any download
+    kind = options.source or target.prefer
+    if options.source_dir is not None:
+        pins: list[Pin | None] = [None]
+    elif kind == "wheel":
+        pins = [p for p in target.sources if p.kind == "wheel"] or [target.pin(kind)]
+        for entry in series.entries:
+            if entry.applies_to(target.upstream_version):
+                for file_patch in parsed[entry.path].files:
+                    tree_path = Layout("sdist").tree_path(file_patch.path)
+                    refuse_unshipped(tree_path or file_patch.path)
+    else:
+        pins = [target.pin(kind)]
+    results = []
+    for pin in pins:
+        if pin is None:
+            source = obtain_source(options, target)
+        else:
+            source = fetch_pin(pin, target.upstream_version, cache=options.cache,
+                               index_url=options.index_url, reporter=options.reporter)
+        patched = apply_series(source, series, cache=options.cache)
+        if not any(p.status not in (PatchStatus.NOT_APPLICABLE, PatchStatus.NOT_REACHED)
+                   for p in patched.report.patches):
+            raise BuilderError(f"no patch of the series applies to upstream "
+                               f"{source.upstream_version}: the wheel would be upstream's "
+                               "under our label", "check the series' version ranges for "
+                               "this target", report=patched.report)
+        version = f"{source.upstream_version}+{target.local_label}"
+        results.append(build_wheel(patched, version=version, cache=options.cache,
+                                   dist_dir=options.dist_dir, target=target.name,
+                                   reporter=options.reporter))
+    return results

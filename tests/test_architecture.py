@@ -1,0 +1,181 @@
+"""The package's shape: stages as layers, no import cycles, a lazy public surface.
+
+The layers contract lives in pyproject.toml ([tool.importlinter]) and is checked with
+import-linter; cycles are found on grimp's import graph (the library import-linter uses).
+Each check is also run on a copy of the package with one planted violation, so a check
+that cannot fail would show up here.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import builder
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGES = ["source", "patching", "wheel", "kernels", "image", "smoke", "release"]
+
+
+def _lint_imports(project: Path) -> subprocess.CompletedProcess[str]:
+    code = ("import sys\nfrom importlinter.cli import lint_imports\n"
+            f"sys.exit(lint_imports(config_filename={str(project / 'pyproject.toml')!r}, "
+            "no_cache=True))")
+    return subprocess.run([sys.executable, "-c", code],
+                          cwd=project, capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": str(project), "PATH": "/usr/bin:/bin"})
+
+
+def _import_graph(project: Path) -> dict[str, list[str]]:
+    """Module -> the modules it imports at run time (grimp, in a process that sees only
+    ``project``'s copy of the package)."""
+    code = ("import json, grimp\n"
+            "g = grimp.build_graph('builder', exclude_type_checking_imports=True, "
+            "cache_dir=None)\n"
+            "print(json.dumps({m: sorted(g.find_modules_directly_imported_by(m)) "
+            "for m in g.modules}))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True,
+                          text=True, timeout=300, check=True,
+                          env={"PYTHONPATH": str(project), "PATH": "/usr/bin:/bin"})
+    graph: dict[str, list[str]] = json.loads(done.stdout)
+    return graph
+
+
+def _cycles(project: Path) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), run-time imports only."""
+    graph = _import_graph(project)
+    modules = sorted(graph)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for other in graph[module]:
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in on_stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in modules:
+        if module not in index:
+            visit(module)
+    return found
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the project whose core imports a later stage (both a layer breach and,
+    with the release stage importing the core's errors, a cycle)."""
+    project = tmp_path_factory.mktemp("planted")
+    shutil.copytree(ROOT / "builder", project / "builder",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", project / "pyproject.toml")
+    errors = project / "builder" / "core" / "errors.py"
+    errors.write_text(errors.read_text() + "\nfrom builder.release import publish  # planted\n")
+    return project
+
+
+def test_stages_import_only_the_core_and_earlier_stages() -> None:
+    done = _lint_imports(ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
+
+
+def test_a_later_stage_imported_by_the_core_breaks_the_contract(planted: Path) -> None:
+    done = _lint_imports(planted)
+    assert done.returncode != 0
+    assert "builder.core.errors -> builder.release.publish" in done.stdout
+
+
+def test_no_import_cycles() -> None:
+    assert _cycles(ROOT) == []
+
+
+def test_a_planted_cycle_is_found(planted: Path) -> None:
+    cycles = _cycles(planted)
+    assert any("builder.core.errors" in c and "builder.release.publish" in c for c in cycles)
+
+
+def test_the_layers_name_every_stage() -> None:
+    folders = sorted(p.name for p in (ROOT / "builder").iterdir()
+                     if (p / "__init__.py").is_file())
+    assert folders == sorted([*STAGES, "core", "ci", "cli"])
+    layers = (ROOT / "pyproject.toml").read_text()
+    for folder in folders:
+        assert f'"builder.{folder}"' in layers
+
+
+def test_every_stage_exposes_its_entry_function_and_result() -> None:
+    import importlib
+
+    for stage, names in {"source": ("run_fetch", "SourceResult"),
+                         "patching": ("run_patch", "PatchResult"),
+                         "wheel": ("run_wheels", "WheelResult"),
+                         "kernels": ("run_kernels", "KernelResult"),
+                         "image": ("run_image", "ImageResult"),
+                         "smoke": ("run_smoke", "SmokeReport"),
+                         "release": ("run_release", "ReleaseSummary")}.items():
+        module = importlib.import_module(f"builder.{stage}")
+        for name in names:
+            assert name in module.__all__, (stage, name)
+            assert getattr(module, name).__module__.startswith(f"builder.{stage}.")
+
+
+def test_public_surface_resolves_and_matches_the_type_checking_imports() -> None:
+    tree = ast.parse((ROOT / "builder" / "__init__.py").read_text())
+    imported: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and \
+                node.module.startswith("builder."):
+            for alias in node.names:
+                imported[alias.name] = node.module
+    assert imported == builder._EXPORTS
+    for name in builder.__all__:
+        assert getattr(builder, name) is not None
+    with pytest.raises(AttributeError):
+        builder.no_such_name  # noqa: B018
+
+
+def _loaded_after(code: str) -> set[str]:
+    done = subprocess.run([sys.executable, "-c", code + "\nimport sys\n"
+                           "print('\\n'.join(sorted(sys.modules)))"],
+                          cwd=ROOT, capture_output=True, text=True, check=True, timeout=120)
+    return set(done.stdout.split())
+
+
+def test_import_builder_loads_no_stage() -> None:
+    loaded = _loaded_after("import builder")
+    assert not {m for m in loaded if m.startswith("builder.")}
+    assert not loaded & {"docker", "git", "pypi_simple", "build", "rich", "unidiff"}
+
+
+def test_targets_command_loads_only_the_core() -> None:
+    loaded = _loaded_after("from builder.cli import main\n"
+                           "import contextlib, io\n"
+                           "with contextlib.redirect_stdout(io.StringIO()):\n"
+                           "    main(['targets', '--json'])")
+    stages = {m.split(".")[1] for m in loaded if m.startswith("builder.") and m.count(".") >= 1}
+    assert stages <= {"cli", "core"}, stages
+    assert not loaded & {"docker", "git", "pypi_simple", "build", "unidiff", "wheel"}
