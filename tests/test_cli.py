@@ -72,6 +72,32 @@ def test_patch_report_table_and_dry_run(sdists: dict[str, Path], tmp_path: Path)
     assert not (tmp_path / "cache" / "patched").exists()
 
 
+def test_patch_report_reads_at_80_columns_and_in_logs(sdists: dict[str, Path],
+                                                     tmp_path: Path) -> None:
+    """Piped stdout at 80 columns (a CI log): one unbroken line per patch, file and hunk,
+    never a table folded into fragments; a wide terminal still gets the table."""
+    project = write_project(tmp_path / "p", sdist=sdists["0.5.10.post1"], version="0.5.10.post1")
+    path = "python/sglang/srt/model_executor/model_runner.py"
+    narrow = run_cli("patch", "--dry-run", cwd=project, cache=tmp_path / "cache",
+                     env={"COLUMNS": "80"})
+    assert narrow.returncode == 0, narrow.stderr
+    lines = narrow.stdout.splitlines()
+    assert f"  {path}" in lines
+    hunk = next(line for line in lines if line.startswith("    hunk 1: "))
+    assert hunk.startswith("    hunk 1: fuzz at line 2075 (offset 236, fuzz 1)")
+    assert any(line.startswith("0001-enable-flashinfer-cutlass-autotune-0.5.11.patch: "
+                               "not-applicable") for line in lines)
+    assert not any(char in narrow.stdout for char in "│┃━")
+    # the intent's detail names the file whole, on the intent's own line
+    assert any(line.startswith("intent holds") and f"{path}: 'flashinfer_cutlass' is live"
+               in line for line in lines)
+    wide = run_cli("patch", "--dry-run", cwd=project, cache=tmp_path / "cache",
+                   env={"COLUMNS": "250"})
+    assert wide.returncode == 0, wide.stderr
+    row = next(line for line in wide.stdout.splitlines() if path in line)
+    assert row.startswith("│") and "fuzz" in row and "2075" in row
+
+
 def test_help_teaches() -> None:
     done = run_cli("--help")
     assert done.returncode == 0

@@ -121,36 +121,95 @@ def _cmd_fetch(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     return source.describe()
 
 
-def render_report(report: PatchReport, console: Console) -> None:
-    """Print a patch report as a table, with the hunk and its near miss for failures."""
-    table = Table(title=f"Patch report for upstream {report.upstream_version}")
-    for column in ("patch", "file", "hunk", "status", "line", "offset", "fuzz", "note"):
-        table.add_column(column, overflow="fold")
+_REPORT_COLUMNS = ("patch", "file", "hunk", "status", "line", "offset", "fuzz", "note")
+
+
+def _report_rows(report: PatchReport) -> list[tuple[str, ...]]:
+    """One row per hunk (or per patch or file without hunks), in ``_REPORT_COLUMNS``."""
+    rows: list[tuple[str, ...]] = []
     for patch in report.patches:
         if not patch.files or patch.status == "obsolete":
-            table.add_row(patch.name, "", "", str(patch.status), "", "", "", patch.message)
+            rows.append((patch.name, "", "", str(patch.status), "", "", "", patch.message))
             continue
         for file in patch.files:
             if not file.hunks:
-                table.add_row(patch.name, file.path, "", file.status, "", "", "", file.note)
+                rows.append((patch.name, file.path, "", file.status, "", "", "", file.note))
             for hunk in file.hunks:
                 note = hunk.note
                 if hunk.status == "fuzz":
                     note = f"allowed up to fuzz {patch.max_fuzz} (reason below)"
-                table.add_row(patch.name, file.path, str(hunk.hunk), str(hunk.status),
-                              "" if hunk.line is None else str(hunk.line),
-                              "" if hunk.offset is None else str(hunk.offset),
-                              "" if hunk.fuzz is None else str(hunk.fuzz), note)
-    console.print(table)
+                rows.append((patch.name, file.path, str(hunk.hunk), str(hunk.status),
+                             "" if hunk.line is None else str(hunk.line),
+                             "" if hunk.offset is None else str(hunk.offset),
+                             "" if hunk.fuzz is None else str(hunk.fuzz), note))
+    return rows
+
+
+def _table_width(rows: list[tuple[str, ...]]) -> int:
+    """The width rich's default box table needs to show every cell unfolded: each column's
+    widest cell plus one space of padding each side and a border."""
+    widths = [max([len(name), *(len(row[i]) for row in rows)])
+              for i, name in enumerate(_REPORT_COLUMNS)]
+    return sum(widths) + 3 * len(widths) + 1
+
+
+def _print_hunk_lines(rows: list[tuple[str, ...]], title: str, console: Console) -> None:
+    """The report as one unbroken line per patch, file and hunk, for narrow terminals and
+    logs: a console never folds these lines, so each path stays whole and greppable."""
+    console.print(title, markup=False, soft_wrap=True)
+    patch_shown = file_shown = None
+    for patch, path, hunk, status, line, offset, fuzz, note in rows:
+        if patch != patch_shown:
+            patch_shown, file_shown = patch, None
+            if not path:  # a patch reported as a whole (not applicable, obsolete, ...)
+                console.print(f"{patch}: {status}" + (f" -- {note}" if note else ""),
+                              markup=False, soft_wrap=True)
+                continue
+            console.print(patch, markup=False, soft_wrap=True)
+        if path != file_shown:
+            file_shown = path
+            if not hunk:
+                console.print(f"  {path}: {status}" + (f" -- {note}" if note else ""),
+                              markup=False, soft_wrap=True)
+                continue
+            console.print(f"  {path}", markup=False, soft_wrap=True)
+        where = f" at line {line}" if line else ""
+        moved = f" (offset {offset}, fuzz {fuzz})" if offset or fuzz else ""
+        console.print(f"    hunk {hunk}: {status}{where}{moved}"
+                      + (f" -- {note}" if note else ""), markup=False, soft_wrap=True)
+
+
+def render_report(report: PatchReport, console: Console) -> None:
+    """Print a patch report, with the hunk and its near miss for failures.
+
+    A table when the console is wide enough to show every cell whole; otherwise (an
+    80-column window, a CI log, a pipe: rich assumes 80 columns there unless ``COLUMNS``
+    says otherwise) one unbroken line per patch, file and hunk, since a folded table
+    breaks paths and notes into fragments. ``--json`` and ``--format markdown`` are
+    unaffected.
+
+    Args:
+        report: the patch stage's report.
+        console: where to print (its ``width`` decides the layout).
+    """
+    rows = _report_rows(report)
+    title = f"Patch report for upstream {report.upstream_version}"
+    if _table_width(rows) > console.width:
+        _print_hunk_lines(rows, title, console)
+    else:
+        table = Table(*_REPORT_COLUMNS, title=title)
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
     for patch in report.patches:
         if patch.fuzz_reason and any(h.status == "fuzz" for f in patch.files for h in f.hunks):
             console.print(f"fuzz allowance for {patch.name}: {patch.fuzz_reason}",
-                          markup=False)
+                          markup=False, soft_wrap=True)
     for intent in report.intents:
         mark = "[green]holds[/]" if intent.holds else "[red]FAILS[/]"
         before = "held before" if intent.held_before else "did not hold before"
-        console.print(f"intent {mark} ({before}): ", end="")
-        console.print(f"{intent.check} -- {intent.detail}", markup=False)
+        console.print(f"intent {mark} ({before}): ", end="", soft_wrap=True)
+        console.print(f"{intent.check} -- {intent.detail}", markup=False, soft_wrap=True)
     for patch in report.patches:
         for file in patch.files:
             for hunk in file.hunks:
