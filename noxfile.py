@@ -60,6 +60,7 @@ def lint(session: nox.Session) -> None:
 def benchmark(session: nox.Session) -> None:
     """Speed goals, reported as ratios measured in one run (not a test)."""
     session.install(".")
+    session.run("python", "benchmarks/bench_startup.py")
     session.run("python", "benchmarks/bench_wheel.py", *session.posargs)
     session.run("python", "benchmarks/bench_matrix.py")
     session.run("python", "benchmarks/bench_repack.py")
