@@ -68,7 +68,7 @@ def benchmark(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench_image.py")
 
 
-# --- CI sessions (ci/*.yml call these; README: CI) ---------------------------------------
+# --- CI sessions (ci/*.yml call these; docs/ci.md) -------------------------------------
 
 
 @nox.session
