@@ -1,5 +1,5 @@
 """nox sessions: build (the default target's wheel into dist/), kernels, image, release,
-smoke, tests, lint, benchmark, and the CI helpers plan, matrix, upstream.
+smoke, tests, lint, docs, benchmark, and the CI helpers plan, matrix, upstream.
 
 Thin by design: each session installs the builder and calls its CLI or pytest.
 """
@@ -52,8 +52,19 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff and mypy, both clean."""
     session.install(".[lint]")
-    session.run("ruff", "check", "builder", "tests", "benchmarks", "noxfile.py")
+    session.run("ruff", "check", "builder", "tests", "benchmarks", "docs/_ext", "noxfile.py")
     session.run("mypy")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site into site/ (``mkdocs build --strict``: any warning fails).
+
+    The API pages are generated from the docstrings of builder/ (read as source, not
+    imported); ``nox -s docs -- --verbose`` passes options to mkdocs.
+    """
+    session.install(".[docs]")
+    session.run("mkdocs", "build", "--strict", "--site-dir", "site", *session.posargs)
 
 
 @nox.session

@@ -47,10 +47,8 @@ class SphinxRoles(griffe.Extension):
             **kwargs: Unused (griffe's forward compatibility).
         """
         for obj in _objects(pkg):
-            if obj.docstring is None:
-                continue
-            obj.docstring.value = _ROLE.sub(
-                lambda match, obj=obj: _link(match, obj, pkg, loader), obj.docstring.value)
+            if obj.docstring is not None:
+                obj.docstring.value = _rewrite(obj.docstring.value, obj, pkg, loader)
 
 
 def _objects(obj: griffe.Object) -> Iterator[griffe.Object]:
@@ -58,6 +56,11 @@ def _objects(obj: griffe.Object) -> Iterator[griffe.Object]:
     for member in obj.members.values():
         if not member.is_alias:
             yield from _objects(member)  # type: ignore[arg-type]
+
+
+def _rewrite(text: str, obj: griffe.Object, pkg: griffe.Module,
+             loader: griffe.GriffeLoader) -> str:
+    return _ROLE.sub(lambda match: _link(match, obj, pkg, loader), text)
 
 
 def _link(match: re.Match[str], obj: griffe.Object, pkg: griffe.Module,
@@ -90,7 +93,8 @@ def _resolve(target: str, obj: griffe.Object, loader: griffe.GriffeLoader) -> st
             found = loader.modules_collection[f"{base}.{rest}"]
         except KeyError:
             return None
-    return found.target_path if found.is_alias else found.path
+    path: str = found.target_path if found.is_alias else found.path
+    return path
 
 
 def _private(path: str) -> bool:
