@@ -142,3 +142,18 @@ def test_readme_links_lead_to_files_and_headings(document: str) -> None:
 def test_slug_matches_the_site() -> None:
     assert _slug("Pinning a new release") == "pinning-a-new-release"
     assert _slug("Smoke test on a GPU runner: `smoke`") == "smoke-test-on-a-gpu-runner-smoke"
+
+
+# a repository path in code spans: `builder/smoke/probe.py`, `ci/*.yml`, `reports/…/`
+_PATH = re.compile(r"`((?:builder|tests|images|ci|patches|reports|benchmarks|docs|\.ci)/[^`\s]*)`")
+
+
+def test_paths_named_in_the_docs_exist() -> None:
+    """Every repository path the README and the pages name (in code) exists, so a module
+    that moves cannot leave its old path in the docs."""
+    documents = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    named = {(doc.relative_to(ROOT).as_posix(), m.group(1))
+             for doc in documents for m in _PATH.finditer(doc.read_text())}
+    assert len(named) >= 40
+    missing = sorted((doc, path) for doc, path in named if not list(ROOT.glob(path.rstrip("/"))))
+    assert missing == []
