@@ -3,14 +3,15 @@
 The builder's docstrings are Google style with Sphinx roles (``:func:`run_fetch```,
 ``:class:`~builder.core.errors.BuilderError```), which Markdown would print as
 ``:func:`` followed by code. This extension rewrites each role, once the package is
-loaded, into a mkdocs-autorefs cross-reference (``[`run_fetch`][builder.source.fetch.run_fetch]``)
-to the object's page, resolving a short name in the scope of the docstring's object as
-Python would. A leading ``~`` shows only the last part of the name, as in Sphinx.
+loaded, into a mkdocs-autorefs cross-reference to the object's page
+(``[`run_fetch`][builder.source.fetch.run_fetch]``), resolving a short name in the scope
+of the docstring's object as Python would. A leading ``~`` shows only the last part of the
+name, as in Sphinx.
 
 A role whose name resolves to nothing in the package is logged as a warning, so
 ``mkdocs build --strict`` fails on it as on any broken link; a name outside the package
-(the standard library's, a dependency's) and a private name (one the reference pages do
-not render) become plain code.
+(a built-in, the standard library's, a dependency's) and a private name (one the reference
+pages do not render) become plain code.
 
 Loaded by mkdocstrings-python from ``mkdocs.yml`` (``extensions: [docs/_ext/sphinx_roles.py]``);
 the format of the roles is Sphinx's Python domain
@@ -19,6 +20,7 @@ the format of the roles is Sphinx's Python domain
 
 from __future__ import annotations
 
+import builtins
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -69,7 +71,9 @@ def _link(match: re.Match[str], obj: griffe.Object, pkg: griffe.Module,
     shown = (target.rsplit(".", 1)[-1] if match["short"] else target) + call
     path = _resolve(target, obj, loader)
     if path is None:
-        if target.split(".", 1)[0] == pkg.name or "." not in target:
+        # a built-in (:exc:`OSError`) or another package's name is shown as code
+        if not hasattr(builtins, target) and (
+                target.split(".", 1)[0] == pkg.name or "." not in target):
             _logger.warning("%s: %s names nothing in %s", obj.path, match[0], pkg.name)
         return f"`{shown}`"
     if path.split(".", 1)[0] != pkg.name or _private(path):
