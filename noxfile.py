@@ -1,5 +1,5 @@
 """nox sessions: build (the default target's wheel into dist/), kernels, image, release,
-smoke, tests, lint, benchmark, and the CI helpers plan, matrix, upstream.
+smoke, tests, lint, docs, benchmark, and the CI helpers plan, matrix, upstream.
 
 Thin by design: each session installs the builder and calls its CLI or pytest.
 """
@@ -52,8 +52,20 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff and mypy, both clean."""
     session.install(".[lint]")
-    session.run("ruff", "check", "builder", "tests", "benchmarks", "noxfile.py")
+    session.run("ruff", "check", "builder", "tests", "benchmarks", "docs/_ext", "noxfile.py")
     session.run("mypy")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site into site/ (``mkdocs build --strict``: any warning fails).
+
+    The API pages are generated from the docstrings of builder/ (read as source, not
+    imported); ``nox -s docs -- --verbose`` passes options to mkdocs.
+    """
+    session.install(".[docs]")
+    session.run("mkdocs", "build", "--strict", "--site-dir", "site", *session.posargs,
+                env={"NO_MKDOCS_2_WARNING": "1"})  # Material's end-of-life banner
 
 
 @nox.session
@@ -69,7 +81,7 @@ def benchmark(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench_image.py")
 
 
-# --- CI sessions (ci/*.yml call these; README: CI) ---------------------------------------
+# --- CI sessions (ci/*.yml call these; docs/ci.md) -------------------------------------
 
 
 @nox.session
