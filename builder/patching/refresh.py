@@ -287,5 +287,5 @@ def run_refresh(options: Options, *, accept_fuzz: bool = False,
                     f"{entry.name} also applies to {', '.join(others)}: refreshing it in place "
                     f"for {target.name} could break them",
                     "write a copy with --output-dir DIR and give it its own series entry "
-                    "with a narrower version range (README: Refresh)")
+                    "with a narrower version range (docs/patches.md: Refresh)")
     return refresh_series(source, series, accept_fuzz=accept_fuzz, output_dir=output_dir)
