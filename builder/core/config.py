@@ -236,18 +236,21 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
                            "fix the syntax error at the position shown") from None
 
 
+FORMAT_HINT = ("see docs/patches.md (Adding a patch, Pinning a new rel"
+               " for the file format")
+
+
 def require(table: dict[str, Any], key: str, kind: type, where: str) -> Any:
     if key not in table:
-        raise BuilderError(f"{where}: missing key {key!r}", "see docs/patches.md (Adding a patch, Pinning a new release) for the file format")
+        raise BuilderError(f"{where}: missing key {key!r}", FORMAT_HINT)
     value = table[key]
     if not isinstance(value, kind):
         noun = {str: "a string", int: "an integer", list: "an array"}.get(kind, kind.__name__)
         raise BuilderError(f"{where}: {key!r} must be {noun}, got {value!r}",
-                           "see docs/patches.md (Adding a patch, Pinning a new release) for the file format")
+                           FORMAT_HINT)
     return value
 
 
-FORMAT_HINT = "see docs/patches.md (Adding a patch, Pinning a new release) for the file format"
 
 
 def known_keys(table: Any, allowed: set[str], where: str) -> dict[str, Any]:
