@@ -236,8 +236,8 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
                            "fix the syntax error at the position shown") from None
 
 
-FORMAT_HINT = ("see docs/patches.md (Adding a patch, Pinning a new rel"
-               " for the file format")
+FORMAT_HINT = ("see docs/patches.md (Adding a patch, Pinning a new release) for the file "
+               "format")
 
 
 def require(table: dict[str, Any], key: str, kind: type, where: str) -> Any:
