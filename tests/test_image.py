@@ -141,8 +141,9 @@ def test_pins_file_is_valid_and_refuses_an_unresolved_digest() -> None:
     pins = load_base_pins(REPO / "images/pins.toml")
     target = load_targets(REPO / "targets.toml").get("sglang-0.5.9")
     assert pins.lanes(target.upstream_version) == ["12.9"]
-    with pytest.raises(BuilderError, match="not pinned by digest"):
-        pins.base_for(target.upstream_version, target.cuda_lane)
+    with pytest.raises(BuilderError, match="not pinned by digest") as refused:
+        BaseImage.from_pin(pins.pin_for(target.upstream_version, target.cuda_lane))
+    assert "python -m builder pin-images" in refused.value.hint
 
 
 def test_pins_file_entries_are_checked(tmp_path: Path) -> None:
@@ -153,7 +154,7 @@ def test_pins_file_entries_are_checked(tmp_path: Path) -> None:
                     + entry.format(lane="13.0", tag="cu130", digest=PIN_SHA))
     pins = load_base_pins(path)
     target = load_targets(REPO / "targets.toml").get("sglang-0.5.9")
-    assert pins.base_for(target.upstream_version, "13.0") == BaseImage(
+    assert BaseImage.from_pin(pins.pin_for(target.upstream_version, "13.0")) == BaseImage(
         "docker.io/lmsysorg/sglang:v0.5.9-cu130", PIN_SHA)
     # Several lanes for one release: the tag names the lane.
     assert image_tags("127.0.0.1:5000", "sglang-sm120", target, pins.lanes(
@@ -163,7 +164,7 @@ def test_pins_file_entries_are_checked(tmp_path: Path) -> None:
     with pytest.raises(BuilderError, match="is not sha256"):
         load_base_pins(path)
     path.write_text(entry.format(lane="12.9", tag="x", digest=PIN_SHA) + 'extra = "1"\n')
-    with pytest.raises(BuilderError, match="needs exactly the string keys"):
+    with pytest.raises(BuilderError, match="needs the string keys"):
         load_base_pins(path)
 
 

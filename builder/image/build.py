@@ -23,10 +23,8 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import re
 import tarfile
 import tempfile
-import tomllib
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,8 +35,11 @@ import docker
 import docker.errors
 import requests.exceptions
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import InvalidVersion, Version
 
+from builder.core.basepins import DIGEST as _DIGEST
+from builder.core.basepins import BasePin
+from builder.core.basepins import BasePins as BasePins  # re-exported
+from builder.core.basepins import load_base_pins as load_base_pins  # re-exported
 from builder.core.cache import sha256_file, sha256_json
 from builder.core.config import GitPin, Target
 from builder.core.engine import BuildkitTrace, StreamError, read_stream
@@ -49,7 +50,6 @@ from builder.wheel.build import WheelResult
 LABEL_NS = "dev.sm120-builder"
 OCI = "org.opencontainers.image"
 KERNEL_MANIFEST = "flashinfer_jit_cache/sm120-manifest.json"
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,15 @@ class BaseImage:
         return f"{self.name}@{self.digest}"
 
     @staticmethod
+    def from_pin(pin: BasePin) -> BaseImage:
+        """The base a pin names.
+
+        Raises:
+            BuilderError: its digest is not resolved (the hint names ``pin-images``).
+        """
+        return BaseImage.parse(pin.reference)
+
+    @staticmethod
     def parse(text: str) -> BaseImage:
         """Read ``NAME[:TAG]@sha256:HEX``.
 
@@ -80,104 +89,10 @@ class BaseImage:
         name, at, digest = text.partition("@")
         if not at or not name or not _DIGEST.match(digest):
             raise BuilderError(f"base image {text!r} is not pinned by digest",
-                               "write it as NAME:TAG@sha256:<64 hex> (docker inspect "
-                               "--format '{{index .RepoDigests 0}}' NAME gives it)")
+                               "write it as NAME:TAG@sha256:<64 hex> (`python -m builder "
+                               "pin-images` resolves pins; docker inspect --format "
+                               "'{{index .RepoDigests 0}}' NAME gives one)")
         return BaseImage(name, digest)
-
-
-@dataclass(frozen=True)
-class BasePin:
-    """One entry of ``images/pins.toml``: upstream's runtime image for a version and lane.
-
-    Attributes:
-        upstream_version: the SGLang release the image carries.
-        cuda_lane: CUDA ``major.minor``.
-        name: fully qualified image name with tag.
-        digest: its manifest digest, or ``""`` while not resolved.
-    """
-
-    upstream_version: Version
-    cuda_lane: str
-    name: str
-    digest: str
-
-
-@dataclass(frozen=True)
-class BasePins:
-    """The parsed pins file.
-
-    Attributes:
-        path: where it was read from.
-        pins: its entries in file order.
-    """
-
-    path: Path
-    pins: tuple[BasePin, ...]
-
-    def lanes(self, version: Version) -> list[str]:
-        """The CUDA lanes pinned for an upstream version, in file order."""
-        return [p.cuda_lane for p in self.pins if p.upstream_version == version]
-
-    def base_for(self, version: Version, lane: str) -> BaseImage:
-        """Return the pinned base for ``version`` and ``lane``.
-
-        Raises:
-            BuilderError: no entry for them, or its digest is not resolved yet.
-        """
-        for pin in self.pins:
-            if pin.upstream_version == version and pin.cuda_lane == lane:
-                if not pin.digest:
-                    raise BuilderError(
-                        f"the upstream base image for sglang {version} / CUDA {lane} "
-                        f"({pin.name}) is not pinned by digest in {self.path}",
-                        "resolve it where Docker Hub is reachable (docker pull NAME; docker "
-                        "inspect --format '{{index .RepoDigests 0}}' NAME) and write the "
-                        "digest, or pass --base-image NAME@sha256:...")
-                return BaseImage(pin.name, pin.digest)
-        raise BuilderError(f"{self.path} pins no base image for sglang {version} / CUDA {lane}",
-                           "add a [[base]] entry for it, or pass --base-image NAME@sha256:...")
-
-
-_PIN_KEYS = {"upstream_version", "cuda_lane", "name", "digest"}
-
-
-def load_base_pins(path: Path) -> BasePins:
-    """Parse the pins file (unknown keys are refused).
-
-    Raises:
-        BuilderError: the file is missing, not TOML, or an entry is malformed.
-    """
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise BuilderError(f"base image pins file {path} not found",
-                           "run from the project root, or pass --pins-file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise BuilderError(f"{path} is not valid TOML: {exc}", "fix the file") from None
-    unknown = set(data) - {"base"}
-    if unknown:
-        raise BuilderError(f"{path}: unknown keys {sorted(unknown)}", "only [[base]] tables")
-    pins = []
-    for number, entry in enumerate(data.get("base", []), 1):
-        where = f"{path} [[base]] #{number}"
-        if not isinstance(entry, dict) or set(entry) != _PIN_KEYS or \
-                not all(isinstance(v, str) for v in entry.values()):
-            raise BuilderError(f"{where}: needs exactly the string keys "
-                               f"{', '.join(sorted(_PIN_KEYS))}",
-                               "see the comment at the top of the pins file")
-        if entry["digest"] and not _DIGEST.match(entry["digest"]):
-            raise BuilderError(f"{where}: digest {entry['digest']!r} is not sha256:<64 hex>",
-                               "write the manifest digest, or \"\" while unresolved")
-        if not re.fullmatch(r"\d+\.\d+", entry["cuda_lane"]):
-            raise BuilderError(f"{where}: cuda_lane {entry['cuda_lane']!r} is not major.minor",
-                               "write it like \"12.9\"")
-        try:
-            version = Version(entry["upstream_version"])
-        except InvalidVersion:
-            raise BuilderError(f"{where}: {entry['upstream_version']!r} is not a PEP 440 "
-                               "version", "write it like \"0.5.9\"") from None
-        pins.append(BasePin(version, entry["cuda_lane"], entry["name"], entry["digest"]))
-    return BasePins(path, tuple(pins))
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ def run_image(options: Options, image_options: ImageOptions,
     target = select_target(options)
     pins = load_base_pins(image_options.pins_file)
     base = BaseImage.parse(image_options.base_image) if image_options.base_image else \
-        pins.base_for(target.upstream_version, target.cuda_lane)
+        BaseImage.from_pin(pins.pin_for(target.upstream_version, target.cuda_lane))
     extra = [read_extra_wheel(p) for p in image_options.kernel_wheels]
     if not image_options.dockerfile.is_file():
         raise BuilderError(f"{image_options.dockerfile} not found",
