@@ -21,6 +21,7 @@ the kernel arch list, the target and the wheels' sha256.
 from __future__ import annotations
 
 import datetime
+import io
 import json
 import os
 import tarfile
@@ -45,6 +46,7 @@ from builder.core.config import GitPin, Target
 from builder.core.engine import BuildkitTrace, StreamError, read_stream
 from builder.core.errors import BuilderError
 from builder.core.progress import Reporter
+from builder.image.profile import LAUNCHER_PATH, LAUNCHER_SOURCE, PROFILE_PATH, LaunchProfile
 from builder.wheel.build import WheelResult
 
 LABEL_NS = "dev.sm120-builder"
@@ -188,8 +190,10 @@ def source_date_epoch(provenance: dict[str, Any]) -> int:
 
 
 def image_labels(target: Target, wheels: Sequence[WheelResult],
-                 extra: Sequence[ExtraWheel], base: BaseImage) -> dict[str, str]:
-    """Return the image's labels (see the module docstring).
+                 extra: Sequence[ExtraWheel], base: BaseImage,
+                 profile: LaunchProfile | None = None) -> dict[str, str]:
+    """Return the image's labels (see the module docstring); with a launch profile, where
+    it and the launcher are in the image and the profile's sha256.
 
     ``.created`` is ``$SOURCE_DATE_EPOCH`` when set, else the upstream release time the
     wheel's provenance records, so an unchanged input set gives unchanged labels.
@@ -213,6 +217,10 @@ def image_labels(target: Target, wheels: Sequence[WheelResult],
     }
     if arch:
         labels[f"{LABEL_NS}.kernel.arch-list"] = ",".join(arch)
+    if profile is not None:
+        labels[f"{LABEL_NS}.launch-profile"] = PROFILE_PATH
+        labels[f"{LABEL_NS}.launch-profile.sha256"] = profile.sha256
+        labels[f"{LABEL_NS}.launcher"] = LAUNCHER_PATH
     return labels
 
 
@@ -232,6 +240,7 @@ class ImageResult:
         layer_size: bytes in the layer the build added (the engine's accounting).
         layers_added: how many layers the build added on top of the base (1).
         cached: True when no build step ran (everything came from the build cache).
+        profile: the SM120 launch profile installed with the launcher.
     """
 
     image_id: str
@@ -245,6 +254,7 @@ class ImageResult:
     layers_added: int = 0
     cached: bool = False
     executed: tuple[str, ...] = field(default=())
+    profile: LaunchProfile | None = None
 
     def describe(self) -> dict[str, Any]:
         """Return JSON-ready data."""
@@ -254,7 +264,11 @@ class ImageResult:
                 "wheels": [str(w.path) for w in self.wheels],
                 "extra_wheels": [w.describe() for w in self.extra_wheels],
                 "layer_size": self.layer_size, "layers_added": self.layers_added,
-                "cached": self.cached}
+                "cached": self.cached,
+                "launch_profile": None if self.profile is None else {
+                    "source": str(self.profile.path), "path": PROFILE_PATH,
+                    "sha256": self.profile.sha256, "args": self.profile.args,
+                    "launcher": LAUNCHER_PATH}}
 
 
 def ensure_base(client: docker.DockerClient, base: BaseImage, reporter: Reporter) -> str:
@@ -284,9 +298,11 @@ def ensure_base(client: docker.DockerClient, base: BaseImage, reporter: Reporter
                            "its registry is reachable") from None
 
 
-def _context(dockerfile: Path, wheels: Sequence[Path], mtime: int, out: Path) -> None:
-    """Write the build context: the Dockerfile and ``wheels/``, fixed metadata (GNU tar:
-    the engine takes a PAX archive's first header for a Dockerfile, measured here)."""
+def _context(dockerfile: Path, wheels: Sequence[Path], mtime: int, out: Path,
+             profile: LaunchProfile) -> None:
+    """Write the build context: the Dockerfile, ``wheels/`` and ``sm120/`` (the launch
+    profile and the launcher), fixed metadata (GNU tar: the engine takes a PAX archive's
+    first header for a Dockerfile, measured here)."""
     with tarfile.open(out, "w", format=tarfile.GNU_FORMAT) as tar:
         def add(path: Path, name: str, mode: int) -> None:
             info = tar.gettarinfo(str(path), arcname=name)
@@ -297,15 +313,24 @@ def _context(dockerfile: Path, wheels: Sequence[Path], mtime: int, out: Path) ->
             else:
                 with path.open("rb") as handle:
                     tar.addfile(info, handle)
+
+        def add_bytes(data: bytes, name: str, mode: int) -> None:
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), mtime, mode
+            tar.addfile(info, io.BytesIO(data))
         add(dockerfile, "Dockerfile", 0o644)
         add(dockerfile.parent, "wheels", 0o755)
         for wheel in sorted(wheels, key=lambda p: p.name):
             add(wheel, f"wheels/{wheel.name}", 0o644)
+        add(dockerfile.parent, "sm120", 0o755)
+        add_bytes(profile.text.encode(), "sm120/profile.toml", 0o644)
+        add_bytes(LAUNCHER_SOURCE.read_bytes(), "sm120/sglang-sm120-serve", 0o755)
 
 
 def build_image(client: docker.DockerClient, *, dockerfile: Path, target: Target,
                 wheels: Sequence[WheelResult], extra_wheels: Sequence[ExtraWheel] = (),
-                base: BaseImage, tags: Sequence[str], reporter: Reporter) -> ImageResult:
+                base: BaseImage, tags: Sequence[str], profile: LaunchProfile,
+                reporter: Reporter) -> ImageResult:
     """Build the runtime image with BuildKit; stream its log; return what was built.
 
     Args:
@@ -317,6 +342,7 @@ def build_image(client: docker.DockerClient, *, dockerfile: Path, target: Target
         extra_wheels: kernel wheels installed with them (``--no-deps``), possibly none.
         base: the base image by digest.
         tags: full image references to tag the result with.
+        profile: the target's SM120 launch profile (installed with the launcher).
         reporter: progress (the build log, live).
 
     Returns:
@@ -332,7 +358,7 @@ def build_image(client: docker.DockerClient, *, dockerfile: Path, target: Target
     base_id = ensure_base(client, base, reporter)
     api = client.api
     base_layers = api.inspect_image(base_id)["RootFS"].get("Layers", [])
-    labels = image_labels(target, wheels, extra_wheels, base)
+    labels = image_labels(target, wheels, extra_wheels, base, profile)
     requirements = (f"sglang=={wheels[0].version}",
                     *(f"{w.name}=={w.version}" for w in extra_wheels))
     names = [canonicalize_name(r.split("==")[0]) for r in requirements]
@@ -349,7 +375,7 @@ def build_image(client: docker.DockerClient, *, dockerfile: Path, target: Target
     with tempfile.TemporaryDirectory(prefix="sm120-context-") as tmp:
         context = Path(tmp) / "context.tar"
         _context(dockerfile, [w.path for w in wheels] + [w.path for w in extra_wheels],
-                 epoch, context)
+                 epoch, context, profile)
         image_id = None
         try:
             with context.open("rb") as body:
@@ -387,4 +413,5 @@ def build_image(client: docker.DockerClient, *, dockerfile: Path, target: Target
     return ImageResult(image_id=image_id, tags=tuple(tags), base=base, labels=labels,
                        requirements=requirements, wheels=tuple(wheels),
                        extra_wheels=tuple(extra_wheels), layer_size=int(history[0]["Size"]),
-                       layers_added=added, cached=not executed, executed=executed)
+                       layers_added=added, cached=not executed, executed=executed,
+                       profile=profile)
