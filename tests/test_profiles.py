@@ -132,10 +132,10 @@ def test_a_real_run_prints_the_command_then_execs_it(tmp_path: Path) -> None:
 def test_profile_loader_refuses_bad_files(tmp_path: Path) -> None:
     target = TARGETS.get("sglang-0.5.9")
     path = tmp_path / "p.toml"
-    with pytest.raises(BuilderError, match="no SM120 launch profile for target sglang-0.5.9"):
+    with pytest.raises(BuilderError, match=r"no SM120 launch profile for target sglang-0\.5\.9"):
         load_profile(path, target)
     path.write_text('upstream_version = "0.5.7"\n[args]\n')
-    with pytest.raises(BuilderError, match="is for sglang '0.5.7'"):
+    with pytest.raises(BuilderError, match=r"is for sglang '0\.5\.7'"):
         load_profile(path, target)
     path.write_text('upstream_version = "0.5.9"\n[args]\n"max-running-requests" = 1\n')
     with pytest.raises(BuilderError, match="is not an option"):
