@@ -232,3 +232,21 @@ def test_repository_pins_name_every_default_kernel_base() -> None:
     assert {lane: pins.kernel_base(lane).name for lane in DEFAULT_BASES} == DEFAULT_BASES
     assert [p.name for p in pins.runtime()] == \
         ["docker.io/lmsysorg/sglang:v0.5.9-cu129-amd64-runtime"]
+
+
+def test_kernel_stage_refuses_an_unpinned_default_base_naming_pin_images(
+        tmp_path: Path) -> None:
+    from builder.core.errors import BuilderError
+    from builder.kernels.container import default_base
+
+    with pytest.raises(BuilderError) as refused:
+        default_base("12.9", REPO / "images/pins.toml")
+    assert refused.value.cause == ("the kernel build base for CUDA 12.9 (docker.io/nvidia/"
+                                   "cuda:12.9.1-devel-ubuntu24.04) is not pinned by digest")
+    assert "python -m builder pin-images" in refused.value.hint
+    pins = tmp_path / "pins.toml"
+    pins.write_text(f'[[kernel_base]]\ncuda_lane = "12.9"\nname = "r/cuda:x"\n'
+                    f'digest = "sha256:{"c" * 64}"\n')
+    assert default_base("12.9", pins) == f"r/cuda:x@sha256:{'c' * 64}"
+    with pytest.raises(BuilderError, match=r"pins no kernel build base for CUDA 13\.0"):
+        default_base("13.0", pins)
