@@ -150,7 +150,7 @@ class RegistryClient:
         except requests.RequestException as exc:
             raise BuilderError(f"registry {self.name.registry} is not reachable: "
                                f"{type(exc).__name__}: {exc}",
-                               "check the network (and a proxy); the pins file is unchanged"
+                               "check the network (and a proxy)"
                                ) from None
 
     def _authenticate(self, challenge: str) -> None:
@@ -174,7 +174,7 @@ class RegistryClient:
         except requests.RequestException as exc:
             raise BuilderError(f"the token service of {self.name.registry} "
                                f"({params['realm']}) is not reachable: {exc}",
-                               "check the network; the pins file is unchanged") from None
+                               "check the network") from None
         if answer.status_code in (401, 403):
             raise BuilderError(f"the token service of {self.name.registry} refused "
                                f"{'the credentials' if self.credentials else 'anonymous pull'}"
