@@ -250,3 +250,30 @@ def test_kernel_stage_refuses_an_unpinned_default_base_naming_pin_images(
     assert default_base("12.9", pins) == f"r/cuda:x@sha256:{'c' * 64}"
     with pytest.raises(BuilderError, match=r"pins no kernel build base for CUDA 13\.0"):
         default_base("13.0", pins)
+
+
+def test_kernel_build_container_is_built_from_the_pinned_digest(
+        docker_engine, registry: Registry, kernel_base_image, shared_cache: Path,
+        tmp_path: Path, docker_config: Path) -> None:
+    """The kernel stage's default base, pinned by pin-images, is what the build container's
+    image is built FROM (images/kernels-build.Dockerfile has no default base any more)."""
+    from services import push_image
+
+    from builder.core.cache import Cache
+    from builder.core.progress import Reporter
+    from builder.kernels.container import build_image, default_base
+
+    name = f"{registry.host}/sm120-test/debian-gxx:bookworm"
+    digest = push_image(docker_engine, kernel_base_image.image_id, name)
+    pins = tmp_path / "pins.toml"
+    pins.write_text(f'[[kernel_base]]\ncuda_lane = "12.9"\nname = "{name}"\ndigest = ""\n')
+    done = pin(pins, env={"DOCKER_CONFIG": str(docker_config)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    base = default_base("12.9", pins)
+    assert base == f"{name}@{digest}"
+    image, _, toolkit = build_image(docker_engine.client, base, "pypi", Cache(shared_cache),
+                                    Reporter(quiet=True))
+    assert toolkit == "pypi"
+    base_layers = docker_engine.api.inspect_image(base)["RootFS"]["Layers"]
+    layers = docker_engine.api.inspect_image(image)["RootFS"]["Layers"]
+    assert layers[:len(base_layers)] == base_layers and len(layers) > len(base_layers)
