@@ -106,6 +106,15 @@ def upstream(session: nox.Session) -> None:
                 *session.posargs)
 
 
+@nox.session(name="pin-images-check")
+def pin_images_check(session: nox.Session) -> None:
+    """Whether the base images' tags still point at the digests in images/pins.toml
+    (through the registries' API, nothing pulled); fails when one moved or was never
+    resolved (``nox -s pin-images-check``; fix with ``python -m builder pin-images``)."""
+    session.install(".")
+    session.run("python", "-m", "builder", "pin-images", "--check", *session.posargs)
+
+
 @nox.session
 def kernels(session: nox.Session) -> None:
     """FlashInfer kernels for the target as a flashinfer_jit_cache wheel in dist/, compiled

@@ -130,6 +130,11 @@ def image_args(parser: argparse.ArgumentParser) -> None:
                        help="upstream base images by digest (default: %(default)s)")
     group.add_argument("--dockerfile", type=Path, default=Path("images/Dockerfile"),
                        help="the runtime image's Dockerfile (default: %(default)s)")
+    group.add_argument("--profiles-dir", type=Path, default=Path("images/profiles"),
+                       metavar="DIR", help="SM120 launch profiles, <target>.toml each "
+                                           "(default: %(default)s)")
+    group.add_argument("--launch-profile", type=Path, metavar="FILE",
+                       help="put this launch profile in the image instead of the target's")
     group.add_argument("--dist", type=Path, default=Path("dist"), metavar="DIR",
                        help="where the wheels go (default: %(default)s)")
     group.add_argument("--docker-host", metavar="URL",
@@ -143,7 +148,8 @@ def image_options_from(args: argparse.Namespace) -> ImageOptions:
     return ImageOptions(registry=args.registry, repository=args.repository,
                         base_image=args.base_image, pins_file=args.pins_file,
                         dockerfile=args.dockerfile, kernel_wheels=tuple(args.kernel_wheel),
-                        docker_host=args.docker_host)
+                        docker_host=args.docker_host, profiles_dir=args.profiles_dir,
+                        launch_profile=args.launch_profile)
 
 
 def image_id_from(path: Path) -> str:
