@@ -13,6 +13,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -196,6 +197,28 @@ class PatchResult:
     tree_sha256: str | None = None
 
 
+def link_on_path(root: Path, tree_path: str) -> str | None:
+    """The first component of ``tree_path`` under ``root`` that is a symbolic link.
+
+    Args:
+        root: the tree.
+        tree_path: a relative path (``/``-separated).
+
+    Returns:
+        ``"component -> target"`` for the first link found walking down from ``root``
+        (the path itself included), or ``None`` when the path crosses no link.
+    """
+    current = root
+    parts = tree_path.split("/")
+    for depth, part in enumerate(parts, 1):
+        current = current / part
+        if current.is_symlink():
+            return f"{'/'.join(parts[:depth])} -> {os.readlink(current)}"
+        if not current.is_dir():
+            return None
+    return None
+
+
 @dataclass
 class _TreeView:
     """A tree plus pending changes (``None`` marks a deletion); nothing touches disk."""
@@ -208,9 +231,29 @@ class _TreeView:
     def tree_path(self, repo_path: str) -> str | None:
         return self.layout.tree_path(repo_path)
 
+    def link_on(self, tree_path: str) -> str | None:
+        """The first component of ``tree_path`` (itself included) that is a symbolic link
+        on disk, as ``path -> target``; ``None`` when there is none."""
+        return link_on_path(self.root, tree_path)
+
+    def obstacle(self, tree_path: str) -> str | None:
+        """Why a file cannot be written at ``tree_path``: a folder is there, or a file
+        (on disk or staged) stands where a folder of its path must be; else ``None``."""
+        parts = tree_path.split("/")
+        for depth in range(1, len(parts)):
+            ancestor = "/".join(parts[:depth])
+            if self.changes.get(ancestor) is not None or (
+                    ancestor not in self.changes and (self.root / ancestor).is_file()):
+                return f"{ancestor} is a file, not a folder"
+        if (self.root / tree_path).is_dir() and not (self.root / tree_path).is_symlink():
+            return f"{tree_path} is a folder"
+        return None
+
     def read_bytes(self, tree_path: str) -> bytes | None:
         if tree_path in self.changes:
             return self.changes[tree_path]
+        if self.link_on(tree_path) is not None:
+            return None  # never read through a link (the patch stage refuses such paths)
         file = self.root / tree_path
         return file.read_bytes() if file.is_file() else None
 
@@ -222,7 +265,9 @@ class _TreeView:
         if tree_path in self.modes:
             return self.modes[tree_path]
         file = self.root / tree_path
-        return file.stat().st_mode & 0o777 if file.is_file() else None
+        if self.link_on(tree_path) is not None or not file.is_file():
+            return None
+        return file.stat().st_mode & 0o777
 
     def read_repo_path(self, repo_path: str) -> str | None:
         tree_path = self.tree_path(repo_path)
@@ -239,7 +284,10 @@ class _TreeView:
                 for path in base.rglob("*"):
                     if ".git" in path.parts or not path.is_file():
                         continue
-                    repo = self.layout.repo_path(path.relative_to(self.root).as_posix())
+                    rel = path.relative_to(self.root).as_posix()
+                    if self.link_on(rel) is not None:
+                        continue
+                    repo = self.layout.repo_path(rel)
                     if fnmatch.fnmatchcase(repo, pattern):
                         found.add(repo)
         for tree_path, data in self.changes.items():
@@ -257,7 +305,8 @@ class _TreeView:
                  and p.rsplit("/", 1)[-1] == name]
         for path in self.root.rglob(name):
             rel = path.relative_to(self.root).as_posix()
-            if ".git" not in path.parts and rel not in self.changes and path.is_file():
+            if ".git" not in path.parts and rel not in self.changes and path.is_file() \
+                    and self.link_on(rel) is None:
                 found.append(rel)
             if len(found) >= limit:
                 break
@@ -344,9 +393,28 @@ def _moved_hint(view: _TreeView, file_patch: FilePatch, max_fuzz: int) -> str:
     return ""
 
 
+def _resolve_plain_names(view: _TreeView, file_patch: FilePatch) -> FilePatch:
+    """The one file a plain (non-git) diff that names two files patches.
+
+    ``--- a/x.py.orig`` / ``+++ b/x.py`` means one file, not a rename. Like GNU patch 2.7
+    (and ``git apply``, which agree on this), take the name that exists; when both do,
+    the one with the fewest components, then the shortest base name, then the shortest.
+    """
+    old, new = file_patch.old_path, file_patch.new_path
+    if file_patch.git or file_patch.operation != Operation.MODIFY or old == new or \
+            old is None or new is None:
+        return file_patch
+    existing = [p for p in (old, new) if (t := view.tree_path(p)) is not None
+                and view.read(t) is not None]
+    chosen = min(existing or [new], key=lambda p: (p.count("/"), len(p.rsplit("/", 1)[-1]),
+                                                   len(p)))
+    return replace(file_patch, old_path=chosen, new_path=chosen)
+
+
 def _apply_file(view: _TreeView, patch_name: str, file_patch: FilePatch,
                 max_fuzz: int, strip: int) -> _FileOutcome:
     """Apply one file patch to the view (without changing it); decide its status."""
+    file_patch = _resolve_plain_names(view, file_patch)
     repo_path = file_patch.path
     old = view.tree_path(file_patch.old_path) if file_patch.old_path else None
     new = view.tree_path(file_patch.new_path) if file_patch.new_path else None
@@ -357,10 +425,27 @@ def _apply_file(view: _TreeView, patch_name: str, file_patch: FilePatch,
                            "check the strip level, or build from git (--source git) for "
                            "files outside python/")
     hunks = file_patch.hunks
+    for tree_path in dict.fromkeys(p for p in (old, new) if p is not None):
+        link = view.link_on(tree_path)
+        if link is not None:
+            return _refuse(repo_path, "symlink", f"{link} is a symbolic link: a patch never "
+                           "reads or writes through one (it could lead out of the tree); "
+                           "patch the file it points to under its own path",
+                           hunks, HunkStatus.SYMLINK)
+    if file_patch.symlink:
+        return _refuse(repo_path, "symlink", "the patch creates, deletes or retargets a "
+                       "symbolic link (git mode 120000); the builder never writes links: "
+                       "make the link in the build instead", hunks, HunkStatus.SYMLINK)
     if file_patch.binary:
         return _refuse(repo_path, "binary", "binary diffs (GIT binary patch) are not "
                        "supported; ship the file another way", hunks, HunkStatus.BINARY)
+    if new is not None and (obstacle := view.obstacle(new)) is not None:
+        return _refuse(repo_path, "failed", f"cannot write {file_patch.new_path}: {obstacle}",
+                       hunks, HunkStatus.FAILED)
     op = file_patch.operation
+    if op == Operation.MODIFY and old is not None and view.read(old) is None and \
+            len(hunks) == 1 and hunks[0].source_start == hunks[0].source_length == 0:
+        op = Operation.CREATE  # an empty old side on a missing file: GNU and git create it
     if op == Operation.CREATE:
         assert new is not None
         existing = view.read(new)
@@ -471,7 +556,8 @@ def _apply_patch(view: _TreeView, parsed: ParsedPatch, entry: SeriesEntry,
                         files=tuple(reports), message="; ".join(problems)), staged, modes
 
 
-_REFUSALS = frozenset({"failed", "new-file-exists", "missing-file", "eol-mismatch", "binary"})
+_REFUSALS = frozenset({"failed", "new-file-exists", "missing-file", "eol-mismatch", "binary",
+                       "symlink"})
 
 
 def read_series(series: Series) -> dict[Path, ParsedPatch]:
@@ -622,11 +708,22 @@ def _intent_report(entry: SeriesEntry, check: IntentCheck, held_before: bool,
                         outcome.detail)
 
 
+_HINTS = {
+    "symlink": "nothing was written; patches never go through symbolic links or create "
+               "them (docs/patch-forms.md)",
+    "binary": "nothing was written; ship binary files another way",
+    "new-file-exists": "nothing was written; the tree already has that file: remove it "
+                       "or drop the creation from the patch",
+}
+
+
 def _failure(report: PatchReport) -> BuilderError:
     for outcome in report.patches:
         if outcome.status == PatchStatus.FAILED:
+            refusals = {f.status for f in outcome.files if f.status in _REFUSALS}
+            hint = _HINTS.get(next(iter(refusals)), "") if len(refusals) == 1 else ""
             return BuilderError(f"patch {outcome.name} failed: {outcome.message}",
-                                "see the hunk report; fix or refresh the patch, or "
+                                hint or "see the hunk report; fix or refresh the patch, or "
                                 "declare a fuzz allowance with a reason in the series",
                                 report=report)
     broken = next(i for i in report.intents if not i.holds)
@@ -637,6 +734,14 @@ def _failure(report: PatchReport) -> BuilderError:
 
 
 def _write_changes(root: Path, changes: Changes) -> None:
+    # The plan refused every path through a link; checked again here, before the first
+    # write, so that a link made since (or a caller's own Changes) cannot redirect one.
+    for tree_path in changes.files:
+        link = link_on_path(root, tree_path)
+        if link is not None:
+            raise BuilderError(f"{tree_path}: {link} is a symbolic link; nothing was written",
+                               "a patch never writes through a link; patch the file it "
+                               "points to under its own path")
     for tree_path, data in sorted(changes.files.items()):
         target = root / tree_path
         if data is None:

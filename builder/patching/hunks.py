@@ -45,6 +45,7 @@ class HunkStatus(StrEnum):
     MISSING_FILE = "missing-file"
     EOL_MISMATCH = "eol-mismatch"
     BINARY = "binary"
+    SYMLINK = "symlink"
 
 
 APPLIED_STATUSES = frozenset({HunkStatus.CLEAN, HunkStatus.OFFSET, HunkStatus.FUZZ})
