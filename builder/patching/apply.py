@@ -406,7 +406,7 @@ def _resolve_plain_names(view: _TreeView, file_patch: FilePatch) -> FilePatch:
         return file_patch
     existing = [p for p in (old, new) if (t := view.tree_path(p)) is not None
                 and view.read(t) is not None]
-    chosen = min(existing or [new], key=lambda p: (p.count("/"), len(p.rsplit("/", 1)[-1]),
+    chosen = min(existing or [old, new], key=lambda p: (p.count("/"), len(p.rsplit("/", 1)[-1]),
                                                    len(p)))
     return replace(file_patch, old_path=chosen, new_path=chosen)
 
