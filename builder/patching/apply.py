@@ -36,6 +36,7 @@ from builder.patching.hunks import (
     Hunk,
     HunkResult,
     HunkStatus,
+    anchor_note,
     apply_file_hunks,
     split_lines,
 )
@@ -48,7 +49,12 @@ from builder.source.fetch import (
     obtain_source,
 )
 
-ENGINE_VERSION = "2"  # bump when placement rules change: it is part of the cache key
+ENGINE_VERSION = "3"  # bump when placement rules change: it is part of the cache key
+
+
+ZERO_CONTEXT_WARNING = ("warning: no context lines (diff -U0): only its line number and its "
+                        "removed lines place it; check the result, or regenerate the patch "
+                        "with context (git diff)")
 
 
 class PatchStatus(StrEnum):
@@ -154,9 +160,16 @@ class PatchReport:
         return all(p.status != PatchStatus.FAILED for p in self.patches) and \
             all(i.holds for i in self.intents)
 
+    @property
+    def warnings(self) -> list[str]:
+        """Every hunk note that is a warning (``warning: ...``), as ``patch: path: note``."""
+        return [f"{p.name}: {f.path} hunk #{h.hunk}: {h.note}" for p in self.patches
+                for f in p.files for h in f.hunks if h.note.startswith("warning:")]
+
     def to_json(self) -> dict[str, Any]:
         """Return JSON-ready data."""
         return {"upstream_version": self.upstream_version, "ok": self.ok,
+                "warnings": self.warnings,
                 "patches": [p.to_json() for p in self.patches],
                 "intents": [i.to_json() for i in self.intents]}
 
@@ -365,12 +378,17 @@ def _apply_hunks(view: _TreeView, file_patch: FilePatch, current: str, max_fuzz:
     search = max(DEFAULT_FUZZ_SEARCH, max_fuzz)
     outcome = apply_file_hunks(lines, file_patch.hunks, fuzz_search=search)
     results = list(outcome.results)
-    for i, result in enumerate(results):
+    for i, (result, hunk) in enumerate(zip(results, file_patch.hunks, strict=True)):
         if result.status == HunkStatus.FUZZ and (result.fuzz or 0) > max_fuzz:
+            anchored = anchor_note(lines, hunk)
             results[i] = HunkResult(
                 result.hunk, HunkStatus.FAILED, line=result.line, offset=result.offset,
                 fuzz=result.fuzz, changed_line=result.changed_line,
-                note=f"needs fuzz {result.fuzz}, the series allows {max_fuzz} here")
+                note=f"needs fuzz {result.fuzz}, the series allows {max_fuzz} here"
+                     + (f"; at fuzz 0 {anchored}" if anchored else ""))
+        elif result.status in APPLIED_STATUSES and not hunk.prefix_context and \
+                not hunk.suffix_context and len(lines) > len(hunk.preimage):
+            results[i] = replace(result, note=ZERO_CONTEXT_WARNING)
     results = _eol_mismatch(lines, file_patch.hunks, results, search)
     ok = all(r.status in APPLIED_STATUSES for r in results)
     return results, (outcome.new_lines if ok else None), outcome.already_applied
