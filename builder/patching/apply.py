@@ -624,6 +624,8 @@ class PatchStep:
         before: repository path -> content before this patch (``None``: absent).
         after: repository path -> content after it (equal to ``before`` unless applied).
         held_before: each intent check's result before this patch.
+        modes_before: repository path -> permission bits before (``None``: absent).
+        modes_after: repository path -> permission bits after.
     """
 
     entry: SeriesEntry
@@ -632,6 +634,8 @@ class PatchStep:
     before: dict[str, bytes | None]
     after: dict[str, bytes | None]
     held_before: tuple[bool, ...]
+    modes_before: dict[str, int | None] = field(default_factory=dict)
+    modes_after: dict[str, int | None] = field(default_factory=dict)
 
 
 def replay_series(source: SourceResult, series: Series, *, fuzz: int | None = None
@@ -682,12 +686,22 @@ def replay_series(source: SourceResult, series: Series, *, fuzz: int | None = No
             staged, modes = {}, {}
         touched = {path for fp in patch.files for path in (fp.old_path, fp.new_path) if path}
         before = {path: _read_repo_bytes(view, path) for path in sorted(touched)}
+        modes_before = {path: _repo_mode(view, path) for path in sorted(touched)}
         view.changes.update(staged)
         view.modes.update(modes)
         after = {path: _read_repo_bytes(view, path) for path in sorted(touched)}
-        steps.append(PatchStep(entry, patch, outcome, before, after, held))
+        modes_after = {path: _repo_mode(view, path) for path in sorted(touched)}
+        steps.append(PatchStep(entry, patch, outcome, before, after, held, modes_before,
+                               modes_after))
         failed = outcome.status == PatchStatus.FAILED
     return steps, view
+
+
+def _repo_mode(view: _TreeView, repo_path: str) -> int | None:
+    tree_path = view.tree_path(repo_path)
+    if tree_path is None or view.read_bytes(tree_path) is None:
+        return None
+    return view.mode(tree_path) or 0o644
 
 
 def _read_repo_bytes(view: _TreeView, repo_path: str) -> bytes | None:
