@@ -1,11 +1,12 @@
 """Patch stage: apply a series to a source tree, all or nothing, with a per-hunk report.
 
-Every patch file is checked against its pinned sha256 first; each patch is parsed with
-unidiff and applied with the hunk matcher (:mod:`builder.patching.hunks`) to an in-memory view of
-the tree; the fuzz policy of the series decides which placements are acceptable; intent
-checks run after the whole series. Only when everything passed is anything written: to a
-new cache entry (a copy of the source tree) or, for ``--source-dir`` in place, file by
-file through temporary files and renames.
+Every patch file is checked against its pinned sha256 first; each patch is parsed
+(:mod:`builder.patching.patchfile`) and applied with the hunk matcher
+(:mod:`builder.patching.hunks`) to an in-memory view of the tree; the fuzz policy of the
+series decides which placements are acceptable; intent checks run after the whole series.
+Only when everything passed is anything written: to a new cache entry (a copy of the
+source tree) or, for ``--source-dir`` in place, file by file through temporary files and
+renames.
 """
 
 from __future__ import annotations

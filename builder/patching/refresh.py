@@ -1,13 +1,14 @@
 """Refresh: regenerate every patch of a series against a target's upstream.
 
-After a refresh each patch applies to that upstream with zero fuzz and exact line
-numbers. The patch's header (message, authorship), the series metadata and everything the
-patch means are kept: modes (a created script stays ``100755``), renames and copies, and
-paths C-quoted exactly as git writes them, so ``git apply`` and GNU patch read the result
-as they read the original. The output is deterministic: ``a/`` ``b/`` paths, no timestamps, files sorted, hunk section
-headers by git's default rule (the nearest earlier line that starts with a letter, ``_``
-or ``$``). A patch that needed fuzz is only refreshed with ``accept_fuzz``, and the
-report shows every such hunk before and after: a refresh can bake a wrong placement in.
+After a refresh each patch applies to that upstream with zero fuzz and exact line numbers.
+The patch's header (message, authorship), the series metadata and everything the patch
+means are kept: modes (a created script stays ``100755``), renames and copies, and paths
+C-quoted exactly as git writes them, so ``git apply`` and GNU patch read the result as
+they read the original. The output is deterministic: ``a/`` ``b/`` paths, no timestamps,
+files sorted, hunk section headers by git's default rule (the nearest earlier line that
+starts with a letter, ``_`` or ``$``). A patch that needed fuzz is only refreshed with
+``accept_fuzz``, and the report shows every such hunk before and after: a refresh can bake
+a wrong placement in.
 """
 
 from __future__ import annotations
