@@ -223,6 +223,9 @@ def _is_absent_stamp(stamp: str) -> bool:
 
 
 _HUNK_HEADER = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)")
+_STAMP = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\S*(?: [+-]\d{4})?"
+                    r"|\((?:nonexistent|revision \d+|working copy)\)"
+                    r"|\w{3} \w{3} +\d+ \d\d:\d\d:\d\d(?:\.\d+)? (?:[+-]\d{4} )?\d{4}")
 _NAMED_STAMP = re.compile(r"(.*?)\s+(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\S*(?: [+-]\d{4})?"
                           r"|\((?:nonexistent|revision \d+|working copy)\))")
 _GIT_KEYS = ("old mode ", "new mode ", "deleted file mode ", "new file mode ",
@@ -237,7 +240,9 @@ def _name_and_stamp(rest: str) -> tuple[str, str]:
         name, tail = unquote_path(rest)
         return name, tail.strip()
     if "\t" in rest:  # diff, git and svn all end the name with a tab when more follows
-        name, stamp = rest.split("\t", 1)
+        name, stamp = rest.rsplit("\t", 1)
+        if stamp.strip() and not _STAMP.fullmatch(stamp.strip()):
+            name, stamp = rest.split("\t", 1)  # not a stamp after the last tab
         return name, stamp.strip()
     named = _NAMED_STAMP.fullmatch(rest)
     if named:
