@@ -441,3 +441,45 @@ def test_every_form_agrees_with_both_oracles(tmp_path: Path, form: str) -> None:
     expected = {"edit", "create", "delete"} | (
         {"rename", "copy", "chmod"} if form.startswith("git") else set())
     assert expected <= seen_ops, seen_ops
+
+
+def test_generated_corpus_agrees_with_git_apply_and_refreshes(tmp_path: Path) -> None:
+    """The hunk corpus again, with `git apply` as the second oracle (it places a hunk at
+    the nearest exact match and never fuzzes) and the refresh round trip: the refreshed
+    patch gives the builder's file with both oracles."""
+    rng = random.Random(20261130)
+    agreed = refreshed = 0
+    for case in range(CASES // 2):
+        _, patch_text, drifted = make_case(rng)
+        if not patch_text:
+            continue
+        work = tmp_path / str(case)
+        tree = work / "tree"
+        (tree / "python").mkdir(parents=True)
+        (tree / "python" / "pyproject.toml").write_text("[project]\n")
+        (tree / "f.py").write_text("".join(drifted))
+        patch = work / "case.diff"
+        patch.write_text(patch_text)
+        hunks = parse_patch(patch, 1).files[0].hunks
+        ours = apply_file_hunks(split_lines("".join(drifted)), hunks)
+        git_tree = oracle_tree("git", tree, patch, work / "git")
+        exact = ours.new_lines is not None and all(r.fuzz == 0 for r in ours.results)
+        if exact and git_tree is not None:
+            assert git_tree["f.py"][1] == "".join(ours.new_lines or []).encode(), \
+                f"case {case}: git apply gave another file\n{patch_text}"
+            agreed += 1
+        elif git_tree is not None:  # git applied where the builder refused or fuzzed
+            assert ours.new_lines is None or any(r.fuzz for r in ours.results), case
+            assert any(r.status in DELIBERATE | {HunkStatus.FAILED, HunkStatus.FUZZ}
+                       for r in ours.results), (case, ours.results)
+        if ours.new_lines is None:
+            continue
+        done = refresh_series(local_source(tree, "1.0"), _series(patch, 1), accept_fuzz=True,
+                              output_dir=work / "refreshed")
+        assert done[0].written is not None
+        for oracle in ("gnu", "git"):
+            again = oracle_tree(oracle, tree, done[0].written, work / f"again-{oracle}")
+            assert again is not None and again["f.py"][1] == "".join(ours.new_lines).encode(), \
+                f"case {case}: the refreshed patch gives another file with {oracle}"
+        refreshed += 1
+    assert agreed >= 50 and refreshed >= 80, (agreed, refreshed)

@@ -262,7 +262,7 @@ def _git_names(line: str) -> tuple[str | None, str | None]:
         tail = tail.lstrip(" ")
         second = unquote_path(tail)[0] if tail.startswith('"') else tail
         return first, second
-    if '"' in rest and rest.endswith('"'):
+    if rest.endswith('"') and ' "' in rest:
         cut = rest.index(' "')
         return rest[:cut], unquote_path(rest[cut + 1:])[0]
     spaces = [i for i, char in enumerate(rest) if char == " "]
@@ -377,7 +377,11 @@ def _sections(body: str, offset: int, patch: Path) -> list[_Section]:
     while index < len(lines):
         line = lines[index]
         if line.startswith("diff --git "):
-            section = _Section(offset + index + 1, git=True, git_names=_git_names(line))
+            try:
+                git_names = _git_names(line)
+            except ValueError as exc:
+                raise _malformed(patch, offset + index + 1, str(exc)) from None
+            section = _Section(offset + index + 1, git=True, git_names=git_names)
             index += 1
             while index < len(lines):
                 text = lines[index].rstrip("\r\n")
