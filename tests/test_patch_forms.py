@@ -365,3 +365,11 @@ def test_zero_context_hunks_are_warned(tmp_path: Path) -> None:
     (warning,) = result.report.warnings
     assert "diff -U0" in warning
     assert (tree / "python" / "f.py").read_text() == "a\nB\nc\nd\n"
+
+
+def test_a_context_diff_is_named(tmp_path: Path) -> None:
+    patch = tmp_path / "c.patch"
+    patch.write_text("*** a/f.py\t2026-01-01\n--- b/f.py\t2026-01-01\n***************\n"
+                     "*** 1 ****\n! a\n--- 1 ----\n! b\n")
+    with pytest.raises(BuilderError, match=r"context diff \(diff -c\)"):
+        parse_patch(patch, 1)

@@ -521,6 +521,9 @@ def parse_patch(path: Path, strip: int) -> ParsedPatch:
     offset = header.count("\n")
     files = tuple(_file_patch(section, strip, path)
                   for section in _sections(body, offset, path))
+    if not files and re.search(r"(?m)^\*\*\* .*\n--- .*\n\*{15}", header + body):
+        raise BuilderError(f"{path.name} is a context diff (diff -c)",
+                           "regenerate it as a unified diff: diff -u, git diff")
     if not files:
         raise BuilderError(f"{path.name} contains no diff",
                            "an empty or truncated patch file; regenerate it")
