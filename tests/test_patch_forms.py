@@ -373,3 +373,29 @@ def test_a_context_diff_is_named(tmp_path: Path) -> None:
                      "*** 1 ****\n! a\n--- 1 ----\n! b\n")
     with pytest.raises(BuilderError, match=r"context diff \(diff -c\)"):
         parse_patch(patch, 1)
+
+
+def test_a_hunk_outside_any_file_is_refused_not_skipped(tmp_path: Path) -> None:
+    """GNU patch skips such a hunk as garbage and exits 0 with the change missing."""
+    tree = make_tree(tmp_path / "t", {"python/f.py": "".join(f"{i}\n" for i in range(20))})
+    patch = tmp_path / "p.patch"
+    patch.write_text("--- a/python/f.py\n+++ b/python/f.py\n@@ -1,3 +1,3 @@\n 0\n-1\n+one\n 2\n"
+                     "# a comment someone added\n@@ -10,3 +10,3 @@\n 9\n-10\n+ten\n 11\n")
+    before = snapshot(tree)
+    with pytest.raises(BuilderError, match="a hunk outside any file's diff"):
+        apply_series(local_source(tree, "1.0"), series_for(patch), in_place=True)
+    assert snapshot(tree) == before
+
+
+def test_no_write_into_git_and_no_crafted_modes(tmp_path: Path) -> None:
+    tree = make_tree(tmp_path / "t", {".git/hooks/README": "x\n"})
+    hook = tmp_path / "hook.patch"
+    hook.write_text("--- /dev/null\n+++ b/.git/hooks/post-checkout\n@@ -0,0 +1 @@\n+echo x\n")
+    with pytest.raises(BuilderError, match=r"inside \.git"):
+        apply_series(local_source(tree, "1.0"), series_for(hook), in_place=True)
+    assert not (tree / ".git" / "hooks" / "post-checkout").exists()
+    mode = tmp_path / "mode.patch"
+    mode.write_text("diff --git a/python/x.sh b/python/x.sh\nnew file mode 104777\n"
+                    "--- /dev/null\n+++ b/python/x.sh\n@@ -0,0 +1 @@\n+x\n")
+    apply_series(local_source(tree, "1.0"), series_for(mode), in_place=True)
+    assert stat.S_IMODE((tree / "python" / "x.sh").stat().st_mode) == 0o755

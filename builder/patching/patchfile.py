@@ -299,6 +299,9 @@ def _strip(name: str, strip: int, patch: Path) -> str:
     if ".." in parts:
         raise BuilderError(f"{patch.name}: unsafe path {name!r} (a '..' component)",
                            "refusing to write outside the tree")
+    if any(part.lower() == ".git" for part in parts):  # hooks there would run code
+        raise BuilderError(f"{patch.name}: unsafe path {name!r} (inside .git)",
+                           "a patch changes source files, never the repository itself")
     return "/".join(parts)
 
 
@@ -404,6 +407,10 @@ def _sections(body: str, offset: int, patch: Path) -> list[_Section]:
             section = _Section(offset + index + 1)
             sections.append(section)
         else:
+            if _HUNK_HEADER.fullmatch(line.rstrip("\r\n")):
+                # GNU patch skips it as garbage: a hunk silently not applied, exit 0.
+                raise _malformed(patch, offset + index + 1, "a hunk outside any file's diff "
+                                 "(a line between hunks that is not part of one?)")
             if line.startswith("*** ") and index + 1 < len(lines) and \
                     lines[index + 1].startswith("--- "):
                 raise BuilderError(f"{patch.name} is a context diff (diff -c)",
@@ -480,8 +487,11 @@ def _file_patch(section: _Section, strip: int, patch: Path) -> FilePatch:
              if key in headers and re.fullmatch(r"[0-7]{6}", headers[key])}
     new_mode = modes.get("new mode", modes.get("new file mode"))
     old_mode = modes.get("old mode", modes.get("deleted file mode"))
+    # Like git, a file gets 0755 when the patch says executable, else 0644: never the
+    # setuid, sticky or world-writable bits a crafted mode could ask for.
     return FilePatch(operation, old, new, tuple(section.hunks),
-                     new_mode=new_mode & 0o777 if new_mode is not None else None,
+                     new_mode=(0o755 if new_mode & 0o100 else 0o644)
+                     if new_mode is not None else None,
                      binary="binary" in headers, git=section.git,
                      old_mode=old_mode, new_file_mode=new_mode)
 
