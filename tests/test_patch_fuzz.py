@@ -91,7 +91,33 @@ def file_section(draw: st.DrawFn) -> str:
     return "".join(parts)
 
 
+LINKED = ["python/out/victim.py", "python/out/new.py", "python/out/sub/new.py", "python/lf",
+          "python/inlink/a.py", "python/inlink/new.py", "python/dangling"]
+
+
+@st.composite
+def attack(draw: st.DrawFn) -> str:
+    """A well-formed patch aimed through the tree's links (they lead outside, to a file
+    outside, into the tree, and nowhere)."""
+    path = draw(st.sampled_from(LINKED))
+    source = draw(st.sampled_from([*FILES, path]))
+    op = draw(st.sampled_from(["edit", "create", "delete", "rename", "copy", "mode"]))
+    git = f"diff --git a/{source} b/{path}\n"
+    if op == "edit":
+        return f"--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-victim\n+PWNED\n"
+    if op == "create":
+        return f"--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n+PWNED\n"
+    if op == "delete":
+        return f"--- a/{path}\n+++ /dev/null\n@@ -1 +0,0 @@\n-victim\n"
+    if op == "mode":
+        return f"diff --git a/{path} b/{path}\nold mode 100644\nnew mode 100755\n"
+    verb = "rename" if op == "rename" else "copy"
+    return git + f"similarity index 100%\n{verb} from {source}\n{verb} to {path}\n"
+
+
 patch_texts = st.one_of(
+    st.lists(attack(), min_size=1, max_size=2).map("".join),
+    st.lists(attack(), min_size=1, max_size=2).map("".join),
     st.lists(file_section(), min_size=1, max_size=4).map("".join),
     st.lists(file_section(), min_size=1, max_size=2).map("".join),
     st.lists(file_section(), min_size=1, max_size=2).map("".join),
@@ -139,6 +165,7 @@ def test_random_patches_never_escape_or_half_write(text: str, files: dict[str, s
         (tree / "python" / "out").symlink_to(outside)
         (tree / "python" / "lf").symlink_to(outside / "victim.py")
         (tree / "python" / "inlink").symlink_to("sglang")
+        (tree / "python" / "dangling").symlink_to(outside / "nowhere.py")
         patch = top / "fuzz.patch"
         patch.write_bytes(text.encode("utf-8", "surrogateescape"))
         series = Series(path=None, entries=(SeriesEntry(path=patch, sha256=None, strip=strip,
