@@ -399,3 +399,11 @@ def test_no_write_into_git_and_no_crafted_modes(tmp_path: Path) -> None:
                     "--- /dev/null\n+++ b/python/x.sh\n@@ -0,0 +1 @@\n+x\n")
     apply_series(local_source(tree, "1.0"), series_for(mode), in_place=True)
     assert stat.S_IMODE((tree / "python" / "x.sh").stat().st_mode) == 0o755
+
+
+def test_deleting_a_folder_is_refused_not_already_applied(tmp_path: Path) -> None:
+    tree = make_tree(tmp_path / "t", {"python/sglang/m.py": "a\n"})
+    patch = tmp_path / "p.patch"
+    patch.write_text("--- a/python/sglang\n+++ /dev/null\n@@ -1 +0,0 @@\n-a\n")
+    with pytest.raises(BuilderError, match="is a folder, not a file"):
+        apply_series(local_source(tree, "1.0"), series_for(patch), in_place=True)

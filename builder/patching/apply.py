@@ -458,6 +458,9 @@ def _apply_file(view: _TreeView, patch_name: str, file_patch: FilePatch,
     if file_patch.binary:
         return _refuse(repo_path, "binary", "binary diffs (GIT binary patch) are not "
                        "supported; ship the file another way", hunks, HunkStatus.BINARY)
+    if old is not None and old not in view.changes and (view.root / old).is_dir():
+        return _refuse(repo_path, "failed", f"{file_patch.old_path} is a folder, not a file",
+                       hunks, HunkStatus.FAILED)
     if new is not None and (obstacle := view.obstacle(new)) is not None:
         return _refuse(repo_path, "failed", f"cannot write {file_patch.new_path}: {obstacle}",
                        hunks, HunkStatus.FAILED)
