@@ -113,6 +113,13 @@ def local_version(upstream: Version | str, label: str) -> str:
     version already has a local label (``0.5.11+cu130``), ours appended to it with a dot
     (``0.5.11+cu130.sm120.1``): PEP 440 allows one ``+`` only.
 
+    Args:
+        upstream: upstream's version.
+        label: our local label (``sm120.1``).
+
+    Returns:
+        The version, checked with ``packaging``.
+
     Raises:
         BuilderError: the result is not a valid PEP 440 version.
     """

@@ -440,7 +440,14 @@ def anchor_note(lines: Sequence[str], hunk: Hunk) -> str:
 
     diff writes less trailing than leading context only at the end of a file (and less
     leading than trailing only at its start), so GNU patch places such a hunk only there
-    (``locate_hunk`` in patch.c). Returns an empty string when that is not the reason.
+    (``locate_hunk`` in patch.c).
+
+    Args:
+        lines: the file's lines.
+        hunk: the hunk that failed.
+
+    Returns:
+        The explanation, or an empty string when anchoring is not the reason.
     """
     pattern = hunk.preimage
     if not pattern:

@@ -133,7 +133,11 @@ _C_NAMES = {value: key for key, value in _C_ESCAPES.items()}
 
 
 def needs_quoting(name: str) -> bool:
-    """True when git would C-quote ``name`` (see :func:`quote_path`)."""
+    """True when git would C-quote ``name`` (see :func:`quote_path`).
+
+    Args:
+        name: a path (undecodable bytes as surrogates).
+    """
     return any(b < 0x20 or b >= 0x7F or b in (0x22, 0x5C)
                for b in name.encode("utf-8", "surrogateescape"))
 
@@ -142,6 +146,12 @@ def quote_path(name: str) -> str:
     """Write ``name`` as git does in a diff: C-quoted when needed, else unchanged.
 
     Source: git's ``quote_c_style`` (quote.c), with the default ``core.quotePath=true``.
+
+    Args:
+        name: a path (undecodable bytes as surrogates).
+
+    Returns:
+        The name, or ``"..."`` with git's escapes when git quotes it.
     """
     if not needs_quoting(name):
         return name
@@ -158,6 +168,9 @@ def quote_path(name: str) -> str:
 
 def unquote_path(text: str) -> tuple[str, str]:
     """Read a C-quoted name at the start of ``text`` (which starts with ``"``).
+
+    Args:
+        text: the quoted name and whatever follows it on its line.
 
     Returns:
         The name (bytes decoded as UTF-8, undecodable bytes kept as surrogates) and the
