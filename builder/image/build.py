@@ -164,7 +164,7 @@ def image_tags(registry: str, repository: str, target: Target, lanes: Sequence[s
         target: the target (its upstream version, local label and CUDA lane).
         lanes: the CUDA lanes pinned for its upstream version.
     """
-    tag = f"{target.upstream_version}-{target.local_label}"
+    tag = target.version.replace("+", "-")  # a tag has no '+'; 0.5.9+sm120.1 -> 0.5.9-sm120.1
     if len(set(lanes)) > 1:
         tag += "-cu" + target.cuda_lane.replace(".", "")
     return (f"{registry.rstrip('/')}/{repository.strip('/')}:{tag}",)
