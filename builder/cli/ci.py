@@ -125,7 +125,7 @@ def _cmd_upstream(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any
                 table.add_row(finding.patch, finding.version, finding.action, finding.detail)
             for version in report.unpatched:
                 table.add_row("(every patch)", version, "nothing to patch",
-                              "a target pinned to it would be refused")
+                              "a target pinned to it ships upstream's own wheel")
             reporter.result(table)
         if report.matrix is not None:
             reporter.result(matrix_table(report.matrix))
