@@ -87,6 +87,9 @@ def add_commands(commands: Any) -> None:
                       help="work it all out and print it; write nothing")
     bump.add_argument("--format", choices=("table", "markdown"), default="table",
                       help="human output: tables, or Markdown for a pull request body")
+    bump.add_argument("--body-file", type=Path, metavar="FILE",
+                      help="also write the Markdown pull request body to FILE when a target "
+                           "was written (ci/upstream.yml)")
     bump.set_defaults(handler=_cmd_bump)
 
 
@@ -150,6 +153,8 @@ def _cmd_bump(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     report = run_bump(options(args, reporter), args.version, latest=args.latest,
                       pre=args.pre, local_label=args.local_label, cuda_lane=args.cuda_lane,
                       replace=args.replace, dry_run=args.dry_run)
+    if args.body_file is not None and report.status in ("added", "replaced"):
+        args.body_file.write_text(report.to_markdown())
     if args.format == "markdown":
         reporter.raw(report.to_markdown())
     elif report.target is None:
