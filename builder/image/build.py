@@ -298,6 +298,9 @@ def image_labels(target: Target, wheels: Sequence[WheelResult],
     }
     if arch:
         labels[f"{LABEL_NS}.kernel.arch-list"] = ",".join(arch)
+    if provenance.get("wheel") == "upstream":
+        # no patch changes this release: the sglang wheel is upstream's own, unrenamed
+        labels[f"{LABEL_NS}.sglang-wheel"] = "upstream"
     return labels
 
 
