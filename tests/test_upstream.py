@@ -229,7 +229,7 @@ def test_no_newer_release(release_files: dict[str, Path], tmp_path: Path) -> Non
         done = run_cli("upstream", "--format", "markdown", "--index-url", f"{url}/simple",
                        cache=tmp_path / "cache")
     assert done.returncode == 0, done.stderr
-    assert "No release newer than the newest target (0.5.12.post1)." in done.stdout
+    assert "No release newer than the newest target (0.5.23)." in done.stdout  # targets.toml
 
 
 def test_unreachable_index_is_one_clear_error(tmp_path: Path) -> None:
