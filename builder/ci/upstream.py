@@ -18,9 +18,9 @@ obsolete   its intent checks already hold upstream, or upstream carries the chan
 not-reached an earlier patch failed, so this one was not tried
 ========== ===========================================================================
 
-A release on which no patch changes anything (every one obsolete or outside its
-version range) is listed too: a target pinned to it would be refused ("no patch of the
-series applies").
+A release on which no patch changes anything (every one obsolete, already applied or
+outside its version range) is listed too: a target pinned to it ships upstream's own
+wheel, sha256-pinned and unrenamed (:func:`builder.wheel.build.upstream_wheel`).
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ class UpstreamReport:
             ("Applies only with allowed fuzz (a refreshed copy is better)",
              self._by_action("fuzz")),
             ("Became obsolete (can end its version range)", self._by_action("obsolete")),
-            ("Nothing to patch (a target pinned to it would be refused)",
+            ("Nothing to patch (a target pinned to it ships upstream's own wheel)",
              [f"- {version}" for version in self.unpatched]),
         ]
         for title, items in sections:

@@ -8,6 +8,8 @@ verified against the pin), or a folder the user already has (``--source-dir``).
 from __future__ import annotations
 
 import calendar
+import email.message
+import email.parser
 import hashlib
 import json
 import os
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import git
+import requests
 from packaging.utils import (
     InvalidSdistFilename,
     InvalidWheelFilename,
@@ -32,6 +35,7 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 from packaging.version import InvalidVersion, Version
+from remotezip import RemoteZip, RemoteZipError
 
 from builder.core.cache import Cache, sha256_file, sha256_tree
 from builder.core.config import GitPin, Pin, SdistPin, SourceKind, Target, WheelPin
@@ -442,6 +446,60 @@ def list_releases(project: str, index_url: str = DEFAULT_INDEX_URL) -> list[Inde
         found.setdefault(version, []).append(item.yanked)
     return [IndexRelease(version, len(yanks), all(yanks))
             for version, yanks in sorted(found.items())]
+
+def release_files(project: str, version: str | Version,
+                  index_url: str = DEFAULT_INDEX_URL) -> list[tuple[str, str, str, bool]]:
+    """The files a simple index lists for one release (for ``bump``).
+
+    Args:
+        project: the project name (any spelling; normalised per PEP 503).
+        version: the release; files are matched by the version in their names.
+        index_url: the simple index's root URL.
+
+    Returns:
+        ``(file name, URL, sha256 or "", yanked)`` per sdist or wheel of that release,
+        sorted by file name.
+
+    Raises:
+        BuilderError: the index is unreachable or answers with an error.
+    """
+    wanted = Version(str(version))
+    found = []
+    for item in _index_listing(project, index_url)[1]:
+        try:
+            file_version = (parse_wheel_filename(item.name)[1] if item.name.endswith(".whl")
+                            else parse_sdist_filename(item.name)[1])
+        except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+            continue
+        if file_version == wanted:
+            found.append((item.name, item.url, item.sha256, item.yanked))
+    return sorted(found)
+
+
+def remote_wheel_metadata(url: str) -> email.message.Message:
+    """A wheel's ``METADATA``, read with HTTP range requests (the central directory and
+    one member), not the whole file: a torch wheel is over 500 MB.
+
+    Args:
+        url: the wheel's URL (the server must honour ``Range``, as PyPI's does).
+
+    Raises:
+        BuilderError: the server is unreachable, ignores ranges, or the file is not a
+            wheel with a ``.dist-info/METADATA``.
+    """
+    try:
+        with RemoteZip(url, timeout=_TIMEOUT_S) as wheel:
+            names = [n for n in wheel.namelist()
+                     if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+            if len(names) != 1:
+                raise BuilderError(f"{url} is not a wheel with one .dist-info/METADATA",
+                                   "check the index's file listing")
+            return email.parser.BytesParser().parsebytes(wheel.read(names[0]))
+    except (RemoteZipError, OSError, zipfile.BadZipFile, requests.RequestException) as exc:
+        raise BuilderError(f"could not read the METADATA of {url}: {exc}",
+                           "the index must serve files with HTTP range requests (PyPI "
+                           "does); or pass --cuda-lane") from None
+
 
 def _safe_extract(archive: Path, destination: Path) -> tuple[str, int]:
     """Extract with tarfile's ``data`` filter (PEP 706).

@@ -319,6 +319,39 @@ def build_wheel(patched: PatchResult, *, version: str, cache: Cache, dist_dir: P
                        provenance=meta["provenance"], key=key, cached=cached)
 
 
+UPSTREAM_PROVENANCE_SUFFIX = ".sm120-provenance.json"
+
+
+def upstream_wheel(patched: PatchResult, pin: WheelPin, *, target: str | None,
+                   dist_dir: Path) -> WheelResult:
+    """Ship upstream's released wheel unchanged, for a release no patch changes.
+
+    Every patch of the series is obsolete, already applied or outside its range there,
+    so a repack would be upstream's files under our label. Instead the wheel is
+    upstream's own: the downloaded file, sha256-checked against the pin, its name and
+    version untouched (``0.5.23``, no local label). Nothing can be added inside it, so
+    the provenance record (the same schema, with ``"wheel": "upstream"``) is written
+    beside it as ``<wheel file name>.sm120-provenance.json``.
+
+    Raises:
+        BuilderError: the cached download no longer matches the pin's sha256.
+    """
+    archive = patched.source.archive
+    if archive is None or sha256_file(archive) != pin.sha256:
+        raise BuilderError(f"the download of {pin.filename} does not match its pin "
+                           f"{pin.sha256}", "delete it from the cache and run again")
+    version = str(patched.source.upstream_version)
+    record = {**_provenance(patched, version, target, {}), "wheel": "upstream"}
+    destination = dist_dir / pin.filename
+    atomic_copy(archive, destination)
+    sidecar = dist_dir / (pin.filename + UPSTREAM_PROVENANCE_SUFFIX)
+    temporary = sidecar.with_name(sidecar.name + ".tmp")
+    temporary.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    temporary.replace(sidecar)
+    return WheelResult(path=destination, version=version, sha256=sha256_file(destination),
+                       provenance=record, key=f"upstream-{pin.sha256}", cached=True)
+
+
 def run_wheel(options: Options) -> WheelResult:
     """Source, patch and wheel stages for the selected target's first pin of its kind."""
     return run_wheels(options)[0]
@@ -331,8 +364,9 @@ def run_wheels(options: Options) -> list[WheelResult]:
     platform and Python tag: each is patched and repacked. Otherwise one wheel is built.
 
     Raises:
-        BuilderError: any stage refused; or no patch of the series applies to this
-            upstream version (the wheel would be upstream's under our label); or, for
+        BuilderError: any stage refused; or no patch of the series changes this
+            upstream version and its source is not a released wheel (for a released
+            wheel, upstream's own file is shipped: :func:`upstream_wheel`); or, for
             released wheels, a patch touches compiled code or a build file.
     """
     target = select_target(options)
@@ -358,12 +392,17 @@ def run_wheels(options: Options) -> list[WheelResult]:
             source = fetch_pin(pin, target.upstream_version, cache=options.cache,
                                index_url=options.index_url, reporter=options.reporter)
         patched = apply_series(source, series, cache=options.cache)
-        if not any(p.status not in (PatchStatus.NOT_APPLICABLE, PatchStatus.NOT_REACHED)
-                   for p in patched.report.patches):
-            raise BuilderError(f"no patch of the series applies to upstream "
+        if not any(p.status == PatchStatus.APPLIED for p in patched.report.patches):
+            # Nothing to change: the honest wheel is upstream's own (docs/upstream.md).
+            if isinstance(pin, WheelPin):
+                results.append(upstream_wheel(patched, pin, target=target.name,
+                                              dist_dir=options.dist_dir))
+                continue
+            raise BuilderError(f"no patch of the series changes upstream "
                                f"{source.upstream_version}: the wheel would be upstream's "
-                               "under our label", "check the series' version ranges for "
-                               "this target", report=patched.report)
+                               "under our label", "pin the release's own wheels (python -m "
+                               "builder bump does), which are then shipped unchanged; or "
+                               "check the series' version ranges", report=patched.report)
         version = local_version(source.upstream_version, target.local_label)
         results.append(build_wheel(patched, version=version, cache=options.cache,
                                    dist_dir=options.dist_dir, target=target.name,
