@@ -243,6 +243,7 @@ def check_wheel(wheel: Path, project: str, version: str) -> str:
     try:
         with zipfile.ZipFile(wheel) as archive:
             infos = archive.infolist()
+            _refuse_unsafe(infos, where)
             names = [i.filename for i in infos]
             duplicates = sorted(n for n, count in Counter(names).items() if count > 1)
             if duplicates:
@@ -318,6 +319,17 @@ def _check_record(archive: zipfile.ZipFile, dist_info: str, where: str) -> None:
                            "RECORD disagrees with the zip: refusing the wheel")
 
 
+def _refuse_unsafe(infos: list[zipfile.ZipInfo], where: str) -> None:
+    """Refuse absolute names, ``..``, backslashes and symlinks in a zip."""
+    for info in infos:
+        parts = info.filename.split("/")
+        mode = info.external_attr >> 16
+        if info.filename.startswith("/") or ".." in parts or "\\" in info.filename \
+                or (mode & 0o170000) == 0o120000:
+            raise BuilderError(f"unsafe archive {where}: member {info.filename!r}",
+                               "refusing to unpack it")
+
+
 def unzip_wheel(wheel: Path, destination: Path) -> int:
     """Extract a checked wheel (see :func:`check_wheel`); return the newest entry's time.
 
@@ -329,13 +341,7 @@ def unzip_wheel(wheel: Path, destination: Path) -> int:
     try:
         with zipfile.ZipFile(wheel) as archive:
             infos = archive.infolist()
-            for info in infos:
-                parts = info.filename.split("/")
-                mode = info.external_attr >> 16
-                if info.filename.startswith("/") or ".." in parts or "\\" in info.filename \
-                        or (mode & 0o170000) == 0o120000:
-                    raise BuilderError(f"unsafe archive {wheel.name}: member "
-                                       f"{info.filename!r}", "refusing to unpack it")
+            _refuse_unsafe(infos, wheel.name)
             for info in infos:
                 if info.is_dir():
                     continue

@@ -114,7 +114,7 @@ def _fetch_http(url: str, partial: Path, reporter: Reporter) -> None:
     last: BaseException | None = None
     for attempt in range(RESUME_ATTEMPTS):
         if attempt:
-            time.sleep(min(0.5 * 2 ** (attempt - 1), 8.0))
+            time.sleep(min(0.25 * 2 ** (attempt - 1), 4.0))
         have = partial.stat().st_size if partial.is_file() else 0
         headers = {"Range": f"bytes={have}-"} if have else {}
         try:
