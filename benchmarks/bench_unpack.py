@@ -1,0 +1,95 @@
+"""Benchmark the sdist unpack: the builder's one-pass strict unpack against ``tarfile``'s
+``data`` filter (PEP 706), which the builder used before, on a real SGLang sdist.
+
+Both sides run alternately ``--rounds`` times in one run and the minimum of each is kept
+(other load on the machine only ever adds time). Reported: seconds for each and the
+ratio builder / data filter (goal: < 1, i.e. faster). Both trees are compared file by
+file once, so the speed is not bought with a different result.
+
+Usage::
+
+    python benchmarks/bench_unpack.py [--sdist PATH] [--rounds 5] [--json]
+
+Default sdist: ``$SGLANG_SM120_TEST_CACHE/sdists/sglang-0.5.9.tar.gz`` (the tests' copy).
+The script reports; it never fails on a missed goal (exit status 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from builder.core.cache import sha256_tree
+from builder.source.archive import unpack_sdist
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def data_filter(archive: Path, work: Path) -> tuple[float, Path]:
+    destination = work / "data"
+    start = time.perf_counter()
+    with tarfile.open(archive) as tar:
+        tar.extractall(destination, filter="data")
+    elapsed = time.perf_counter() - start
+    return elapsed, next(destination.iterdir())
+
+
+def builder(archive: Path, work: Path, project: str, version: str) -> tuple[float, Path]:
+    tree = work / "tree"
+    start = time.perf_counter()
+    unpack_sdist(archive, tree, project, version)
+    return time.perf_counter() - start, tree
+
+
+def measure(archive: Path, rounds: int) -> dict[str, Any]:
+    name, _, version = archive.name[:-len(".tar.gz")].rpartition("-")
+    times: dict[str, list[float]] = {"data_filter": [], "builder": []}
+    same = None
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            t_data, data_tree = data_filter(archive, work)
+            t_ours, our_tree = builder(archive, work, name, version)
+            times["data_filter"].append(t_data)
+            times["builder"].append(t_ours)
+            if same is None:
+                same = sha256_tree(data_tree) == sha256_tree(our_tree)
+            shutil.rmtree(work / "data")
+    best = {side: min(values) for side, values in times.items()}
+    return {"sdist": archive.name, "rounds": rounds, "seconds": best,
+            "ratio_builder_over_data_filter": round(best["builder"] / best["data_filter"], 3),
+            "same_tree": same}
+
+
+def main() -> int:
+    default = Path(os.environ.get("SGLANG_SM120_TEST_CACHE", ROOT / ".cache" / "tests")) \
+        / "sdists" / "sglang-0.5.9.tar.gz"
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sdist", type=Path, default=default)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if not args.sdist.is_file():
+        print(f"no sdist at {args.sdist}: run the tests once, or pass --sdist", file=sys.stderr)
+        return 2
+    result = measure(args.sdist, args.rounds)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        seconds = result["seconds"]
+        print(f"{result['sdist']}: data filter {seconds['data_filter']:.2f} s, builder "
+              f"{seconds['builder']:.2f} s, ratio {result['ratio_builder_over_data_filter']}"
+              f" (best of {result['rounds']}); same tree: {result['same_tree']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
