@@ -58,6 +58,8 @@ class SourceResult:
         archive: the verified downloaded file (sdist or released wheel), if any.
         index: the simple index the archive is looked up on and where that choice came
             from (``None`` when the pin has its own URL, or for git and ``--source-dir``).
+        fresh: the tree was unpacked by this process just now (its ``tree_sha256`` was
+            computed from it, so checking it again before a build proves nothing).
     """
 
     tree: Path
@@ -69,6 +71,7 @@ class SourceResult:
     tree_sha256: str | None = None
     archive: Path | None = None
     index: IndexChoice | None = None
+    fresh: bool = False
 
     def describe(self) -> dict[str, Any]:
         """Return JSON-ready data."""
@@ -187,6 +190,7 @@ def _fetch_archive(pin: SdistPin | WheelPin, cache: Cache, index_url: str | None
             "rule") != UNPACK_RULE:
         shutil.rmtree(entry)  # unpacked by an older, laxer rule: unpack again
         entry = None
+    fresh = entry is None
     if entry is None:
         reporter.info(f"Unpacking {archive.name}")
         with cache.building("source", key) as tmp:
@@ -204,7 +208,7 @@ def _fetch_archive(pin: SdistPin | WheelPin, cache: Cache, index_url: str | None
                         upstream_version=Version(pin.version),
                         source_date_epoch=int(meta["source_date_epoch"]), key=key,
                         tree_sha256=meta.get("tree_sha256"), archive=archive,
-                        index=None if pin.url else resolve_index(index_url))
+                        index=None if pin.url else resolve_index(index_url), fresh=fresh)
 
 
 def _download_pinned(pin: SdistPin | WheelPin, cache: Cache, index_url: str | None,

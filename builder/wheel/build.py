@@ -222,7 +222,9 @@ def verify_tree(patched: PatchResult) -> None:
         BuilderError: the source's or the patched tree's files no longer match the digest
             recorded when the cache entry was made (someone edited the cache).
     """
-    for tree, recorded in ((patched.source.tree, patched.source.tree_sha256),
+    # A source tree this process unpacked moments ago was hashed as it was written.
+    source_recorded = None if patched.source.fresh else patched.source.tree_sha256
+    for tree, recorded in ((patched.source.tree, source_recorded),
                            (patched.tree, patched.tree_sha256)):
         if recorded is not None and \
                 sha256_tree(tree, exclude=frozenset({".git"})) != recorded:
