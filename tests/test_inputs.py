@@ -514,10 +514,9 @@ def test_default_index_follows_pip_configuration(tmp_path: Path, serve: object,
         conf.write_text(f"[global]\nindex-url = {server.url}/simple\n")
         env["PIP_CONFIG_FILE"] = str(conf)
         origin = "pip config (global.index-url)"
-    env = {k: v for k, v in env.items() if v}
-    base = {k: v for k, v in os.environ.items() if k not in ("PIP_INDEX_URL", "PIP_CONFIG_FILE")}
+    # both variables always set ("" is unset for pip), so the host's own cannot interfere
     done = run_cli("fetch", "--json", "--targets-file", "targets.toml", cwd=case,
-                   cache=tmp_path / "cache", env={**env, "PATH": base.get("PATH", "")})
+                   cache=tmp_path / "cache", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout)["index"] == {"url": f"{server.url}/simple",
                                                 "origin": origin}
