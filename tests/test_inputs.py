@@ -597,3 +597,18 @@ def test_interrupted_run_leaves_a_partial_that_the_next_run_resumes(tmp_path: Pa
         fetch_pin(pin, pin_version(pin), cache=cache)  # random bytes: not a wheel
     assert (cache.entry("downloads", sha) / name).read_bytes() == data
     assert server.log[-1] == ("/files/big.bin", f"bytes={kept}-", 206)
+
+
+def test_unpack_digest_equals_the_trees(tmp_path: Path, sdists: dict[str, Path]) -> None:
+    """The digest recorded while unpacking is sha256_tree's, path order included
+    (``a/b`` sorts before ``a.b`` by component, after it as a string)."""
+    from builder.core.cache import sha256_tree
+
+    members = [*sdist_members(), ("sglang-0.5.9/a.b", b"1"), ("sglang-0.5.9/a/b", b"2"),
+               ("sglang-0.5.9/a-c", b"3")]
+    crafted = write_tar(tmp_path / "up" / "sglang-0.5.9.tar.gz", members)
+    real = sdists["0.5.9"]
+    for archive in (crafted, real):
+        pin = SdistPin("sglang", "0.5.9", sha256(archive), archive.as_uri())
+        source = fetch_pin(pin, pin_version(pin), cache=Cache(tmp_path / archive.parent.name))
+        assert source.tree_sha256 == sha256_tree(source.tree)

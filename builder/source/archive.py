@@ -132,6 +132,20 @@ def _member_name(raw: str, archive: str) -> str | None:
     return name
 
 
+@dataclass(frozen=True)
+class UnpackedSdist:
+    """What :func:`unpack_sdist` made.
+
+    Attributes:
+        newest: the newest member's mtime (the release time, for SOURCE_DATE_EPOCH).
+        tree_sha256: the tree's digest, equal to :func:`builder.core.cache.sha256_tree`
+            of it, computed from the bytes as they were written (no second pass).
+    """
+
+    newest: int
+    tree_sha256: str
+
+
 def _open_tar(archive: Path) -> tarfile.TarFile:
     """Open an sdist for one sequential pass.
 
@@ -154,7 +168,7 @@ def _open_tar(archive: Path) -> tarfile.TarFile:
     return tarfile.open(archive, "r:*")
 
 
-def unpack_sdist(archive: Path, tree: Path, project: str, version: str) -> int:
+def unpack_sdist(archive: Path, tree: Path, project: str, version: str) -> UnpackedSdist:
     """Unpack an sdist into ``tree`` by the module's rule and check its claims.
 
     Args:
@@ -165,7 +179,7 @@ def unpack_sdist(archive: Path, tree: Path, project: str, version: str) -> int:
         version: the pin's version.
 
     Returns:
-        The newest member's mtime (the release time, for SOURCE_DATE_EPOCH).
+        The release time and the tree's digest.
 
     Raises:
         BuilderError: a member is unsafe, the layout is not an sdist's, the archive is
@@ -176,6 +190,7 @@ def unpack_sdist(archive: Path, tree: Path, project: str, version: str) -> int:
     root_text = str(staging)
     made = {root_text}
     seen: set[str] = set()
+    digests: dict[str, str] = {}  # name -> the line sha256_tree writes for the file
     newest = 0
     try:
         with _open_tar(archive) as tar:
@@ -201,10 +216,14 @@ def unpack_sdist(archive: Path, tree: Path, project: str, version: str) -> int:
                     source = tar.extractfile(member)
                     assert source is not None  # a regular file always has content
                     # O_EXCL: never write through something already there
+                    executable = bool(member.mode & 0o111)
                     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
-                                 0o755 if member.mode & 0o111 else 0o644)
+                                 0o755 if executable else 0o644)
+                    data = source.read()
                     with os.fdopen(fd, "wb") as out:
-                        out.write(source.read())
+                        out.write(data)
+                    digests[name] = (f"{'x' if executable else '-'} "
+                                     f"{hashlib.sha256(data).hexdigest()}")
                 else:
                     kind = "link" if member.issym() or member.islnk() else "special file"
                     raise BuilderError(f"{archive.name}: member {member.name!r} is a {kind}",
@@ -242,7 +261,18 @@ def unpack_sdist(archive: Path, tree: Path, project: str, version: str) -> int:
                                "the archive is mislabelled; nothing was built")
     root.rename(tree)
     shutil.rmtree(staging, ignore_errors=True)
-    return newest
+    return UnpackedSdist(newest, _tree_digest(digests, top))
+
+
+def _tree_digest(digests: dict[str, str], top: str | None) -> str:
+    """The digest :func:`builder.core.cache.sha256_tree` gives the unpacked tree: its lines
+    ``F <path> <x|-> <sha256>``, in the order of sorted paths (by component, as
+    ``pathlib`` sorts them)."""
+    cut = len(top) + 1 if top else 0
+    digest = hashlib.sha256()
+    for name in sorted(digests, key=lambda n: n[cut:].split("/")):
+        digest.update(f"F {name[cut:]} {digests[name]}\n".encode())
+    return digest.hexdigest()
 
 
 # --- wheels ----------------------------------------------------------------------------

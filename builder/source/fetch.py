@@ -195,13 +195,15 @@ def _fetch_archive(pin: SdistPin | WheelPin, cache: Cache, index_url: str | None
         reporter.info(f"Unpacking {archive.name}")
         with cache.building("source", key) as tmp:
             if isinstance(pin, SdistPin):
-                newest = unpack_sdist(archive, tmp / "tree", pin.project, pin.version)
+                unpacked = unpack_sdist(archive, tmp / "tree", pin.project, pin.version)
+                newest, digest = unpacked.newest, unpacked.tree_sha256
             else:
                 check_wheel(archive, pin.project, pin.version)
                 newest = unzip_wheel(archive, tmp / "tree")
+                digest = sha256_tree(tmp / "tree")
             (tmp / "source.json").write_text(json.dumps(
                 {"top": "tree", "rule": UNPACK_RULE, "source_date_epoch": newest,
-                 "tree_sha256": sha256_tree(tmp / "tree")}))
+                 "tree_sha256": digest}))
         entry = cache.entry("source", key)
     meta = json.loads((entry / "source.json").read_text())
     return SourceResult(tree=entry / "tree", layout=Layout("sdist"), pin=pin,
