@@ -77,6 +77,7 @@ def benchmark(session: nox.Session) -> None:
     session.install(".")
     session.run("python", "benchmarks/bench_startup.py")
     session.run("python", "benchmarks/bench_wheel.py", *session.posargs)
+    session.run("python", "benchmarks/bench_unpack.py")
     session.run("python", "benchmarks/bench_matrix.py")
     session.run("python", "benchmarks/bench_repack.py")
     session.run("python", "benchmarks/bench_kernels.py")

@@ -35,6 +35,7 @@ from builder.ci.upstream import Finding, assess, newer_releases
 from builder.core.config import SdistPin, WheelPin, load_targets
 from builder.core.errors import BuilderError
 from builder.core.options import Options
+from builder.core.pipconfig import resolve_index
 from builder.kernels.pins import exact_torch, read_pins, sm120_arch, torch_cuda_lane
 from builder.patching.matrix import Matrix, run_check
 from builder.source.fetch import (
@@ -153,6 +154,11 @@ class BumpReport:
         return "\n".join(lines) + "\n"
 
 
+def _index_url(options: Options) -> str:
+    """The index a bump reads: ``--index-url``, else pip's configured one, else PyPI."""
+    return resolve_index(options.index_url).url
+
+
 def _latest(project: str, index_url: str, pre: bool) -> Version:
     releases = [r for r in list_releases(project, index_url) if not r.yanked
                 and (pre or not r.version.is_prerelease)]
@@ -217,8 +223,8 @@ def plan_target(options: Options, version: Version, *, local_label: str = DEFAUL
     """
     targets = load_targets(options.targets_file)
     project = targets.get(None).sdist_project
-    sources, tags = _sources(project, version, options.index_url)
-    source = fetch_pin(sources[0], version, cache=options.cache, index_url=options.index_url,
+    sources, tags = _sources(project, version, _index_url(options))
+    source = fetch_pin(sources[0], version, cache=options.cache, index_url=_index_url(options),
                        reporter=options.reporter)
     pins = read_pins(source)
     torch = exact_torch(pins)
@@ -228,7 +234,7 @@ def plan_target(options: Options, version: Version, *, local_label: str = DEFAUL
                                f"({pins.torch or 'no torch requirement'})",
                                "pass --cuda-lane X.Y")
         options.reporter.info(f"Reading torch {torch}'s CUDA from its wheel on the index")
-        cuda_lane = _cuda_lane(torch, options.index_url)
+        cuda_lane = _cuda_lane(torch, _index_url(options))
     return NewTarget(name=f"{project}-{version}", upstream_version=str(version),
                      local_label=local_label, sources=sources, cuda_lane=cuda_lane,
                      arch_list=(sm120_arch(pins.flashinfer),),
@@ -352,8 +358,8 @@ def run_bump(options: Options, version: str | None, *, latest: bool = False,
     project = targets.get(None).sdist_project
     if latest:
         newest_target = max(t.upstream_version for t in targets.targets.values())
-        wanted = _latest(project, options.index_url, pre)
-        if not newer_releases([r for r in list_releases(project, options.index_url)
+        wanted = _latest(project, _index_url(options), pre)
+        if not newer_releases([r for r in list_releases(project, _index_url(options))
                                if r.version == wanted], newest_target, pre=True)[0]:
             return BumpReport("up-to-date", options.targets_file, str(newest_target), None,
                               None, (), False)
@@ -367,7 +373,7 @@ def run_bump(options: Options, version: str | None, *, latest: bool = False,
                            for t in targets.targets.values()):
         raise BuilderError(f"{options.targets_file} already has a target for {wanted}",
                            "pass --replace to overwrite it explicitly")
-    options.reporter.info(f"Pinning {project} {wanted} from {options.index_url}")
+    options.reporter.info(f"Pinning {project} {wanted} from {_index_url(options)}")
     target = plan_target(options, wanted, local_label=local_label, cuda_lane=cuda_lane)
     matrix = run_check(options, versions=[str(wanted)])
     findings, unpatched = assess(matrix)

@@ -80,6 +80,8 @@ class UpstreamReport:
     Attributes:
         project: the index project (``sglang``).
         index_url: the simple index asked.
+        index_origin: where that index came from (``--index-url``, ``PIP_INDEX_URL``,
+            ``pip config (...)`` or pip's default).
         newest_target: the newest upstream version any target pins.
         new_versions: releases newer than it that were checked, oldest first.
         skipped: newer releases left out (yanked; pre-releases unless asked for).
@@ -96,6 +98,7 @@ class UpstreamReport:
     matrix: Matrix | None
     findings: tuple[Finding, ...]
     unpatched: tuple[str, ...]
+    index_origin: str = "--index-url"
 
     @property
     def needs_refresh(self) -> bool:
@@ -106,7 +109,8 @@ class UpstreamReport:
     def to_json(self) -> dict[str, Any]:
         """Return JSON-ready data (the matrix as :meth:`builder.patching.matrix.Matrix.to_json`)."""
         return {"project": self.project, "index_url": self.index_url,
-                "newest_target": self.newest_target, "new_versions": list(self.new_versions),
+                "index_origin": self.index_origin, "newest_target": self.newest_target,
+                "new_versions": list(self.new_versions),
                 "skipped": [{"version": s.version, "reason": s.reason} for s in self.skipped],
                 "needs_refresh": self.needs_refresh,
                 "findings": [f.to_json() for f in self.findings],
@@ -238,12 +242,13 @@ def run_upstream(options: Options, *, pre: bool = False) -> UpstreamReport:
     targets = load_targets(options.targets_file)
     project = targets.get(None).sdist_project
     newest = max(t.upstream_version for t in targets.targets.values())
-    options.reporter.info(f"Listing {project} on {options.index_url}")
-    versions, skipped = newer_releases(list_releases(project, options.index_url), newest,
+    index = options.index
+    options.reporter.info(f"Listing {project} on {index}")
+    versions, skipped = newer_releases(list_releases(project, index.url), newest,
                                        pre=pre)
     matrix = run_check(options, versions=[str(v) for v in versions]) if versions else None
     findings, unpatched = assess(matrix) if matrix else ((), ())
-    return UpstreamReport(project=project, index_url=options.index_url,
+    return UpstreamReport(project=project, index_url=index.url, index_origin=index.origin,
                           newest_target=str(newest),
                           new_versions=tuple(str(v) for v in versions),
                           skipped=tuple(skipped), matrix=matrix, findings=findings,

@@ -13,11 +13,11 @@ from rich.table import Table
 
 from builder.cli.common import (
     common,
+    index_url_arg,
     matrix_table,
     options,
 )
 from builder.core.errors import BuilderError
-from builder.core.options import DEFAULT_INDEX_URL
 from builder.core.progress import Reporter
 
 
@@ -40,9 +40,7 @@ def add_commands(commands: Any) -> None:
                     "which patches need a refresh and which became obsolete. Exits 1 when "
                     "the series would break on a newer release.")
     common(upstream, target=False)
-    upstream.add_argument("--index-url", default=DEFAULT_INDEX_URL,
-                          help="simple index to list and fetch releases from "
-                               "(default: %(default)s)")
+    index_url_arg(upstream, "simple index to list and fetch releases from")
     upstream.add_argument("--pre", action="store_true",
                           help="also check pre-releases and development releases")
     upstream.add_argument("--series", type=Path, metavar="FILE",
@@ -75,8 +73,7 @@ def add_commands(commands: Any) -> None:
                            "when a target has it already")
     bump.add_argument("--pre", action="store_true",
                       help="with --latest, also consider pre-releases")
-    bump.add_argument("--index-url", default=DEFAULT_INDEX_URL,
-                      help="simple index to read (default: %(default)s)")
+    index_url_arg(bump, "simple index to read")
     bump.add_argument("--local-label", default="sm120.1", metavar="LABEL",
                       help="our PEP 440 local label (default: %(default)s)")
     bump.add_argument("--cuda-lane", metavar="X.Y",

@@ -17,7 +17,6 @@ install with ``importlib.metadata.distribution("sglang").read_text(PROVENANCE_FI
 
 from __future__ import annotations
 
-import email.parser
 import json
 import os
 import shutil
@@ -51,6 +50,7 @@ from builder.core.options import Options, select_target
 from builder.core.progress import Reporter
 from builder.patching.apply import PatchResult, PatchStatus, apply_series, read_series
 from builder.patching.series import select_series
+from builder.source.archive import read_metadata
 from builder.source.fetch import (
     fetch_pin,
     obtain_source,
@@ -179,7 +179,7 @@ def _metadata_version(wheel: Path) -> str:
             raise BuilderError(f"{wheel.name} has {len(names)} METADATA files",
                                "the build backend produced a broken wheel; see its log")
         metadata = archive.read(names[0])
-    return str(email.parser.BytesParser().parsebytes(metadata)["Version"])
+    return str(read_metadata(metadata, f"{wheel.name}: METADATA").version)
 
 
 def _add_provenance(built: Path, destination: Path, record: dict[str, Any],
@@ -222,7 +222,9 @@ def verify_tree(patched: PatchResult) -> None:
         BuilderError: the source's or the patched tree's files no longer match the digest
             recorded when the cache entry was made (someone edited the cache).
     """
-    for tree, recorded in ((patched.source.tree, patched.source.tree_sha256),
+    # A source tree this process unpacked moments ago was hashed as it was written.
+    source_recorded = None if patched.source.fresh else patched.source.tree_sha256
+    for tree, recorded in ((patched.source.tree, source_recorded),
                            (patched.tree, patched.tree_sha256)):
         if recorded is not None and \
                 sha256_tree(tree, exclude=frozenset({".git"})) != recorded:
