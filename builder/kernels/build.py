@@ -2,8 +2,10 @@
 
 :func:`build_kernels` compiles the module groups with FlashInfer's own JIT spec
 functions of the pinned version (``data/flashinfer_aot.py`` runs them in the build
-environment), checks every library's SASS with cuobjdump and packs a
-``flashinfer_jit_cache`` wheel (:mod:`builder.kernels.jitcache`). The wheel is a cache entry
+environment, without importing ``flashinfer``'s ``__init__``, so no GPU is needed), checks
+every library's SASS with cuobjdump and packs a ``flashinfer_jit_cache`` wheel, or from
+FlashInfer 0.7 a ``flashinfer-jit-cache-sm120f`` provider and the shim pinning it
+(:mod:`builder.kernels.jitcache`). The wheel is a cache entry
 keyed by every input, so a rebuild with unchanged inputs runs no compiler; with sccache as
 nvcc's launcher, object files are shared between build folders and machines (a local disk
 cache, Redis or S3: sccache's own ``SCCACHE_*`` variables). What to build is decided first
