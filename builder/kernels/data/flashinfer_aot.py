@@ -114,7 +114,9 @@ def specs_for(group: str, head_dims: list[int]) -> list[Any]:
 
 #: (path, module holding the caller, the loader it must call, module holding the loader,
 #: the loader's arguments on SM120). Module names are tried in order (files moved between
-#: releases). The modules SGLang's NVFP4 MoE path with ``flashinfer_cutlass`` loads on an
+#: releases); a loader ``a|b`` means ``a`` where it exists, else ``b`` (FlashInfer 0.5.3 calls
+#: the SM120 FP4 GEMM getter directly, later releases through a dispatcher). The modules
+#: SGLang's NVFP4 MoE path with ``flashinfer_cutlass`` loads on an
 #: SM120 GPU: the CUTLASS fused MoE, the FP4 activation quantization, the FP4 GEMM of the
 #: dense linears, and the autotuner's ``delay_kernel`` (module ``trtllm_utils``), which it
 #: calls while profiling every tactic.
@@ -125,8 +127,8 @@ PATHS: list[tuple[str, tuple[str, ...], str, tuple[str, ...], tuple[Any, ...]]] 
                           "flashinfer.fp4_quantization"), "get_fp4_quantization_module",
      ("flashinfer.quantization.fp4_quantization", "flashinfer.fp4_quantization"), ("120",)),
     ("fp4_gemm", ("flashinfer.gemm.gemm_base", "flashinfer.gemm"),
-     "get_cutlass_fp4_gemm_module", ("flashinfer.gemm.gemm_base", "flashinfer.gemm"),
-     (12, 0)),
+     "get_cutlass_fp4_gemm_module|get_gemm_sm120_module_cutlass_fp4",
+     ("flashinfer.gemm.gemm_base", "flashinfer.gemm"), (12, 0)),
     ("autotune", ("flashinfer.autotuner.autotuner", "flashinfer.autotuner"), "delay_kernel",
      ("flashinfer.tllm_utils",), (100,)),
 ]
@@ -181,12 +183,15 @@ def sm120_paths(lane: str) -> dict[str, Any]:
     for path, callers, loader, homes, arguments in PATHS:
         entry: dict[str, Any] = {"loader": loader}
         try:
-            caller = _first_module(callers)
-            entry["caller"] = caller.__name__
-            entry["calls_loader"] = _calls(caller, loader)
-            function = getattr(_first_module(homes), loader)
-            function(*arguments)
-            entry["error"] = f"{loader}{arguments} loaded no module"
+            caller, home = _first_module(callers), _first_module(homes)
+            # The first alternative this release has; the SM120 getter takes no arguments.
+            name = next((n for n in loader.split("|") if hasattr(home, n)), loader)
+            if name != loader.split("|")[0]:
+                arguments = ()
+            entry.update(loader=name, caller=caller.__name__,
+                         calls_loader=_calls(caller, name))
+            getattr(home, name)(*arguments)
+            entry["error"] = f"{name}{arguments} loaded no module"
         except _Loaded as loaded:
             entry["module"] = loaded.name
         except Exception as error:
