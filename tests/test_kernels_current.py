@@ -31,6 +31,7 @@ from conftest import REPO, run_cli
 from builder.core.cache import Cache, sha256_file
 from builder.core.options import Options
 from builder.core.progress import Reporter
+from builder.image.build import read_extra_wheel
 from builder.kernels.build import list_modules, sm120_path_modules
 from builder.kernels.pins import default_groups
 from builder.kernels.request import KernelOptions, kernel_request
@@ -143,6 +144,10 @@ def _check_provider_pair(built: dict, tmp_path: Path, build_python: Path) -> dic
     assert shim_meta["Name"] == "flashinfer-jit-cache" and shim_meta["Version"] == version
     assert shim_meta.get_all("Requires-Dist") == [f"flashinfer-jit-cache-sm120f=={version}"]
     assert not [n for n in shim_names if n.endswith(".so")]
+
+    # The image stage takes both as --kernel-wheel: the manifest comes from the provider.
+    assert read_extra_wheel(provider).manifest == built["manifest"]
+    assert read_extra_wheel(shim).manifest is None
 
     python = _overlay_venv(build_python, tmp_path)
     subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-index",
