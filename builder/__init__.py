@@ -79,7 +79,7 @@ _EXPORTS: dict[str, str] = {
     "run_wheel": "builder.wheel.build",
     "run_wheels": "builder.wheel.build",
     # kernels
-    "DEFAULT_GROUPS": "builder.kernels.build",
+    "DEFAULT_GROUPS": "builder.kernels.pins",
     "KernelPins": "builder.kernels.pins",
     "read_pins": "builder.kernels.pins",
     "KernelRequest": "builder.kernels.build",
@@ -161,8 +161,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports
         load_base_pins,
     )
     from builder.image.run import ImageOptions, run_image
-    from builder.kernels.build import DEFAULT_GROUPS, KernelRequest, KernelResult, build_kernels
-    from builder.kernels.pins import KernelPins, read_pins
+    from builder.kernels.build import KernelRequest, KernelResult, build_kernels
+    from builder.kernels.pins import DEFAULT_GROUPS, KernelPins, read_pins
     from builder.kernels.request import KernelOptions, kernel_request
     from builder.kernels.run import run_kernels
     from builder.kernels.toolchain import Toolchain, assemble, cuda_wheels

@@ -50,18 +50,23 @@ def add_commands(commands: Any) -> None:
 
 _KERNELS_EPILOG = """\
 module groups: norm, activation, sampling, rope, page, attention (for --head-dims),
-  fused_moe_smNN and fp4_quantization_smNN (FlashInfer's per-arch spec functions, e.g.
-  fused_moe_sm120). Default: the target's [target.kernels] groups, else
-  fused_moe_sm120, fp4_quantization_sm120, norm, activation, sampling, rope, page, attention.
+  trtllm_utils (the autotuner's delay kernel), fused_moe_smNN, fp4_quantization_smNN and
+  fp4_gemm_smNN (FlashInfer's per-arch spec functions, e.g. fused_moe_sm120). Default: the
+  target's [target.kernels] groups, else fused_moe_sm120, fp4_quantization_sm120f (sm120
+  for a 12.0a target), fp4_gemm_sm120, trtllm_utils, norm, activation, sampling, rope,
+  page, attention: what SGLang loads on SM120 for NVFP4 MoE models with flashinfer_cutlass.
 
 examples:
   python -m builder kernels --target sglang-0.5.9 --cuda-lane 13.0 --modules norm
+  python -m builder kernels --target sglang-0.5.23 --modules norm   # shim + sm120f provider
   python -m builder kernels --target sglang-0.5.9 --mode container --cuda-lane 13.0
   python -m builder kernels --environment current --arch-list 9.0a --modules norm,sampling
   SCCACHE_REDIS_ENDPOINT=redis://cache:6379 python -m builder kernels --sccache
 
 The wheel is flashinfer_jit_cache <flashinfer>+<label>.cu<lane>; with it installed and
-FLASHINFER_DISABLE_JIT=1, FlashInfer loads the modules instead of compiling them.
+FLASHINFER_DISABLE_JIT=1, FlashInfer loads the modules instead of compiling them. From
+FlashInfer 0.7 there are two: the provider flashinfer_jit_cache_sm120f (the modules) and
+the flashinfer_jit_cache shim pinning it; install both. No GPU is needed to build.
 A rebuild with unchanged inputs runs no compiler (the wheel is cached).
 """
 
@@ -137,8 +142,10 @@ def _cmd_preflight(args: argparse.Namespace, reporter: Reporter) -> dict[str, An
     includes = args.include or [args.nvcc.resolve().parent.parent / "include"]
     result = run_preflight(options(args, reporter), nvcc=args.nvcc, include_dirs=includes,
                            python=args.python, lane=args.cuda_lane)
-    reporter.result(f"{result.target}: FlashInfer {result.pins.flashinfer}, kernel wheel "
-                    f"flashinfer_jit_cache {result.kernel_version}, SM120 arch {result.arch}")
+    reporter.result(f"{result.target}: FlashInfer {result.pins.flashinfer}, kernel wheels "
+                    f"{' + '.join(result.wheels)} {result.kernel_version}, SM120 arch "
+                    f"{result.arch}")
+    reporter.result(f"module groups: {', '.join(result.groups)}")
     table = Table(title="Toolchain preflight")
     for column in ("check", "ok", "detail"):
         table.add_column(column, overflow="fold")
@@ -190,6 +197,9 @@ def _cmd_kernels(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]
                     + (f"compiled in {result.compile_seconds} s; "
                        if result.compile_seconds is not None else "")
                     + f"sha256 {result.sha256}")
+    if result.shim:
+        reporter.result(f"FlashInfer >= 0.7 layout: install the shim {result.shim.name} "
+                        f"(sha256 {result.shim_sha256}) with it; the shim pins this provider")
     if result.sccache:
         reporter.result(f"sccache: {result.sccache}")
     return result.describe()

@@ -137,8 +137,13 @@ def read_extra_wheel(path: Path) -> ExtraWheel:
                            "pass .whl files to --kernel-wheel") from None
     try:
         with zipfile.ZipFile(path) as archive:
-            raw = archive.read(KERNEL_MANIFEST) if KERNEL_MANIFEST in archive.namelist() \
-                else None
+            # Beside flashinfer_jit_cache/__init__.py (FlashInfer <= 0.6), or in a provider's
+            # package (flashinfer_jit_cache/providers/sm120f/, FlashInfer >= 0.7; its shim
+            # wheel has none).
+            found = [n for n in archive.namelist() if n == KERNEL_MANIFEST or (
+                n.startswith("flashinfer_jit_cache/providers/")
+                and n.endswith("/sm120-manifest.json"))]
+            raw = archive.read(found[0]) if found else None
     except (OSError, zipfile.BadZipFile) as exc:
         raise BuilderError(f"cannot read wheel {path}: {exc}", "check the path") from None
     manifest = None

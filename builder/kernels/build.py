@@ -2,8 +2,10 @@
 
 :func:`build_kernels` compiles the module groups with FlashInfer's own JIT spec
 functions of the pinned version (``data/flashinfer_aot.py`` runs them in the build
-environment), checks every library's SASS with cuobjdump and packs a
-``flashinfer_jit_cache`` wheel (:mod:`builder.kernels.jitcache`). The wheel is a cache entry
+environment, without importing ``flashinfer``'s ``__init__``, so no GPU is needed), checks
+every library's SASS with cuobjdump and packs a ``flashinfer_jit_cache`` wheel, or from
+FlashInfer 0.7 a ``flashinfer-jit-cache-sm120f`` provider and the shim pinning it
+(:mod:`builder.kernels.jitcache`). The wheel is a cache entry
 keyed by every input, so a rebuild with unchanged inputs runs no compiler; with sccache as
 nvcc's launcher, object files are shared between build folders and machines (a local disk
 cache, Redis or S3: sccache's own ``SCCACHE_*`` variables). What to build is decided first
@@ -29,7 +31,7 @@ from builder.core.cache import Cache, atomic_copy, sha256_file, sha256_json
 from builder.core.errors import BuilderError
 from builder.core.progress import Reporter
 from builder.kernels import jitcache
-from builder.kernels.pins import KernelPins
+from builder.kernels.pins import DEFAULT_GROUPS, KernelPins, uses_providers
 from builder.kernels.preflight import preflight
 from builder.kernels.toolchain import (
     PythonEnv,
@@ -44,14 +46,10 @@ from builder.kernels.toolchain import (
 
 # --- the build ---------------------------------------------------------------------------
 
-#: What SGLang runs on SM120 for MoE models with the ``flashinfer_cutlass`` runner: the
-#: SM120 CUTLASS fused MoE, FP4 quantization, and the common small modules.
-DEFAULT_GROUPS = ("fused_moe_sm120", "fp4_quantization_sm120", "norm", "activation",
-                  "sampling", "rope", "page", "attention")
 DEFAULT_HEAD_DIMS = (128,)
 _DRIVER = Path(__file__).resolve().parent / "data" / "flashinfer_aot.py"
-_GROUP = re.compile(r"^(norm|activation|sampling|rope|page|attention|"
-                    r"fused_moe_sm\d+[af]?|fp4_quantization_sm\d+[af]?)$")
+_GROUP = re.compile(r"^(norm|activation|sampling|rope|page|attention|trtllm_utils|"
+                    r"fused_moe_sm\d+[af]?|fp4_quantization_sm\d+[af]?|fp4_gemm_sm\d+[af]?)$")
 
 
 def check_groups(groups: tuple[str, ...]) -> None:
@@ -65,11 +63,13 @@ def check_groups(groups: tuple[str, ...]) -> None:
     if unknown:
         raise BuilderError(f"unknown module group {', '.join(map(repr, unknown))}",
                            "groups: norm, activation, sampling, rope, page, attention, "
-                           "fused_moe_smNN, fp4_quantization_smNN (e.g. fused_moe_sm120)")
+                           "trtllm_utils, fused_moe_smNN, fp4_quantization_smNN, "
+                           "fp4_gemm_smNN (e.g. fused_moe_sm120, fp4_quantization_sm120f)")
 # Peak memory per parallel compile job: CUTLASS MoE translation units take several GB each
 # (issue "FlashInfer kernels for sm_120"); the small modules stay far below 1 GiB.
 _GIB = 1 << 30
-_JOB_MEMORY = {"fused_moe": 6 * _GIB, "fp4_quantization": 3 * _GIB, "attention": 2 * _GIB}
+_JOB_MEMORY = {"fused_moe": 6 * _GIB, "fp4_gemm": 6 * _GIB, "fp4_quantization": 3 * _GIB,
+               "attention": 2 * _GIB}
 
 
 @dataclass(frozen=True)
@@ -160,6 +160,10 @@ class KernelResult:
         sccache: sccache's statistics of this build (``None`` without sccache or cached).
         log: the compile log (``None`` when cached).
         compile_seconds: wall time of the compile when the entry was built.
+        shim: FlashInfer >= 0.7 only: the ``flashinfer-jit-cache`` shim that pins the
+            provider ``wheel`` (install both; ``None`` before 0.7, where ``wheel`` is the
+            whole ``flashinfer_jit_cache``).
+        shim_sha256: the shim's sha256.
     """
 
     request: KernelRequest
@@ -170,10 +174,20 @@ class KernelResult:
     sccache: dict[str, Any] | None
     log: Path | None
     compile_seconds: float | None = None
+    shim: Path | None = None
+    shim_sha256: str | None = None
+
+    @property
+    def wheels(self) -> tuple[Path, ...]:
+        """Every wheel to install: the modules' wheel, and the shim when there is one."""
+        return (self.wheel, self.shim) if self.shim else (self.wheel,)
 
     def describe(self) -> dict[str, Any]:
         """Return JSON-ready data."""
         return {"wheel": str(self.wheel), "sha256": self.sha256, "cached": self.cached,
+                "shim": str(self.shim) if self.shim else None,
+                "shim_sha256": self.shim_sha256,
+                "wheels": [str(w) for w in self.wheels],
                 "request": self.request.describe(), "manifest": self.manifest,
                 "sccache": self.sccache, "log": str(self.log) if self.log else None,
                 "compile_seconds": self.compile_seconds}
@@ -306,8 +320,8 @@ def build_kernels(request: KernelRequest, env: PythonEnv, *, nvcc: Path | None,
                     f"{c.name}: {c.detail}" for c in failed),
                     "fix the toolchain (see `python -m builder preflight`)" + torch_hint)
             try:
-                stats, wheel = _compile(request, env, toolchain, tmp, reporter, sccache,
-                                        jobs or compile_jobs(request.groups))
+                stats, wheels = _compile(request, env, toolchain, tmp, reporter, sccache,
+                                         jobs or compile_jobs(request.groups))
             except BuilderError as error:
                 kept = cache.root / "logs" / f"kernels-{key[:16]}.log"
                 if (tmp / "build.log").exists():
@@ -316,21 +330,33 @@ def build_kernels(request: KernelRequest, env: PythonEnv, *, nvcc: Path | None,
                 raise BuilderError(error.cause, f"{error.hint}; the whole compile log: "
                                    f"{kept}" if error.hint else f"the whole compile log: {kept}",
                                    report=error.report) from None
+            wheel, shim = wheels[0], (wheels[1] if len(wheels) > 1 else None)
             (tmp / "kernels.json").write_text(json.dumps(
-                {"sha256": sha256_file(wheel), "sccache": stats,
+                {"wheel": wheel.name, "sha256": sha256_file(wheel),
+                 "shim": shim.name if shim else None,
+                 "shim_sha256": sha256_file(shim) if shim else None, "sccache": stats,
                  "compile_seconds": float((tmp / "compile-seconds").read_text())}))
         entry = cache.entry("kernels", key)
         log = entry / "build.log"
-    wheels = sorted(entry.glob("*.whl"))
     meta = json.loads((entry / "kernels.json").read_text())
-    if len(wheels) != 1 or sha256_file(wheels[0]) != meta.get("sha256"):
+    expected = {meta.get("wheel"): meta.get("sha256")}
+    if meta.get("shim"):
+        expected[meta["shim"]] = meta.get("shim_sha256")
+    found = {w.name: w for w in entry.glob("*.whl")}
+    if set(found) != set(expected) or any(sha256_file(found[name]) != digest
+                                          for name, digest in expected.items()):
         shutil.rmtree(entry, ignore_errors=True)
         raise BuilderError(f"the cached kernel wheel in {entry} was damaged; it was removed",
                            "run the same command again to rebuild it")
-    destination = dist_dir / wheels[0].name
-    atomic_copy(wheels[0], destination)
-    return KernelResult(request, destination, meta["sha256"], jitcache.read_manifest(wheels[0]),
-                        cached, stats, log, meta.get("compile_seconds"))
+    copied = {}
+    for name in expected:
+        copied[name] = dist_dir / name
+        atomic_copy(found[name], copied[name])
+    return KernelResult(request, copied[meta["wheel"]], meta["sha256"],
+                        jitcache.read_manifest(found[meta["wheel"]]), cached, stats, log,
+                        meta.get("compile_seconds"),
+                        copied[meta["shim"]] if meta.get("shim") else None,
+                        meta.get("shim_sha256"))
 
 
 #: Environment variables that change what nvcc or the host compiler produce.
@@ -350,11 +376,12 @@ def _host_compiler() -> str:
 
 def _compile(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, tmp: Path,
              reporter: Reporter, sccache: Sccache | None,
-             jobs: int) -> tuple[dict[str, Any] | None, Path]:
+             jobs: int) -> tuple[dict[str, Any] | None, list[Path]]:
     """Run the driver in ``tmp``, verify the SASS, pack the wheel into ``tmp``.
 
     Returns:
-        sccache's statistics (or ``None``) and the wheel.
+        sccache's statistics (or ``None``) and the wheels: the modules' wheel first (the
+        provider from FlashInfer 0.7 on), then the shim if there is one.
     """
     environment = {**os.environ, "CUDA_HOME": str(toolchain.cuda_home),
                    "FLASHINFER_CUDA_ARCH_LIST": " ".join(request.arch_list),
@@ -399,7 +426,7 @@ def _compile(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, tmp: 
     if code != 0 or "modules" not in result:
         if "error" in result:
             raise BuilderError(result["error"], "module groups: " + ", ".join(DEFAULT_GROUPS)
-                               + ", fused_moe_smNN, fp4_quantization_smNN")
+                               + ", fused_moe_smNN, fp4_quantization_smNN, fp4_gemm_smNN")
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         raise BuilderError(f"compiling FlashInfer modules failed:\n{tail}", "")
     expected = sorted(arch_code(arch) for arch in request.arch_list)
@@ -421,11 +448,18 @@ def _compile(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, tmp: 
                 "nvcc_version": toolchain.release, "flags_sha256": sha256_json(flags),
                 "groups": list(request.groups), "head_dims": list(request.head_dims),
                 "modules": entries}
-    wheel = jitcache.pack(modules, request.version, manifest, request.epoch, tmp)
+    if uses_providers(request.pins.flashinfer):
+        provider = jitcache.pack_provider(modules, request.version, manifest, request.epoch,
+                                          tmp)
+        shim = jitcache.pack_shim(request.version, [jitcache.provider_id(request.arch_list[0])],
+                                  result["flashinfer"], request.epoch, tmp)
+        wheels = [provider, shim]
+    else:
+        wheels = [jitcache.pack(modules, request.version, manifest, request.epoch, tmp)]
     for scratch in ("workspace", "modules", "cuda"):
         shutil.rmtree(tmp / scratch, ignore_errors=True)
     (tmp / "compile-seconds").write_text(str(result.get("seconds")))
-    return stats, wheel
+    return stats, wheels
 
 
 def build_torch(request: KernelRequest, override: str | None) -> tuple[str, tuple[str, ...]]:
@@ -439,3 +473,55 @@ def build_torch(request: KernelRequest, override: str | None) -> tuple[str, tupl
     if override:
         return override, ()
     return request.pins.torch or "torch", (torch_index(request.lane),)
+
+
+def sm120_path_modules(env: PythonEnv, lane: str) -> dict[str, Any]:
+    """The modules the pinned FlashInfer (in ``env``) loads on an SM120 GPU for SGLang's
+    NVFP4 MoE path with ``flashinfer_cutlass``: the MoE runner, FP4 quantization, FP4 GEMM
+    and the autotuner (``data/flashinfer_aot.py``, ``PATHS``). FlashInfer's own loader
+    functions run with ``build_and_load`` recording the module instead of compiling; the
+    caller's source is read to confirm it still calls that loader. No GPU, no compiler.
+
+    Args:
+        env: the build environment with the pinned FlashInfer.
+        lane: the CUDA lane (``torch.version.cuda`` of the serving torch; it picks
+            ``fp4_quantization_120f`` from 12.9 on).
+
+    Returns:
+        ``{path: {"caller", "loader", "calls_loader", "module" or "error"}}``.
+
+    Raises:
+        BuilderError: the driver did not run.
+    """
+    done = subprocess.run([str(env.python), str(_DRIVER), json.dumps({"paths": lane})],
+                          capture_output=True, text=True, check=False, timeout=600,
+                          env={**os.environ, "FLASHINFER_CUDA_ARCH_LIST": "12.0f"})
+    try:
+        data: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])["paths"]
+    except (IndexError, ValueError, KeyError):
+        raise BuilderError("reading FlashInfer's SM120 code paths failed: "
+                           + done.stderr.strip()[-600:], "") from None
+    return data
+
+
+def list_modules(env: PythonEnv, groups: tuple[str, ...], arch_list: tuple[str, ...],
+                 head_dims: tuple[int, ...] = DEFAULT_HEAD_DIMS) -> dict[str, list[str]]:
+    """FlashInfer's module names for each group (its spec functions; nothing compiles).
+
+    Raises:
+        BuilderError: a group is unknown to this FlashInfer, or the driver did not run.
+    """
+    argument = json.dumps({"groups": list(groups), "head_dims": list(head_dims),
+                           "list": True})
+    done = subprocess.run([str(env.python), str(_DRIVER), argument], capture_output=True,
+                          text=True, check=False, timeout=600,
+                          env={**os.environ, "FLASHINFER_CUDA_ARCH_LIST": " ".join(arch_list)})
+    try:
+        data: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        raise BuilderError("listing FlashInfer's modules failed: "
+                           + done.stderr.strip()[-600:], "") from None
+    if "error" in data:
+        raise BuilderError(data["error"], "see `python -m builder kernels --help` for groups")
+    groups_found: dict[str, list[str]] = data["groups"]
+    return groups_found

@@ -278,7 +278,10 @@ def build_kernels_in_container(request: KernelRequest, options: KernelOptions, *
         raise BuilderError(f"the build container failed: {cause}",
                            result.get("hint") or "see the log above (--verbose for all of it)")
     wheel = dist_dir / Path(result["wheel"]).name
-    if sha256_file(wheel) != result["sha256"]:
-        raise BuilderError(f"{wheel} does not match what the container reported", "")
+    shim = dist_dir / Path(result["shim"]).name if result.get("shim") else None
+    for path, digest in ((wheel, result["sha256"]), (shim, result.get("shim_sha256"))):
+        if path is not None and sha256_file(path) != digest:
+            raise BuilderError(f"{path} does not match what the container reported", "")
     return KernelResult(request, wheel, result["sha256"], result["manifest"], result["cached"],
-                        result.get("sccache"), None, result.get("compile_seconds"))
+                        result.get("sccache"), None, result.get("compile_seconds"), shim,
+                        result.get("shim_sha256"))

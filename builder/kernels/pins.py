@@ -192,3 +192,33 @@ def exact_torch(pins: KernelPins) -> Version | None:
     if pins.torch is None:
         return None
     return _exact(Requirement(pins.torch))
+
+
+#: What SGLang runs on SM120 for NVFP4 MoE models with the ``flashinfer_cutlass`` runner
+#: (:func:`default_groups` picks the FP4 quantization variant of the arch): the SM120
+#: CUTLASS fused MoE, FP4 activation quantization, the CUTLASS FP4 GEMM of the dense
+#: linears (``--fp4-gemm-backend flashinfer_cutlass``), ``trtllm_utils`` (the autotuner's
+#: ``delay_kernel``: without it every tactic is skipped under ``FLASHINFER_DISABLE_JIT=1``),
+#: and the common small modules. ``builder/kernels/data/flashinfer_aot.py`` (``PATHS``)
+#: finds the modules those code paths load in the pinned FlashInfer itself; the tests
+#: compare.
+DEFAULT_GROUPS = ("fused_moe_sm120", "fp4_quantization_sm120", "fp4_gemm_sm120",
+                  "trtllm_utils", "norm", "activation", "sampling", "rope", "page",
+                  "attention")
+#: The first FlashInfer whose jit-cache is a shim plus per-arch provider wheels.
+PROVIDER_LAYOUT = Version("0.7.0")
+
+
+def default_groups(arch_list: tuple[str, ...]) -> tuple[str, ...]:
+    """:data:`DEFAULT_GROUPS` for an arch list: with ``12.0f`` (FlashInfer >= 0.6.7 on CUDA
+    >= 12.9) FlashInfer loads ``fp4_quantization_120f`` on SM120, not ``_120``
+    (``get_fp4_quantization_module`` in ``quantization/fp4_quantization.py``)."""
+    if "12.0f" in arch_list:
+        return tuple("fp4_quantization_sm120f" if g == "fp4_quantization_sm120" else g
+                     for g in DEFAULT_GROUPS)
+    return DEFAULT_GROUPS
+
+
+def uses_providers(flashinfer: Version) -> bool:
+    """Whether this FlashInfer reads per-arch provider wheels through a shim (>= 0.7.0)."""
+    return flashinfer.release >= PROVIDER_LAYOUT.release

@@ -18,9 +18,11 @@ from builder.core.options import Options, select_target
 from builder.kernels.pins import (
     KernelPins,
     check_arch_list,
+    default_groups,
     kernel_label,
     kernel_wheel_version,
     read_pins,
+    uses_providers,
 )
 from builder.kernels.toolchain import (
     nvcc_release,
@@ -127,6 +129,10 @@ class PreflightResult:
         kernel_version: the kernel wheel's version (FlashInfer's plus the local label).
         arch: the SM120 arch FlashInfer detects for these pins.
         checks: the toolchain checks.
+        groups: the module groups a default build compiles (the target's, else
+            :func:`builder.kernels.pins.default_groups`).
+        wheels: the distributions it writes: ``flashinfer-jit-cache`` up to FlashInfer 0.6;
+            from 0.7 the provider ``flashinfer-jit-cache-sm120f`` and the shim.
     """
 
     target: str
@@ -134,6 +140,8 @@ class PreflightResult:
     kernel_version: str
     arch: str
     checks: list[Check]
+    groups: tuple[str, ...] = ()
+    wheels: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -144,6 +152,7 @@ class PreflightResult:
         """Return JSON-ready data."""
         return {"target": self.target, "pins": self.pins.describe(),
                 "kernel_version": self.kernel_version, "arch": self.arch, "ok": self.ok,
+                "groups": list(self.groups), "wheels": list(self.wheels),
                 "checks": [c.to_json() for c in self.checks]}
 
 
@@ -162,6 +171,9 @@ def run_preflight(options: Options, *, nvcc: Path, include_dirs: list[Path],
     lane = target.lane(lane)
     checks = preflight(nvcc=nvcc, lane=lane, arches=list(target.arch_list),
                        include_dirs=include_dirs, python=python)
+    groups = tuple(target.kernel_groups or default_groups(target.arch_list))
+    wheels = (f"flashinfer-jit-cache-sm{arch.replace('.', '')}", "flashinfer-jit-cache") \
+        if uses_providers(pins.flashinfer) else ("flashinfer-jit-cache",)
     return PreflightResult(target.name, pins,
                            kernel_wheel_version(pins, kernel_label(target.local_label, lane)),
-                           arch, checks)
+                           arch, checks, groups, wheels)

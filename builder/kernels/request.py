@@ -14,12 +14,18 @@ from pathlib import Path
 from builder.core.errors import BuilderError
 from builder.core.options import Options, select_target
 from builder.kernels.build import (
-    DEFAULT_GROUPS,
     DEFAULT_HEAD_DIMS,
     KernelRequest,
     check_groups,
 )
-from builder.kernels.pins import check_arch_list, kernel_label, kernel_wheel_version, read_pins
+from builder.kernels.pins import (
+    check_arch_list,
+    default_groups,
+    kernel_label,
+    kernel_wheel_version,
+    read_pins,
+    uses_providers,
+)
 from builder.kernels.toolchain import (
     arch_code,
 )
@@ -81,7 +87,8 @@ def kernel_request(options: Options, kernel: KernelOptions) -> KernelRequest:
 
     Raises:
         BuilderError: the pins disagree, the arch list contradicts FlashInfer's detection
-            (or has a plain ``12.0``), or the lane is not one of the target's.
+            (or has a plain ``12.0``), the lane is not one of the target's, or a FlashInfer
+            >= 0.7 build names more than one arch (its provider wheels hold one each).
     """
     if kernel.request_file is not None:
         try:
@@ -111,7 +118,11 @@ def kernel_request(options: Options, kernel: KernelOptions) -> KernelRequest:
                                    "write compute capability major.minor, with a or f")
         check_arch_list(arch_list, pins)  # a plain 12.0, or the other SM120 variant
         label += "." + ".".join(arch_code(a).replace("_", "") for a in arch_list)
-    groups = tuple(kernel.groups or target.kernel_groups or DEFAULT_GROUPS)
+    if uses_providers(pins.flashinfer) and len(arch_list) != 1:
+        raise BuilderError(f"FlashInfer {pins.flashinfer} reads one provider wheel per arch; "
+                           f"the arch list has {' '.join(arch_list)}",
+                           "build once per arch (--arch-list 12.0f, then --arch-list 9.0a)")
+    groups = tuple(kernel.groups or target.kernel_groups or default_groups(arch_list))
     check_groups(groups)
     # Head dims matter to the attention group alone (and so to the cache key).
     head_dims = (kernel.head_dims or target.head_dims or DEFAULT_HEAD_DIMS) \

@@ -283,16 +283,22 @@ def assemble(nvcc: Path, env: PythonEnv, destination: Path) -> Toolchain:
 
 
 def sass_archs(cuobjdump: Path, library: Path) -> tuple[list[str], list[str]]:
-    """The SASS and PTX archs in a shared library, from ``cuobjdump --list-elf/--list-ptx``.
+    """The SASS and PTX archs in a shared library, from cuobjdump.
+
+    SASS comes from the fatbin headers ``--dump-resource-usage`` prints (``Fatbin elf
+    code: ... arch = sm_120f``): ``--list-elf`` names a family cubin like a plain one
+    (``x.1.sm_120.cubin`` for ``sm_120f``, cuobjdump 13.5, measured here), so it cannot tell
+    ``12.0f`` from ``12.0``. PTX from ``--list-ptx``.
 
     Returns:
-        ``(sass, ptx)``, e.g. ``(["sm_120a"], [])``; sorted, without repeats.
+        ``(sass, ptx)``, e.g. ``(["sm_120f"], [])``; sorted, without repeats.
 
     Raises:
         BuilderError: cuobjdump fails on the file.
     """
     found: list[list[str]] = []
-    for flag, pattern in (("--list-elf", r"\.(sm_\d+[af]?)\.cubin"),
+    for flag, pattern in (("--dump-resource-usage",
+                           r"Fatbin elf code:\s*=+\s*arch = (sm_\d+[af]?)\b"),
                           ("--list-ptx", r"\.(sm_\d+[af]?)\.ptx")):
         done = subprocess.run([str(cuobjdump), flag, str(library)], capture_output=True,
                               text=True, check=False, timeout=600)

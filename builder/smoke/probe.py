@@ -69,6 +69,10 @@ WARNING_PATTERNS: dict[str, str] = {
     "tma_ws_init_failed": "Failed to initialize cutlass TMA WS grouped gemm",
 }
 
+#: The module FlashInfer's autotuner loads while profiling (``delay_kernel`` in
+#: ``flashinfer/tllm_utils.py``, 0.6.3 to 0.7.2).
+AUTOTUNER_MODULE: Final = "trtllm_utils"
+
 PASSED: Final = "passed"
 FAILED: Final = "failed"
 WARNING: Final = "warning"
@@ -306,14 +310,32 @@ def parse_manifest(data: dict[str, Any]) -> Manifest:
 def read_manifest() -> tuple[Manifest, Path]:
     """Find the installed kernel wheel and read its manifest.
 
+    Two layouts: up to FlashInfer 0.6 one ``flashinfer_jit_cache`` package holds the
+    modules (manifest beside its ``__init__.py``); from 0.7 it is a shim whose
+    ``get_jit_cache_providers()`` lists per-arch provider packages, ours with the manifest
+    beside the provider's ``jit_cache`` folder (``flashinfer/jit/env.py`` of 0.7.2).
+
     Returns:
-        The manifest and ``get_jit_cache_dir()``.
+        The manifest and the folder holding ``NAME/NAME.so`` (``get_jit_cache_dir()``,
+        or the provider's ``jit_cache_dir``).
 
     Raises:
         ImportError: ``flashinfer_jit_cache`` is not installed.
-        OSError, ValueError: the manifest is missing or malformed.
+        OSError, ValueError: the manifest is missing or malformed, or no installed
+            provider was built by this builder.
     """
     package = importlib.import_module(KERNEL_PACKAGE)
+    providers = getattr(package, "get_jit_cache_providers", None)
+    if providers is not None:
+        found = list(providers())
+        for provider in found:
+            path = Path(str(provider.jit_cache_dir)).parent / MANIFEST_FILE
+            if path.is_file():
+                return (parse_manifest(json.loads(path.read_text())),
+                        Path(str(provider.jit_cache_dir)))
+        raise FileNotFoundError("no flashinfer-jit-cache provider of this builder is "
+                                "installed (providers: "
+                                f"{', '.join(p.provider_id for p in found) or 'none'})")
     folder = Path(str(package.__file__)).parent
     data = json.loads((folder / MANIFEST_FILE).read_text())
     return parse_manifest(data), Path(package.get_jit_cache_dir())
@@ -745,9 +767,14 @@ def check_kernels(capability: tuple[int, int] | None,
     except Exception as exc:
         return _result(name, FAILED, f"flashinfer does not import: {_error_text(exc)}")
     problems: list[str] = []
-    if Path(jit_env.FLASHINFER_AOT_DIR).resolve() != jit_dir.resolve():
+    # FlashInfer >= 0.7 resolves each module through the providers (get_aot_path); older
+    # ones read one folder, FLASHINFER_AOT_DIR.
+    per_module = getattr(jit_env, "get_aot_path", None)
+    if per_module is None and Path(jit_env.FLASHINFER_AOT_DIR).resolve() != jit_dir.resolve():
         problems.append(f"FlashInfer looks for modules in {jit_env.FLASHINFER_AOT_DIR}, "
                         f"not in the kernel wheel's {jit_dir}")
+    # 0.7 made JitSpec abstract; the nvcc spec is JitSpecNvcc.
+    spec_class = getattr(jit_core, "JitSpecNvcc", jit_core.JitSpec)
     modules: list[dict[str, Any]] = []
     for module in manifest.modules:
         entry: dict[str, Any] = {"name": module.name, "sass": list(module.sass)}
@@ -763,11 +790,14 @@ def check_kernels(capability: tuple[int, int] | None,
                               f"{capability[0]}{capability[1]}")
         else:
             try:
-                spec = jit_core.JitSpec(name=module.name, sources=[], extra_cflags=None,
-                                        extra_cuda_cflags=None, extra_ldflags=None,
-                                        extra_include_dirs=None)
+                spec = spec_class(name=module.name, sources=[], extra_cflags=None,
+                                  extra_cuda_cflags=None, extra_ldflags=None,
+                                  extra_include_dirs=None)
                 if not spec.is_aot:
                     raise RuntimeError(f"FlashInfer does not find it ({spec.aot_path})")
+                if Path(spec.aot_path).resolve() != library.resolve():
+                    raise RuntimeError(f"FlashInfer picks {spec.aot_path}, not the kernel "
+                                       f"wheel's {library}")
                 spec.build_and_load()
                 entry["loaded"] = True
             except Exception as exc:
@@ -989,7 +1019,17 @@ def check_moe(capability: tuple[int, int] | None, mode: str,
                          "error": "not run: the nvfp4 variant is not written yet"})
     warnings = count_warnings(lines)
     data = {"module": module, "variants": variants, "warnings": warnings,
+            "autotuner_module": AUTOTUNER_MODULE,
+            "autotuner_module_shipped": manifest.module(AUTOTUNER_MODULE) is not None,
+            "tactics_missing_a_module": sum(v.get("autotune", {}).get("skipped", {})
+                                            .get("missing_module", 0) for v in variants),
             "warning_lines": [line for line in lines if classify_line(line)][:20]}
+    if not data["autotuner_module_shipped"]:
+        # FlashInfer's autotuner calls delay_kernel (trtllm_utils) while timing each tactic;
+        # without it, under FLASHINFER_DISABLE_JIT=1 every tactic is skipped.
+        return _result(name, FAILED, f"the kernel wheel does not ship {AUTOTUNER_MODULE}: "
+                       "FlashInfer's autotuner cannot time any tactic without it; "
+                       + moe_verdict(variants)[1], **data)
     status, detail = moe_verdict(variants)
     return _result(name, status, detail, **data)
 

@@ -1,13 +1,27 @@
 """Compile FlashInfer modules ahead of time with FlashInfer's own JIT spec functions.
 
-Run by ``builder.kernels.pins`` with the build environment's interpreter (where the pinned
+Run by ``builder.kernels.build`` with the build environment's interpreter (where the pinned
 FlashInfer is installed); the builder never imports it. Argument: one JSON object
-``{"out": folder, "groups": [...], "head_dims": [...], "list": bool}``. Environment:
-FlashInfer's own variables (``CUDA_HOME``, ``FLASHINFER_CUDA_ARCH_LIST``,
+``{"out": folder, "groups": [...], "head_dims": [...], "list": bool, "paths": str}``.
+Environment: FlashInfer's own variables (``CUDA_HOME``, ``FLASHINFER_CUDA_ARCH_LIST``,
 ``FLASHINFER_WORKSPACE_BASE``, ``FLASHINFER_NVCC``, ``MAX_JOBS``). Compiler output goes to
 stderr as it happens; the last line on stdout is one JSON object.
+
+No GPU is needed. ``import flashinfer`` runs the package's ``__init__``, which from 0.6.8
+to 0.6.18 imports ``gdn_kernels/gdn_decode_bf16_state.py``, whose module level calls
+``torch.cuda.get_device_properties(0)``: with a CUDA torch on a machine without a GPU that
+raises ``RuntimeError``, which FlashInfer's own import guard swallows (its release jobs
+build the jit-cache so, in GPU-less CUDA containers with the arch list set explicitly); with
+a CPU torch it raises ``AssertionError`` and the import fails. The spec functions live in
+``flashinfer.jit`` and need none of that public API, so this driver registers the
+``flashinfer`` package without running its ``__init__`` and imports only the submodules it
+uses. FlashInfer's files are not touched.
 """
 
+import ast
+import importlib
+import importlib.metadata
+import importlib.util
 import json
 import os
 import shutil
@@ -20,6 +34,21 @@ from typing import Any
 # Compiler output (ninja writes to stdout) joins stderr; stdout keeps only the result.
 _RESULT_FD = os.dup(1)
 os.dup2(2, 1)
+
+
+def register_package() -> str:
+    """Register ``flashinfer`` in ``sys.modules`` without executing its ``__init__``.
+
+    Returns:
+        The installed ``flashinfer-python`` version (from its metadata).
+    """
+    spec = importlib.util.find_spec("flashinfer")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("flashinfer-python is not installed in this environment")
+    # A package object with FlashInfer's search path: its submodules import normally.
+    sys.modules["flashinfer"] = importlib.util.module_from_spec(spec)
+    return importlib.metadata.version("flashinfer-python")
+
 
 def _sm_group(prefix: str, module: Any, pattern: str) -> Callable[[str], list[Any]]:
     def specs(group: str) -> list[Any]:
@@ -46,7 +75,17 @@ def _attention(head_dims: list[int]) -> list[Any]:
 
 def specs_for(group: str, head_dims: list[int]) -> list[Any]:
     """FlashInfer's JitSpecs for one module group (raises KeyError for an unknown one)."""
-    from flashinfer.jit import activation, fp4_quantization, fused_moe, norm, page, rope, sampling
+    from flashinfer.jit import (
+        activation,
+        fp4_quantization,
+        fused_moe,
+        gemm,
+        norm,
+        page,
+        rope,
+        sampling,
+        tllm_utils,
+    )
 
     fixed = {
         "norm": lambda: [norm.gen_norm_module()],
@@ -56,6 +95,7 @@ def specs_for(group: str, head_dims: list[int]) -> list[Any]:
         "activation": lambda: [activation.gen_act_and_mul_module(name)
                                for name in ("silu", "gelu", "gelu_tanh")],
         "attention": lambda: _attention(head_dims),
+        "trtllm_utils": lambda: [tllm_utils.gen_trtllm_utils_module()],
     }
     if group in fixed:
         return fixed[group]()
@@ -65,7 +105,99 @@ def specs_for(group: str, head_dims: list[int]) -> list[Any]:
     if group.startswith("fp4_quantization_sm"):
         return _sm_group("fp4_quantization_sm", fp4_quantization,
                          "gen_fp4_quantization_sm{sm}_module")(group)
+    if group.startswith("fp4_gemm_sm"):
+        return _sm_group("fp4_gemm_sm", gemm, "gen_gemm_sm{sm}_module_cutlass_fp4")(group)
     raise KeyError(group)
+
+
+# --- the SM120 code paths: which modules FlashInfer itself loads -------------------------
+
+#: (path, module holding the caller, the loader it must call, module holding the loader,
+#: the loader's arguments on SM120). Module names are tried in order (files moved between
+#: releases); a loader ``a|b`` means ``a`` where it exists, else ``b`` (FlashInfer 0.5.3 calls
+#: the SM120 FP4 GEMM getter directly, later releases through a dispatcher). The modules
+#: SGLang's NVFP4 MoE path with ``flashinfer_cutlass`` loads on an
+#: SM120 GPU: the CUTLASS fused MoE, the FP4 activation quantization, the FP4 GEMM of the
+#: dense linears, and the autotuner's ``delay_kernel`` (module ``trtllm_utils``), which it
+#: calls while profiling every tactic.
+PATHS: list[tuple[str, tuple[str, ...], str, tuple[str, ...], tuple[Any, ...]]] = [
+    ("moe", ("flashinfer.fused_moe.core",), "get_cutlass_fused_moe_module",
+     ("flashinfer.fused_moe.core",), ("120",)),
+    ("fp4_quantization", ("flashinfer.quantization.fp4_quantization",
+                          "flashinfer.fp4_quantization"), "get_fp4_quantization_module",
+     ("flashinfer.quantization.fp4_quantization", "flashinfer.fp4_quantization"), ("120",)),
+    ("fp4_gemm", ("flashinfer.gemm.gemm_base", "flashinfer.gemm"),
+     "get_cutlass_fp4_gemm_module|get_gemm_sm120_module_cutlass_fp4",
+     ("flashinfer.gemm.gemm_base", "flashinfer.gemm"), (12, 0)),
+    ("autotune", ("flashinfer.autotuner.autotuner", "flashinfer.autotuner"), "delay_kernel",
+     ("flashinfer.tllm_utils",), (100,)),
+]
+
+
+class _Loaded(Exception):
+    """Raised by the recording ``build_and_load``: the loader asked for this module."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def _first_module(names: tuple[str, ...]) -> Any:
+    for name in names:
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    raise ImportError(f"none of {', '.join(names)}")
+
+
+def _calls(module: Any, function: str) -> bool:
+    """Whether ``module``'s source calls ``function`` (read with ast)."""
+    tree = ast.parse(Path(module.__file__).read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            callee = node.func
+            name = callee.id if isinstance(callee, ast.Name) else \
+                callee.attr if isinstance(callee, ast.Attribute) else None
+            if name == function:
+                return True
+    return False
+
+
+def sm120_paths(lane: str) -> dict[str, Any]:
+    """For each path: does the caller still call the loader (in the source), and which
+    module does the loader load for an SM120 GPU (FlashInfer's own code, with
+    ``build_and_load`` recording the module's name instead of compiling)."""
+    import torch
+    from flashinfer.jit import core
+
+    # The FP4 quantization picks 120f from torch's CUDA version (>= 12.9): the serving
+    # torch's, which is the lane's.
+    torch.version.cuda = lane
+
+    def record(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise _Loaded(self.name)
+
+    core.JitSpec.build_and_load = record
+    found: dict[str, Any] = {}
+    for path, callers, loader, homes, arguments in PATHS:
+        entry: dict[str, Any] = {"loader": loader}
+        try:
+            caller, home = _first_module(callers), _first_module(homes)
+            # The first alternative this release has; the SM120 getter takes no arguments.
+            name = next((n for n in loader.split("|") if hasattr(home, n)), loader)
+            if name != loader.split("|")[0]:
+                arguments = ()
+            entry.update(loader=name, caller=caller.__name__,
+                         calls_loader=_calls(caller, name))
+            getattr(home, name)(*arguments)
+            entry["error"] = f"{name}{arguments} loaded no module"
+        except _Loaded as loaded:
+            entry["module"] = loaded.name
+        except Exception as error:
+            entry["error"] = f"{type(error).__name__}: {error}"
+        found[path] = entry
+    return found
 
 
 def _emit(result: dict[str, Any]) -> None:
@@ -74,20 +206,21 @@ def _emit(result: dict[str, Any]) -> None:
 
 def main() -> None:
     request = json.loads(sys.argv[1])
-    out = Path(request["out"])
+    out = Path(request.get("out", "."))
     head_dims = [int(h) for h in request.get("head_dims", [])]
-    import flashinfer
-
+    version = register_package()
+    if request.get("paths"):
+        _emit({"flashinfer": version, "paths": sm120_paths(str(request["paths"]))})
+        return
     table = {}
     for group in request["groups"]:
         try:
             table[group] = specs_for(group, head_dims)
         except (KeyError, AttributeError):
-            _emit({"error": f"FlashInfer {flashinfer.__version__} has no module "
-                                       f"group {group!r}"})
+            _emit({"error": f"FlashInfer {version} has no module group {group!r}"})
             sys.exit(2)
     if request.get("list"):
-        _emit({"flashinfer": flashinfer.__version__,
+        _emit({"flashinfer": version,
                "groups": {g: [s.name for s in specs] for g, specs in table.items()}})
         return
     # Every module (deduplicated by name) in one ninja graph, through FlashInfer's own
@@ -115,7 +248,7 @@ def main() -> None:
         built[name] = {"group": group, "path": f"{name}/{name}.so",
                        "cuda_cflags": list(spec.extra_cuda_cflags or []),
                        "cflags": list(spec.extra_cflags or [])}
-    _emit({"flashinfer": flashinfer.__version__, "modules": built, "seconds": seconds})
+    _emit({"flashinfer": version, "modules": built, "seconds": seconds})
 
 
 if __name__ == "__main__":
