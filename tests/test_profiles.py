@@ -15,7 +15,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import MATRIX_RELEASES, RELEASES, REPO, _download
+from conftest import FILES, MATRIX_RELEASES, RELEASES, REPO, Release, _download
 
 from builder.core.config import load_targets
 from builder.core.errors import BuilderError
@@ -29,23 +29,42 @@ from builder.image.profile import (
 
 TARGETS = load_targets(REPO / "targets.toml")
 SERVER_ARGS = "sglang/srt/server_args.py"
+ARG_GROUPS = "sglang/srt/arg_groups/"  # where 0.5.16+ declare (0.5.2x: all) their fields
+
+# Targets' releases that the matrix tests do not cover (its column list is fixed).
+PROFILE_RELEASES = {
+    "0.5.23": Release("0.5.23",
+                      "00b3cd5b265ac76c64185fbb6b95424f324ddd9f428d0306b77bc9db9d859937",
+                      f"{FILES}/57/dd/0206d00b2ea5b163bbdd216e91cc4f23ea90fde8620db0a6272d4236b68e/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl"),
+}
+
+
+def _is_args_source(name: str) -> bool:
+    return name.endswith(".py") and (name.endswith(SERVER_ARGS) or ARG_GROUPS in name)
 
 
 @functools.cache
-def server_args_source(version: str) -> str:
-    """``server_args.py`` of the release, from its pinned sdist or wheel (cached)."""
-    release = {**RELEASES, **MATRIX_RELEASES}.get(version)
+def server_args_sources(version: str) -> tuple[str, ...]:
+    """``server_args.py`` and ``arg_groups/**.py`` of the release, from its pinned sdist or
+    wheel (cached); ``server_args.py`` first."""
+    release = {**RELEASES, **MATRIX_RELEASES, **PROFILE_RELEASES}.get(version)
     assert release is not None, f"add sglang {version}'s sdist or wheel to tests/conftest.py"
     archive = _download(release)
+    texts: dict[str, str] = {}
     if archive.name.endswith(".whl"):
         with zipfile.ZipFile(archive) as wheel:
-            return wheel.read(SERVER_ARGS).decode()
-    with tarfile.open(archive) as sdist:
-        member = next(m for m in sdist.getmembers()
-                      if m.name.endswith(f"/{SERVER_ARGS}"))
-        handle = sdist.extractfile(member)
-        assert handle is not None
-        return handle.read().decode()
+            texts = {name: wheel.read(name).decode() for name in wheel.namelist()
+                     if _is_args_source(name)}
+    else:
+        with tarfile.open(archive) as sdist:
+            for member in sdist.getmembers():
+                handle = sdist.extractfile(member) if _is_args_source(member.name) else None
+                if handle is not None:
+                    texts[member.name] = handle.read().decode()
+    main = [text for name, text in texts.items() if name.endswith(SERVER_ARGS)]
+    assert len(main) == 1, f"sglang {version}: {SERVER_ARGS} not found once"
+    return (main[0], *(text for name, text in sorted(texts.items())
+                       if not name.endswith(SERVER_ARGS)))
 
 
 def launch(*args: str, profile: Path | str | None = None) -> subprocess.CompletedProcess[str]:
@@ -61,8 +80,8 @@ def launch(*args: str, profile: Path | str | None = None) -> subprocess.Complete
 def test_every_option_of_the_final_command_exists_in_that_release(name: str) -> None:
     target = TARGETS.get(name)
     profile = load_profile(profile_path(REPO / PROFILES_DIR, target), target)
-    source = server_args_source(str(target.upstream_version))
-    known = server_args_options(source)
+    sources = server_args_sources(str(target.upstream_version))
+    known = server_args_options(*sources)
     done = launch("--model-path", "/models/glm", "--tp-size", "8", profile=profile.path)
     assert done.returncode == 0, done.stderr
     argv = shlex.split(done.stdout)
@@ -74,17 +93,28 @@ def test_every_option_of_the_final_command_exists_in_that_release(name: str) -> 
     assert not unknown, f"sglang {target.upstream_version} has no {unknown}"
     for option, value in profile.args.items():
         if isinstance(value, str):  # a choice: the release's source names it
-            assert f'"{value}"' in source, f"{option} {value}: not in {target.upstream_version}"
+            assert any(f'"{value}"' in source for source in sources), \
+                f"{option} {value}: not in {target.upstream_version}"
 
 
 def test_the_check_tells_releases_apart() -> None:
     # The options are read per release: one 0.5.7 lacks is found in 0.5.9, and 0.5.16's
     # dataclass-declared options are read too.
-    old, new = server_args_options(server_args_source("0.5.7")), \
-        server_args_options(server_args_source("0.5.9"))
+    old, new = server_args_options(*server_args_sources("0.5.7")), \
+        server_args_options(*server_args_sources("0.5.9"))
     assert "--fp4-gemm-backend" not in old and "--fp4-gemm-backend" in new
-    latest = server_args_options(server_args_source("0.5.16"))
+    latest = server_args_options(*server_args_sources("0.5.16"))
     assert {"--cuda-graph-max-bs-decode", "--moe-runner-backend", "--model"} <= latest
+    # A field declared Arg(no_cli=True) has no option.
+    assert "--uses-mamba-radix-cache" not in latest
+    # 0.5.23 declares its fields in arg_groups/fields/*.py: server_args.py alone has only
+    # a few options; its deprecated alias --cuda-graph-max-bs is gone.
+    sources = server_args_sources("0.5.23")
+    assert "--moe-runner-backend" not in server_args_options(sources[0])
+    newest = server_args_options(*sources)
+    assert {"--moe-runner-backend", "--cuda-graph-max-bs-decode", "--tp-size",
+            "--no-enable-fused-qk-norm-rope"} <= newest
+    assert "--cuda-graph-max-bs" not in newest
 
 
 def test_users_arguments_win(tmp_path: Path) -> None:

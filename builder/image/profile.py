@@ -104,45 +104,82 @@ def load_profile(path: Path, target: Target) -> LaunchProfile:
     return LaunchProfile(path, raw.decode(), args, hashlib.sha256(raw).hexdigest())
 
 
-def server_args_options(source: str) -> set[str]:
-    """The command-line options an SGLang release's ``server_args.py`` defines.
+def server_args_options(*sources: str) -> set[str]:
+    """The command-line options an SGLang release's server arguments define.
 
-    Two styles, read from the syntax tree (nothing imported, no GPU stack needed):
-    ``parser.add_argument("--x", ...)`` (every release), and from 0.5.16 the
-    ``ServerArgs`` dataclass fields annotated ``A[...]`` whose option is the field name
-    with ``-`` (or the ``Arg(cli_name=...)`` given), plus ``Arg(aliases=[...])``, as
-    ``sglang/srt/arg_groups/arg_utils.py`` (``add_cli_args_from_dataclass``) builds them.
+    Three styles, read from the syntax tree (nothing imported, no GPU stack needed):
+
+    - ``parser.add_argument("--x", ...)`` (every release);
+    - from 0.5.16, fields annotated ``A[...]`` of the ``ServerArgs`` record in
+      ``sglang/srt/server_args.py``;
+    - from 0.5.2x, the same fields moved to namespace classes in
+      ``sglang/srt/arg_groups/fields/*.py``, the ones ``server_args.py`` lists in
+      ``_INPUT_NAMESPACES``.
+
+    A field's option is its name with ``-`` (or the ``Arg(cli_name=...)`` given), plus
+    ``Arg(aliases=[...])`` and, for ``Arg(action=argparse.BooleanOptionalAction)``, the
+    ``--no-`` form. A field with neither help text nor ``Arg(...)`` in its annotation, or
+    with ``Arg(no_cli=True)``, has no option. This is what
+    ``sglang/srt/arg_groups/arg_utils.py`` (``add_cli_args_from_dataclass``) registers.
 
     Args:
-        source: the text of ``sglang/srt/server_args.py``.
+        sources: the text of ``sglang/srt/server_args.py``, and of any module that
+            declares its fields (``sglang/srt/arg_groups/**.py``); order does not matter.
 
     Returns:
         every ``--option`` found.
     """
-    tree = ast.parse(source)
+    trees = [ast.parse(source) for source in sources]
+    records = {"ServerArgs"} | {name for tree in trees for name in _input_namespaces(tree)}
     found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                node.func.attr == "add_argument":
-            found |= {arg.value for arg in node.args if isinstance(arg, ast.Constant)
-                      and isinstance(arg.value, str) and arg.value.startswith("--")}
-        if isinstance(node, ast.ClassDef) and node.name == "ServerArgs":
-            for item in node.body:
-                if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
-                        and isinstance(item.annotation, ast.Subscript)
-                        and isinstance(item.annotation.value, ast.Name)
-                        and item.annotation.value.id == "A"):
-                    continue
-                name = "--" + item.target.id.replace("_", "-")
-                for call in ast.walk(item.annotation):
-                    if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and \
-                            call.func.id == "Arg":
-                        for keyword in call.keywords:
-                            value = keyword.value
-                            if keyword.arg == "cli_name" and isinstance(value, ast.Constant):
-                                name = str(value.value)
-                            if keyword.arg == "aliases" and isinstance(value, ast.List):
-                                found |= {str(e.value) for e in value.elts
-                                          if isinstance(e, ast.Constant)}
-                found.add(name)
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    node.func.attr == "add_argument":
+                found |= {arg.value for arg in node.args if isinstance(arg, ast.Constant)
+                          and isinstance(arg.value, str) and arg.value.startswith("--")}
+            if isinstance(node, ast.ClassDef) and node.name in records:
+                for item in node.body:
+                    found |= _field_options(item)
     return found
+
+
+def _input_namespaces(tree: ast.Module) -> list[str]:
+    """Class names in a module-level ``_INPUT_NAMESPACES = [...]`` (0.5.2x server_args.py)."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.List) and any(
+                isinstance(t, ast.Name) and t.id == "_INPUT_NAMESPACES" for t in node.targets):
+            return [e.id for e in node.value.elts if isinstance(e, ast.Name)]
+    return []
+
+
+def _field_options(item: ast.stmt) -> set[str]:
+    """The options of one ``name: A[type, "help" | Arg(...)] = default`` field."""
+    if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+            and isinstance(item.annotation, ast.Subscript)
+            and isinstance(item.annotation.value, ast.Name)
+            and item.annotation.value.id == "A"):
+        return set()
+    meta = item.annotation.slice.elts[1:] if isinstance(item.annotation.slice, ast.Tuple) \
+        else []
+    arg = next((m for m in meta if isinstance(m, ast.Call) and isinstance(m.func, ast.Name)
+                and m.func.id == "Arg"), None)
+    if arg is None:  # a bare string is the help text; anything else registers nothing
+        has_help = any(isinstance(m, ast.Constant | ast.JoinedStr | ast.BinOp)
+                       for m in meta)
+        return {"--" + item.target.id.replace("_", "-")} if has_help else set()
+    keywords = {keyword.arg: keyword.value for keyword in arg.keywords}
+    no_cli = keywords.get("no_cli")
+    if isinstance(no_cli, ast.Constant) and no_cli.value is True:
+        return set()
+    cli_name = keywords.get("cli_name")
+    name = str(cli_name.value) if isinstance(cli_name, ast.Constant) else \
+        "--" + item.target.id.replace("_", "-")
+    names = [name]
+    aliases = keywords.get("aliases")
+    if isinstance(aliases, ast.List):
+        names += [str(e.value) for e in aliases.elts if isinstance(e, ast.Constant)]
+    action = keywords.get("action")
+    if isinstance(action, ast.Attribute) and action.attr == "BooleanOptionalAction":
+        names += ["--no-" + n[2:] for n in names if n.startswith("--")]
+    return set(names)
