@@ -20,6 +20,7 @@ from builder.kernels.build import (
     check_groups,
 )
 from builder.kernels.pins import check_arch_list, kernel_label, kernel_wheel_version, read_pins
+from builder.kernels.shard import Shard
 from builder.kernels.toolchain import (
     arch_code,
 )
@@ -51,6 +52,9 @@ class KernelOptions:
             (container mode).
         engine: Docker Engine URL (container mode; ``None``: ``DOCKER_HOST`` or the default).
         request_file: build this saved request instead of resolving the target.
+        shard: compile only this ``I/N`` share of the compile steps into the sccache
+            backend (no wheel); ``None``: the whole build.
+        step_costs: balance shards by this step-costs file (default: the cache's).
     """
 
     lane: str | None = None
@@ -68,7 +72,8 @@ class KernelOptions:
     toolkit: str | None = None
     engine: str | None = None
     request_file: Path | None = None
-
+    shard: Shard | None = None
+    step_costs: Path | None = None
 
 
 
