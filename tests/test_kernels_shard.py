@@ -24,7 +24,9 @@ from conftest import REPO, run_cli
 from services import need
 from test_kernels_build import TARGET, TORCH, kernel_cache, redis_server  # noqa: F401
 
+from builder.core.cache import Cache
 from builder.core.errors import BuilderError
+from builder.kernels.build import KernelRequest, costs_file, seed_costs
 from builder.kernels.shard import Shard, StepCosts, makespan, model_wall_time, partition
 
 MODULES = ["--modules", "norm,activation"]  # 5 translation units, 4 modules, ~1 min cold
@@ -82,6 +84,12 @@ def test_step_costs_record_merges_and_a_foreign_file_is_refused(tmp_path):
     (tmp_path / "bad.json").write_text('{"steps": [1, 2]}')
     with pytest.raises(BuilderError, match="not a step-costs file"):
         StepCosts(tmp_path / "bad.json").read()
+
+
+def test_seed_costs_are_the_x2_measurement():
+    seed = seed_costs()
+    assert len(seed["steps"]) == 152 and max(seed["steps"].values()) > 400
+    assert "fused_moe_120/moe_gemm_kernels_fp8_uint4.cuda.o" in seed["steps"]
 
 
 def test_shard_without_sccache_and_a_bad_shard_are_refused(tmp_path):
@@ -169,20 +177,25 @@ def test_two_shards_then_the_final_build_gets_every_object_and_the_unsharded_byt
     steps = [set(r["steps"]) for r in results]
     assert steps[0] and steps[1] and not steps[0] & steps[1]
     assert len(steps[0] | steps[1]) == results[0]["total_steps"] == 5
-    assert all(r["sccache"]["misses"] == len(r["steps"]) for r in results), results
+    # sccache counts nvcc's sub-steps (cicc, ptxas ...) as hits and misses of their own
+    assert all(r["sccache"]["compile_requests"] == len(r["steps"]) for r in results), results
+    assert all(r["sccache"]["misses"] > 0 and r["sccache"]["hits"] == 0 for r in results)
     assert not list(kernel_cache.glob("kernels/*/*.whl"))  # a shard writes no wheel
-    costs = json.loads(Path(results[0]["step_costs"]).read_text())
+    recorded = costs_file(Cache(kernel_cache),
+                          KernelRequest.from_json(json.loads(request.read_text())))
+    costs = json.loads(recorded.read_text())
     assert set(costs["steps"]) >= steps[0] | steps[1]  # both shards recorded their times
     sharded = _final(kernel_cache, request, tmp_path / "sharded", env)
     assert sharded["cached"] is False
     stats = sharded["sccache"]
-    assert stats["misses"] == 0 and stats["hits"] == 5, stats
+    assert stats["misses"] == 0 and stats["hits"] > 0 and stats["errors"] == 0, stats
 
     # 2. The same request unsharded, cold (an empty backend, a fresh cache entry).
     shutil.rmtree(kernel_cache / "kernels")
     _flush(redis_server)
     unsharded = _final(kernel_cache, request, tmp_path / "unsharded", env)
-    assert unsharded["sccache"]["misses"] == 5
+    cold = unsharded["sccache"]["misses"]
+    assert cold > 0 and unsharded["sccache"]["hits"] == 0
     wheel = Path(sharded["wheel"]).name
     assert Path(unsharded["wheel"]).name == wheel
     assert (tmp_path / "sharded" / wheel).read_bytes() == \
@@ -208,7 +221,6 @@ def test_two_shards_then_the_final_build_gets_every_object_and_the_unsharded_byt
     assert set(json.loads(out)["steps"]) == steps[0]
     recovered = _final(kernel_cache, request, tmp_path / "recovered", env)
     stats = recovered["sccache"]
-    assert stats["misses"] >= 1 and stats["hits"] >= len(steps[0]), stats
-    assert stats["hits"] + stats["misses"] == 5, stats
+    assert 0 < stats["misses"] < cold and stats["hits"] > 0, stats  # only what was left
     assert (tmp_path / "recovered" / wheel).read_bytes() == \
         (tmp_path / "unsharded" / wheel).read_bytes()

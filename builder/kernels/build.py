@@ -198,7 +198,8 @@ class ShardResult:
         total_steps: compile steps in the whole graph.
         seconds: wall time of the shard's compile.
         sccache: sccache's statistics of this shard.
-        costs: the step-costs file the split was balanced by (and the times were added to).
+        costs: the step-costs file the split was balanced by (``None``: the costs that
+            ship with the builder, or none).
         log: the compile log.
     """
 
@@ -208,14 +209,15 @@ class ShardResult:
     total_steps: int
     seconds: float
     sccache: dict[str, Any] | None
-    costs: Path
+    costs: Path | None
     log: Path
 
     def describe(self) -> dict[str, Any]:
         """Return JSON-ready data."""
         return {"shard": str(self.shard), "steps": self.steps,
                 "total_steps": self.total_steps, "seconds": self.seconds,
-                "sccache": self.sccache, "step_costs": str(self.costs), "log": str(self.log),
+                "sccache": self.sccache, "step_costs": str(self.costs) if self.costs else None,
+                "log": str(self.log),
                 "request": self.request.describe()}
 
 
@@ -388,7 +390,10 @@ def compile_shard(request: KernelRequest, env: PythonEnv, shard: Shard, *, nvcc:
     compiler = find_nvcc(nvcc, env)
     key = _build_key(request, env, compiler)
     recorded = costs_file(cache, request)
-    costs = StepCosts(step_costs or recorded).read()
+    # The same split on every runner: a given file, else this cache's record, else the
+    # costs measured for the default set that ship with the builder, else by count.
+    balance = step_costs or (recorded if recorded.exists() else None)
+    costs = StepCosts(balance).read() if balance else seed_costs()
     jobs = jobs or compile_jobs(request.groups)
     with _workspace(cache, key, reporter) as work:
         toolchain = _toolchain(request, env, compiler, work)
@@ -410,7 +415,18 @@ def compile_shard(request: KernelRequest, env: PythonEnv, shard: Shard, *, nvcc:
         log.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(work / "build.log", log)
     return ShardResult(request, shard, mine, len(steps), float(result.get("seconds", 0.0)),
-                       stats, step_costs or recorded, log)
+                       stats, balance, log)
+
+
+def seed_costs() -> dict[str, Any]:
+    """Step costs that ship with the builder (``data/step-costs-*.json``: measured builds of
+    the default set, named in each file), merged; for shards on fresh runners."""
+    merged: dict[str, Any] = {"steps": {}, "links": {}}
+    for path in sorted((Path(__file__).resolve().parent / "data").glob("step-costs-*.json")):
+        data = StepCosts(path).read()
+        merged["steps"].update(data["steps"])
+        merged["links"].update(data["links"])
+    return merged
 
 
 def costs_file(cache: Cache, request: KernelRequest) -> Path:

@@ -272,7 +272,8 @@ def build_kernels_in_container(request: KernelRequest, options: KernelOptions, *
     if options.shard is not None and status.get("StatusCode") == 0 and "shard" in result:
         return ShardResult(request, options.shard, result["steps"], result["total_steps"],
                            result["seconds"], result.get("sccache"),
-                           cache.root / Path(result["step_costs"]).relative_to("/cache"),
+                           cache.root / Path(result["step_costs"]).relative_to("/cache")
+                           if result.get("step_costs") else None,
                            cache.root / Path(result["log"]).relative_to("/cache"))
     if status.get("StatusCode") != 0 or "wheel" not in result:
         cause = result.get("error") or f"exit {status.get('StatusCode')}:\n{tail.strip()}"
