@@ -48,6 +48,9 @@ def test_partition_covers_every_step_once_and_balances_by_cost():
     assert sorted(s for shard in shards for s in shard) == sorted(costs)
     loads = sorted(sum(costs[s] for s in shard) for shard in shards)
     assert loads == [600.0, 600.0]
+    # The long step measured last by name still goes first (name order would give 6 and 2).
+    late = {"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0, "z": 4.0}
+    assert partition(list(late), late, 2) == [["z"], ["a", "b", "c", "d"]]
     # Same inputs in any order: the same split (every runner computes it alone).
     assert partition(list(reversed(costs)), dict(reversed(costs.items())), 2) == shards
     # More shards than steps: the extra shards are empty, nothing is lost.
@@ -189,6 +192,7 @@ def test_two_shards_then_the_final_build_gets_every_object_and_the_unsharded_byt
     assert sharded["cached"] is False
     stats = sharded["sccache"]
     assert stats["misses"] == 0 and stats["hits"] > 0 and stats["errors"] == 0, stats
+    assert json.loads(recorded.read_text()) == costs  # hits are no compile's cost
 
     # 2. The same request unsharded, cold (an empty backend, a fresh cache entry).
     shutil.rmtree(kernel_cache / "kernels")
@@ -207,7 +211,9 @@ def test_two_shards_then_the_final_build_gets_every_object_and_the_unsharded_byt
     dying = _start_shard("2/2", kernel_cache, request, env, tmp_path / "m3",
                          tmp_path / "dying.log")
     deadline = time.monotonic() + 600
-    while "compile steps of a shard" not in (tmp_path / "dying.log").read_text():
+    # ninja -v prints a step's command as it starts it: kill during the first compile.
+    # (the listing before it runs no ninja step, so "[1/" is the shard's first compile)
+    while "[1/" not in (tmp_path / "dying.log").read_text():
         assert dying.poll() is None and time.monotonic() < deadline, \
             (tmp_path / "dying.log").read_text()[-2000:]
         time.sleep(0.5)
@@ -218,7 +224,8 @@ def test_two_shards_then_the_final_build_gets_every_object_and_the_unsharded_byt
                             tmp_path / "survivor.log")
     out, _ = survivor.communicate(timeout=1800)
     assert survivor.returncode == 0, (tmp_path / "survivor.log").read_text()[-3000:]
-    assert set(json.loads(out)["steps"]) == steps[0]
+    survived = set(json.loads(out)["steps"])
+    assert survived and len(survived) < 5  # (the split follows the costs stage 2 recorded)
     recovered = _final(kernel_cache, request, tmp_path / "recovered", env)
     stats = recovered["sccache"]
     assert 0 < stats["misses"] < cold and stats["hits"] > 0, stats  # only what was left

@@ -409,7 +409,8 @@ def compile_shard(request: KernelRequest, env: PythonEnv, shard: Shard, *, nvcc:
                 f"({jobs} jobs)")
         except BuilderError as error:
             raise _keep_log(cache, key, work, error) from None
-        StepCosts(recorded).record(result.get("step_seconds", {}), set(steps), jobs)
+        if not (stats or {}).get("hits"):  # a cache hit's time is no compile's cost
+            StepCosts(recorded).record(result.get("step_seconds", {}), set(steps), jobs)
         log = cache.root / "logs" / f"kernels-{key[:16]}-shard-{shard.index}-of-" \
             f"{shard.count}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -594,7 +595,8 @@ def _compile(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, work:
         if (work / "build.log").exists():
             shutil.copyfile(work / "build.log", tmp / "build.log")
     compile_steps = {s for s, info in result.get("steps", {}).items() if info["compile"]}
-    StepCosts(costs).record(result.get("step_seconds", {}), compile_steps, jobs)
+    if not stats or not stats.get("hits"):  # a cache hit's time is no compile's cost
+        StepCosts(costs).record(result.get("step_seconds", {}), compile_steps, jobs)
     expected = sorted(arch_code(arch) for arch in request.arch_list)
     entries = []
     for name, info in sorted(result["modules"].items()):
