@@ -67,13 +67,16 @@ def main() -> None:
     parser.add_argument("--cuda-lane", default="13.0")
     parser.add_argument("--modules", default="norm,activation,page,rope")
     parser.add_argument("--build-torch", default="torch==2.13.0")
-    parser.add_argument("--cache-dir", type=Path, default=None,
-                        help="builder cache (default: a fresh one; the build venv is made "
-                             "there untimed)")
+    parser.add_argument("--borrow", type=Path, default=None, metavar="CACHE",
+                        help="use this cache's build environments and upstream sources "
+                             "(links in a fresh cache; default: make them there, untimed)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-shards-"))
-    cache = args.cache_dir or work / "cache"
+    cache = work / "cache"
+    for name in ("kernel-env", "downloads", "source", "wheelhouse") if args.borrow else ():
+        cache.mkdir(exist_ok=True)
+        (cache / name).symlink_to(args.borrow.resolve() / name)
     cpus = len(os.sched_getaffinity(0))
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

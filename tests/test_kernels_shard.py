@@ -151,9 +151,20 @@ def _final(cache: Path, request: Path, dist: Path, env: dict[str, str]) -> dict:
     done = run_cli("kernels", "--request", str(request), *TORCH, "--mode", "host",
                    "--sccache", "--cache-dir", str(cache), "--dist", str(dist), "--json",
                    env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
     result: dict = json.loads(done.stdout)
     return result
+
+
+def _private_cache(shared: Path, root: Path) -> Path:
+    """A cache of this test's own for the kernel entries, build folders and step costs (the
+    other kernel tests empty the shared one's ``kernels``), borrowing the shared one's
+    build environments and upstream sources."""
+    for name in ("kernel-env", "downloads", "source", "wheelhouse"):
+        (shared / name).mkdir(parents=True, exist_ok=True)
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).symlink_to(shared / name)
+    return root
 
 
 def test_two_shards_then_the_final_build_gets_every_object_and_the_unsharded_bytes(
@@ -162,6 +173,7 @@ def test_two_shards_then_the_final_build_gets_every_object_and_the_unsharded_byt
     wheel is byte-identical to an unsharded cold build's. Then shard 2 dies mid-compile: the
     final build compiles what it left out and still ships the same bytes."""
     env = {"SCCACHE_REDIS_ENDPOINT": redis_server, "SCCACHE_BUCKET": ""}
+    kernel_cache = _private_cache(kernel_cache, tmp_path / "cache")
     request = tmp_path / "request.json"
     saved = run_cli("kernels", *TARGET, *MODULES, "--save-request", str(request),
                     "--cache-dir", str(kernel_cache))
