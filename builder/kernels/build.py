@@ -409,7 +409,7 @@ def compile_shard(request: KernelRequest, env: PythonEnv, shard: Shard, *, nvcc:
                 f"({jobs} jobs)")
         except BuilderError as error:
             raise _keep_log(cache, key, work, error) from None
-        if not (stats or {}).get("hits"):  # a cache hit's time is no compile's cost
+        if _compiled(stats):
             StepCosts(recorded).record(result.get("step_seconds", {}), set(steps), jobs)
         log = cache.root / "logs" / f"kernels-{key[:16]}-shard-{shard.index}-of-" \
             f"{shard.count}.log"
@@ -428,6 +428,13 @@ def seed_costs() -> dict[str, Any]:
         merged["steps"].update(data["steps"])
         merged["links"].update(data["links"])
     return merged
+
+
+def _compiled(stats: dict[str, Any] | None) -> bool:
+    """Whether a build's step times are compile costs: not when every object came from the
+    cache (a final build after its shards: its times are lookups). A build with some
+    hits (a shard that died) still records; that only skews the next split."""
+    return not stats or bool(stats.get("misses")) or not stats.get("hits")
 
 
 def costs_file(cache: Cache, request: KernelRequest) -> Path:
@@ -595,7 +602,7 @@ def _compile(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, work:
         if (work / "build.log").exists():
             shutil.copyfile(work / "build.log", tmp / "build.log")
     compile_steps = {s for s, info in result.get("steps", {}).items() if info["compile"]}
-    if not stats or not stats.get("hits"):  # a cache hit's time is no compile's cost
+    if _compiled(stats):
         StepCosts(costs).record(result.get("step_seconds", {}), compile_steps, jobs)
     expected = sorted(arch_code(arch) for arch in request.arch_list)
     entries = []
