@@ -184,7 +184,7 @@ def test_permissions_are_minimal_and_secrets_only_in_publish() -> None:
         assert "secrets." not in json.dumps({k: v for k, v in workflow.items() if k != "jobs"})
         for name, job in workflow["jobs"].items():
             allowed = {"contents": "read"}
-            if (path.name, name) == ("build.yml", "kernels"):
+            if (path.name, name) in (("build.yml", "kernels"), ("build.yml", "kernel-shards")):
                 allowed["id-token"] = "write"  # OIDC for the sccache bucket
             if (path.name, name) == ("upstream.yml", "pull-request"):
                 # its own branch and pull request, with the new target (bump --latest)
@@ -205,6 +205,9 @@ def test_publish_runs_on_version_tags_after_the_smoke_test() -> None:
     assert "image" in jobs["smoke"]["needs"]
     assert {"wheel", "kernels"} <= set(jobs["image"]["needs"])
     for name, job in jobs.items():
+        if name == "kernels":  # runs after failed shards too (it compiles what they left)
+            assert job["if"] == "${{ !cancelled() && needs.plan.result == 'success' }}"
+            continue
         assert name == "publish" or "if" not in job  # nothing else is held back
 
 
@@ -299,5 +302,20 @@ def test_the_plan_job_gives_every_target_to_every_per_target_job(tmp_path: Path)
         assert "plan" in job["needs"], name
         assert job["strategy"]["matrix"] == {"include": PLAN_MATRIX}, name
     # every matrix property the workflow reads is in every entry
-    used = set(re.findall(r"matrix\.(\w+)", (CI / "build.yml").read_text()))
+    text = (CI / "build.yml").read_text()
+    shards_text = text[text.index("  kernel-shards:"):text.index("\n  kernels:")]
+    used = set(re.findall(r"matrix\.(\w+)", text.replace(shards_text, "")))
     assert used and all(used <= set(entry) for entry in include)
+    # the kernel shard jobs: every target once per shard, I/N, then the final job
+    shards = json.loads(_github_outputs(output.read_text())["plan"])["kernel_shards"]
+    assert jobs["kernel-shards"]["strategy"]["matrix"] == {
+        "include": "${{ fromJSON(needs.plan.outputs.plan).kernel_shards }}"}
+    assert sorted((e["target"], e["shard"]) for e in shards) == sorted(
+        (t, f"{i}/4") for t in targets.targets for i in range(1, 5))
+    used = set(re.findall(r"matrix\.(\w+)", shards_text))
+    assert "shard" in used and all(used <= set(entry) for entry in shards)
+    assert "kernel-shards" in jobs["kernels"]["needs"]
+    (final,) = [s["run"] for s in jobs["kernels"]["steps"] if "nox -s kernels" in s.get("run", "")]
+    (shard,) = [s["run"] for s in jobs["kernel-shards"]["steps"] if "nox -s" in s.get("run", "")]
+    assert "--sccache" in final and "--shard" not in final
+    assert '--sccache --shard "$SHARD"' in shard

@@ -66,17 +66,25 @@ class Plan:
     Attributes:
         default: the default target's name.
         entries: one entry per target, in file order.
+        kernel_shards: shard jobs per target for the kernel build (``kernels --shard
+            I/N``; docs/compile-at-scale.md).
     """
 
     default: str
     entries: tuple[PlanEntry, ...]
+    kernel_shards: int = 4
 
     def to_json(self) -> dict[str, Any]:
-        """Return ``{"default": NAME, "targets": [entry, ...]}``.
+        """Return ``{"default": NAME, "targets": [entry, ...], "kernel_shards": [...]}``.
 
-        ``targets`` is what a workflow passes to ``strategy.matrix.include``.
+        ``targets`` is what a workflow passes to ``strategy.matrix.include``;
+        ``kernel_shards`` is every target's entry once per shard, with ``shard`` (``I/N``)
+        added, for the kernel shard jobs' matrix.
         """
-        return {"default": self.default, "targets": [e.to_json() for e in self.entries]}
+        count = self.kernel_shards
+        return {"default": self.default, "targets": [e.to_json() for e in self.entries],
+                "kernel_shards": [{**e.to_json(), "shard": f"{index}/{count}"}
+                                  for e in self.entries for index in range(1, count + 1)]}
 
 
 def _python_tags(target: Target) -> tuple[str, ...]:
@@ -110,10 +118,15 @@ def plan_targets(targets: TargetsFile) -> Plan:
     return Plan(default=targets.default, entries=entries)
 
 
-def run_plan(options: Options) -> Plan:
+def run_plan(options: Options, *, kernel_shards: int = 4) -> Plan:
     """The CI plan: every target of the targets file as a matrix entry (no downloads).
+
+    Args:
+        options: the common options (the targets file).
+        kernel_shards: shard jobs per target for the kernel build.
 
     Raises:
         BuilderError: the targets file is missing or invalid.
     """
-    return plan_targets(load_targets(options.targets_file))
+    plan = plan_targets(load_targets(options.targets_file))
+    return Plan(plan.default, plan.entries, kernel_shards)

@@ -16,6 +16,7 @@ from builder.cli.common import (
     index_url_arg,
     matrix_table,
     options,
+    positive,
 )
 from builder.core.errors import BuilderError
 from builder.core.progress import Reporter
@@ -28,8 +29,12 @@ def add_commands(commands: Any) -> None:
         description="Print what a CI job needs per target (name, versions, CUDA lane, arch "
                     "list, source kind, Python tags of repacked wheels), read from the "
                     "targets file alone: no downloads. With --json, the object's 'targets' "
-                    "list is a GitHub Actions matrix 'include' (ci/build.yml uses it).")
+                    "list is a GitHub Actions matrix 'include' (ci/build.yml uses it); "
+                    "'kernel_shards' is the same once per kernel shard job, with 'shard'.")
     common(plan, target=False)
+    plan.add_argument("--kernel-shards", type=positive, default=4, metavar="N",
+                      help="kernel shard jobs per target (`kernels --shard I/N`; "
+                           "default: %(default)s)")
     plan.set_defaults(handler=_cmd_plan)
 
     upstream = commands.add_parser(
@@ -93,7 +98,7 @@ def add_commands(commands: Any) -> None:
 def _cmd_plan(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     from builder.ci.plan import run_plan
 
-    plan = run_plan(options(args, reporter))
+    plan = run_plan(options(args, reporter), kernel_shards=args.kernel_shards)
     table = Table(title="CI plan")
     for column in ("target", "version", "CUDA", "arch list", "source", "Python tags"):
         table.add_column(column, overflow="fold")

@@ -63,6 +63,10 @@ examples:
   python -m builder kernels --environment current --arch-list 9.0a --modules norm,sampling
   SCCACHE_REDIS_ENDPOINT=redis://cache:6379 python -m builder kernels --sccache
 
+one cold build over N machines (docs/compile-at-scale.md), the same backend everywhere:
+  python -m builder kernels --sccache --shard 1/4     # ... --shard 4/4, one per CI job
+  python -m builder kernels --sccache                 # then: every object is a cache hit
+
 The wheel is flashinfer_jit_cache <flashinfer>+<label>.cu<lane>; with it installed and
 FLASHINFER_DISABLE_JIT=1, FlashInfer loads the modules instead of compiling them. From
 FlashInfer 0.7 there are two: the provider flashinfer_jit_cache_sm120f (the modules) and
@@ -111,6 +115,13 @@ def _kernels_parser(commands: Any) -> None:
                               "SCCACHE_BUCKET ... choose its cache (shared across runners)")
     kernels.add_argument("--jobs", type=positive, metavar="N",
                          help="parallel compile jobs (default: CPUs, bounded by free memory)")
+    kernels.add_argument("--shard", type=_shard, metavar="I/N",
+                         help="compile only shard I of N of the compile steps into the "
+                              "sccache backend (needs --sccache), write no wheel; a final "
+                              "run without --shard links and packs")
+    kernels.add_argument("--step-costs", type=Path, metavar="FILE",
+                         help="balance the shards by this step-costs file (default: the one "
+                              "every build records in the cache's kernel-costs/)")
     kernels.add_argument("--base-image", metavar="REF",
                          help="container mode: the build container's base image (default: "
                               "the lane's [[kernel_base]] in --pins-file, by digest)")
@@ -134,6 +145,15 @@ def _kernels_parser(commands: Any) -> None:
     kernels.add_argument("--verbose", action="store_true",
                          help="print every compiler line, not just the steps")
     kernels.set_defaults(handler=_cmd_kernels)
+
+
+def _shard(text: str) -> Any:
+    from builder.kernels.shard import Shard
+
+    try:
+        return Shard.parse(text)
+    except BuilderError as error:
+        raise argparse.ArgumentTypeError(error.cause) from None
 
 
 def _cmd_preflight(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
@@ -162,6 +182,7 @@ def _cmd_preflight(args: argparse.Namespace, reporter: Reporter) -> dict[str, An
 
 
 def _cmd_kernels(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.kernels.build import ShardResult
     from builder.kernels.request import KernelOptions, kernel_request
     from builder.kernels.run import run_kernels
 
@@ -172,7 +193,7 @@ def _cmd_kernels(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]
         nvcc=args.nvcc, build_torch=args.build_torch, wheelhouse=args.wheelhouse,
         sccache=args.sccache, jobs=args.jobs, base_image=args.base_image,
         toolkit=args.toolkit, engine=args.docker_host, request_file=args.request,
-        pins_file=args.pins_file)
+        pins_file=args.pins_file, shard=args.shard, step_costs=args.step_costs)
     if args.save_request:
         request = kernel_request(options(args, reporter), kernel)
         atomic_write_bytes(args.save_request,
@@ -182,6 +203,13 @@ def _cmd_kernels(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]
                         f"-> {args.save_request}")
         return request.describe()
     result = run_kernels(options(args, reporter), kernel)
+    if isinstance(result, ShardResult):
+        reporter.result(f"shard {result.shard}: {len(result.steps)} of {result.total_steps} "
+                        f"compile steps in {result.seconds} s into the sccache backend "
+                        f"(no wheel; run without --shard to link and pack)")
+        if result.sccache:
+            reporter.result(f"sccache: {result.sccache}")
+        return result.describe()
     manifest = result.manifest
     table = Table(title=f"{result.wheel.name}" + (" (cached: no compiler ran)"
                                                   if result.cached else ""))

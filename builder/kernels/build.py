@@ -15,12 +15,15 @@ cache, Redis or S3: sccache's own ``SCCACHE_*`` variables). What to build is dec
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,7 @@ from builder.core.progress import Reporter
 from builder.kernels import jitcache
 from builder.kernels.pins import DEFAULT_GROUPS, KernelPins, uses_providers
 from builder.kernels.preflight import preflight
+from builder.kernels.shard import Shard, StepCosts, partition
 from builder.kernels.toolchain import (
     PythonEnv,
     Toolchain,
@@ -164,6 +168,8 @@ class KernelResult:
             provider ``wheel`` (install both; ``None`` before 0.7, where ``wheel`` is the
             whole ``flashinfer_jit_cache``).
         shim_sha256: the shim's sha256.
+        costs: the step-costs file this build recorded its step times in (``None`` when
+            cached).
     """
 
     request: KernelRequest
@@ -176,6 +182,7 @@ class KernelResult:
     compile_seconds: float | None = None
     shim: Path | None = None
     shim_sha256: str | None = None
+    costs: Path | None = None
 
     @property
     def wheels(self) -> tuple[Path, ...]:
@@ -190,7 +197,42 @@ class KernelResult:
                 "wheels": [str(w) for w in self.wheels],
                 "request": self.request.describe(), "manifest": self.manifest,
                 "sccache": self.sccache, "log": str(self.log) if self.log else None,
-                "compile_seconds": self.compile_seconds}
+                "compile_seconds": self.compile_seconds,
+                "step_costs": str(self.costs) if self.costs else None}
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """One shard's compile steps, compiled into the shared sccache backend (no wheel).
+
+    Attributes:
+        request: what the whole build is.
+        shard: which shard this was.
+        steps: the compile steps this shard ran (names in FlashInfer's build folder).
+        total_steps: compile steps in the whole graph.
+        seconds: wall time of the shard's compile.
+        sccache: sccache's statistics of this shard.
+        costs: the step-costs file the split was balanced by (``None``: the costs that
+            ship with the builder, or none).
+        log: the compile log.
+    """
+
+    request: KernelRequest
+    shard: Shard
+    steps: list[str]
+    total_steps: int
+    seconds: float
+    sccache: dict[str, Any] | None
+    costs: Path | None
+    log: Path
+
+    def describe(self) -> dict[str, Any]:
+        """Return JSON-ready data."""
+        return {"shard": str(self.shard), "steps": self.steps,
+                "total_steps": self.total_steps, "seconds": self.seconds,
+                "sccache": self.sccache, "step_costs": str(self.costs) if self.costs else None,
+                "log": str(self.log),
+                "request": self.request.describe()}
 
 
 def compile_jobs(groups: tuple[str, ...], *, cpus: int | None = None,
@@ -295,41 +337,21 @@ def build_kernels(request: KernelRequest, env: PythonEnv, *, nvcc: Path | None,
     if dist_dir.exists() and not dist_dir.is_dir():  # before any work, not after
         raise BuilderError(f"{dist_dir} is not a folder", "pass --dist a folder")
     compiler = find_nvcc(nvcc, env)
-    release = nvcc_release(compiler)
-    key = sha256_json({"request": request.describe(), "epoch": request.epoch,
-                       "env": env.identity, "nvcc": release and list(release),
-                       "host_compiler": _host_compiler(),
-                       "flags": {k: os.environ.get(k) for k in _FLAG_VARIABLES},
-                       "driver": sha256_file(_DRIVER),
-                       "jitcache": sha256_file(Path(jitcache.__file__))})
+    key = _build_key(request, env, compiler)
     entry = cache.lookup("kernels", key)
     cached = entry is not None
     stats: dict[str, Any] | None = None
     log: Path | None = None
     if entry is None:
-        with cache.building("kernels", key) as tmp:
-            toolchain = assemble(compiler, env, tmp / "cuda")
-            checks = preflight(nvcc=toolchain.nvcc, lane=request.lane,
-                               arches=list(request.arch_list),
-                               include_dirs=list(toolchain.include_dirs), python=env.python)
-            failed = [c for c in checks if not c.ok]
-            if failed:
-                torch_hint = "; --build-torch torch==X (a CPU build is enough to compile)" \
-                    if any(c.name == "torch" for c in failed) else ""
-                raise BuilderError("the toolchain cannot build these kernels: " + "; ".join(
-                    f"{c.name}: {c.detail}" for c in failed),
-                    "fix the toolchain (see `python -m builder preflight`)" + torch_hint)
+        costs = costs_file(cache, request)
+        with cache.building("kernels", key) as tmp, \
+                _workspace(cache, key, reporter) as work:
+            toolchain = _toolchain(request, env, compiler, work)
             try:
-                stats, wheels = _compile(request, env, toolchain, tmp, reporter, sccache,
-                                         jobs or compile_jobs(request.groups))
+                stats, wheels = _compile(request, env, toolchain, work, tmp, reporter, sccache,
+                                         jobs or compile_jobs(request.groups), costs)
             except BuilderError as error:
-                kept = cache.root / "logs" / f"kernels-{key[:16]}.log"
-                if (tmp / "build.log").exists():
-                    kept.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(tmp / "build.log", kept)
-                raise BuilderError(error.cause, f"{error.hint}; the whole compile log: "
-                                   f"{kept}" if error.hint else f"the whole compile log: {kept}",
-                                   report=error.report) from None
+                raise _keep_log(cache, key, work, error) from None
             wheel, shim = wheels[0], (wheels[1] if len(wheels) > 1 else None)
             (tmp / "kernels.json").write_text(json.dumps(
                 {"wheel": wheel.name, "sha256": sha256_file(wheel),
@@ -355,8 +377,162 @@ def build_kernels(request: KernelRequest, env: PythonEnv, *, nvcc: Path | None,
     return KernelResult(request, copied[meta["wheel"]], meta["sha256"],
                         jitcache.read_manifest(found[meta["wheel"]]), cached, stats, log,
                         meta.get("compile_seconds"),
-                        copied[meta["shim"]] if meta.get("shim") else None,
-                        meta.get("shim_sha256"))
+                        shim=copied[meta["shim"]] if meta.get("shim") else None,
+                        shim_sha256=meta.get("shim_sha256"),
+                        costs=None if cached else costs_file(cache, request))
+
+
+def compile_shard(request: KernelRequest, env: PythonEnv, shard: Shard, *, nvcc: Path | None,
+                  cache: Cache, sccache: Sccache | None, reporter: Reporter | None = None,
+                  jobs: int | None = None, step_costs: Path | None = None) -> ShardResult:
+    """Compile shard ``shard`` of the request's compile steps into the sccache backend.
+
+    The steps are those of the ninja graph FlashInfer writes for the request (the same
+    graph :func:`build_kernels` runs), split by :func:`builder.kernels.shard.partition`
+    with the recorded step costs. The shard compiles in the same build folder as the
+    final build (``<cache>/kernels-work/<key>``), so its objects are the final build's
+    bytes. No link, no wheel, no cache entry; the step times are recorded.
+
+    Args:
+        request: the whole build's request (every shard and the final job get the same).
+        env: the interpreter with the pinned FlashInfer.
+        shard: which 1/N.
+        nvcc: the compiler (``None``: see :func:`builder.kernels.toolchain.find_nvcc`).
+        cache: the cache (the build folder and the step costs live there).
+        sccache: the launcher; required, its backend must be the final job's.
+        reporter: progress output.
+        jobs: parallel compile jobs on this machine (default: :func:`compile_jobs`).
+        step_costs: balance by this costs file instead of the cache's.
+
+    Raises:
+        BuilderError: no sccache, a preflight check failed, the costs file is not one,
+            or a compile failed (the log's tail is in the message).
+    """
+    reporter = reporter or Reporter(quiet=True)
+    if sccache is None:
+        raise BuilderError("a shard without --sccache compiles objects nobody can reuse",
+                           "add --sccache, with the final job's shared backend "
+                           "(SCCACHE_REDIS_ENDPOINT, SCCACHE_BUCKET ...)")
+    compiler = find_nvcc(nvcc, env)
+    key = _build_key(request, env, compiler)
+    recorded = costs_file(cache, request)
+    # The same split on every runner: a given file, else this cache's record, else the
+    # costs measured for the default set that ship with the builder, else by count.
+    balance = step_costs or (recorded if recorded.exists() else None)
+    costs = StepCosts(balance).read() if balance else seed_costs()
+    jobs = jobs or compile_jobs(request.groups)
+    with _workspace(cache, key, reporter) as work:
+        toolchain = _toolchain(request, env, compiler, work)
+        # With the launcher already: FlashInfer writes nvcc's command into the graph once.
+        listed, _ = _run_driver(request, env, toolchain, work, reporter, sccache, jobs,
+                                {"steps": True}, f"Listing the compile steps of {shard}")
+        steps = sorted(s for s, info in listed["steps"].items() if info["compile"])
+        mine = partition(steps, costs["steps"], shard.count)[shard.index - 1]
+        try:
+            result, stats = _run_driver(
+                request, env, toolchain, work, reporter, sccache, jobs, {"targets": mine},
+                f"Compiling shard {shard}: {len(mine)} of {len(steps)} compile steps "
+                f"({jobs} jobs)")
+        except BuilderError as error:
+            raise _keep_log(cache, key, work, error) from None
+        if _compiled(stats):
+            StepCosts(recorded).record(result.get("step_seconds", {}), set(steps), jobs)
+        log = cache.root / "logs" / f"kernels-{key[:16]}-shard-{shard.index}-of-" \
+            f"{shard.count}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(work / "build.log", log)
+    return ShardResult(request, shard, mine, len(steps), float(result.get("seconds", 0.0)),
+                       stats, balance, log)
+
+
+def seed_costs() -> dict[str, Any]:
+    """Step costs that ship with the builder (``data/step-costs-*.json``: measured builds of
+    the default set, named in each file), merged; for shards on fresh runners."""
+    merged: dict[str, Any] = {"steps": {}, "links": {}}
+    for path in sorted((Path(__file__).resolve().parent / "data").glob("step-costs-*.json")):
+        data = StepCosts(path).read()
+        merged["steps"].update(data["steps"])
+        merged["links"].update(data["links"])
+    return merged
+
+
+def _compiled(stats: dict[str, Any] | None) -> bool:
+    """Whether a build's step times are compile costs: not when every object came from the
+    cache (a final build after its shards: its times are lookups). A build with some
+    hits (a shard that died) still records; that only skews the next split."""
+    return not stats or bool(stats.get("misses")) or not stats.get("hits")
+
+
+def costs_file(cache: Cache, request: KernelRequest) -> Path:
+    """Where the step costs of ``request`` are recorded in the cache (one file per request,
+    whatever the machine: the split must be the same on every shard)."""
+    return cache.root / "kernel-costs" / f"{sha256_json(request.describe())[:16]}.json"
+
+
+def _build_key(request: KernelRequest, env: PythonEnv, compiler: Path) -> str:
+    """The kernel entry's key: everything that decides the wheel's bytes."""
+    release = nvcc_release(compiler)
+    return sha256_json({"request": request.describe(), "epoch": request.epoch,
+                        "env": env.identity, "nvcc": release and list(release),
+                        "host_compiler": _host_compiler(),
+                        "flags": {k: os.environ.get(k) for k in _FLAG_VARIABLES},
+                        "driver": sha256_file(_DRIVER),
+                        "jitcache": sha256_file(Path(jitcache.__file__))})
+
+
+@contextlib.contextmanager
+def _workspace(cache: Cache, key: str, reporter: Reporter) -> Iterator[Path]:
+    """The build folder of one request: the same path for every build of it.
+
+    Object files embed source paths (generated sources live in the build folder), so
+    shards and the final job compile in the same place to give the same bytes as an
+    unsharded build. Builds of one request on one machine take turns (a lock); the
+    folder is emptied before and after.
+    """
+    folder = cache.root / "kernels-work" / key[:16]
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{key[:16]}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            with reporter.working("Waiting for another build of the same request here"):
+                fcntl.flock(lock, fcntl.LOCK_EX)
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        try:
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _toolchain(request: KernelRequest, env: PythonEnv, compiler: Path, work: Path) -> Toolchain:
+    """Assemble ``CUDA_HOME`` in the build folder and run the preflight on it.
+
+    Raises:
+        BuilderError: a preflight check failed (all failures are listed).
+    """
+    toolchain = assemble(compiler, env, work / "cuda")
+    checks = preflight(nvcc=toolchain.nvcc, lane=request.lane, arches=list(request.arch_list),
+                       include_dirs=list(toolchain.include_dirs), python=env.python)
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        torch_hint = "; --build-torch torch==X (a CPU build is enough to compile)" \
+            if any(c.name == "torch" for c in failed) else ""
+        raise BuilderError("the toolchain cannot build these kernels: " + "; ".join(
+            f"{c.name}: {c.detail}" for c in failed),
+            "fix the toolchain (see `python -m builder preflight`)" + torch_hint)
+    return toolchain
+
+
+def _keep_log(cache: Cache, key: str, work: Path, error: BuilderError) -> BuilderError:
+    """``error`` with the whole compile log kept under ``<cache>/logs/`` and named."""
+    kept = cache.root / "logs" / f"kernels-{key[:16]}.log"
+    if (work / "build.log").exists():
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(work / "build.log", kept)
+    return BuilderError(error.cause, f"{error.hint}; the whole compile log: {kept}"
+                        if error.hint else f"the whole compile log: {kept}",
+                        report=error.report)
 
 
 #: Environment variables that change what nvcc or the host compiler produce.
@@ -374,18 +550,20 @@ def _host_compiler() -> str:
     return out.splitlines()[0] if out else "none"
 
 
-def _compile(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, tmp: Path,
-             reporter: Reporter, sccache: Sccache | None,
-             jobs: int) -> tuple[dict[str, Any] | None, list[Path]]:
-    """Run the driver in ``tmp``, verify the SASS, pack the wheel into ``tmp``.
+def _run_driver(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, work: Path,
+                reporter: Reporter, sccache: Sccache | None, jobs: int, extra: dict[str, Any],
+                title: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Run ``data/flashinfer_aot.py`` in the build folder ``work``.
 
     Returns:
-        sccache's statistics (or ``None``) and the wheels: the modules' wheel first (the
-        provider from FlashInfer 0.7 on), then the shim if there is one.
+        The driver's result object and sccache's statistics (or ``None``).
+
+    Raises:
+        BuilderError: sccache did not start, FlashInfer lacks a group, or a compile failed.
     """
     environment = {**os.environ, "CUDA_HOME": str(toolchain.cuda_home),
                    "FLASHINFER_CUDA_ARCH_LIST": " ".join(request.arch_list),
-                   "FLASHINFER_WORKSPACE_BASE": str(tmp / "workspace"),
+                   "FLASHINFER_WORKSPACE_BASE": str(work / "flashinfer"),
                    "MAX_JOBS": str(jobs),
                    # FlashInfer runs `ninja` from PATH: the build environment's own first.
                    "PATH": os.pathsep.join([str(env.python.parent),
@@ -395,10 +573,11 @@ def _compile(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, tmp: 
         del environment[name]  # only sccache_settings() reach sccache, below
     sockets = Path(tempfile.mkdtemp(prefix="sm120-sccache-",
                                     dir="/tmp" if Path("/tmp").is_dir() else None))
+    stats = None
     try:
         if sccache is not None:
             environment.update(_sccache_environment(sccache, sockets,
-                                                    [tmp, env.site_packages]))
+                                                    [work, env.site_packages]))
             environment["FLASHINFER_NVCC"] = f"{sccache.binary} {toolchain.nvcc}"
             environment["CXX"] = f"{sccache.binary} {environment.get('CXX', 'c++')}"
             started = subprocess.run([str(sccache.binary), "--start-server"],
@@ -408,27 +587,50 @@ def _compile(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, tmp: 
                 raise BuilderError("sccache did not start: " + (
                     started.stderr or started.stdout).strip()[-300:],
                     "check the SCCACHE_* settings (its cache backend must answer)")
-        log = tmp / "build.log"
-        modules = tmp / "modules"
-        argument = json.dumps({"out": str(modules), "groups": list(request.groups),
-                               "head_dims": list(request.head_dims)})
-        with reporter.working(f"Compiling {', '.join(request.groups)} for "
-                              f"{' '.join(request.arch_list)} ({jobs} jobs)"):
+        log = work / "build.log"
+        argument = json.dumps({"out": str(work / "modules"), "groups": list(request.groups),
+                               "head_dims": list(request.head_dims), **extra})
+        with reporter.working(title):
             code, out = _stream([str(env.python), str(_DRIVER), argument], environment, log,
                                 reporter)
-        stats = _sccache_stats(sccache, environment) if sccache is not None else None
+        if sccache is not None:
+            stats = _sccache_stats(sccache, environment)
     finally:
         shutil.rmtree(sockets, ignore_errors=True)
     try:
         result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     except (IndexError, ValueError):
         result = {}
-    if code != 0 or "modules" not in result:
+    if code != 0 or not ({"modules", "steps"} & set(result)):
         if "error" in result:
             raise BuilderError(result["error"], "module groups: " + ", ".join(DEFAULT_GROUPS)
                                + ", fused_moe_smNN, fp4_quantization_smNN, fp4_gemm_smNN")
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         raise BuilderError(f"compiling FlashInfer modules failed:\n{tail}", "")
+    return result, stats
+
+
+def _compile(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, work: Path,
+             tmp: Path, reporter: Reporter, sccache: Sccache | None,
+             jobs: int, costs: Path) -> tuple[dict[str, Any] | None, list[Path]]:
+    """Build the whole graph in ``work``, record the step times in ``costs``, verify the
+    SASS, pack the wheel(s) into ``tmp`` (with the log).
+
+    Returns:
+        sccache's statistics (or ``None``) and the wheels: the modules' wheel first (the
+        provider from FlashInfer 0.7 on), then the shim if there is one.
+    """
+    modules = work / "modules"
+    try:
+        result, stats = _run_driver(request, env, toolchain, work, reporter, sccache, jobs,
+                                    {}, f"Compiling {', '.join(request.groups)} for "
+                                        f"{' '.join(request.arch_list)} ({jobs} jobs)")
+    finally:
+        if (work / "build.log").exists():
+            shutil.copyfile(work / "build.log", tmp / "build.log")
+    compile_steps = {s for s, info in result.get("steps", {}).items() if info["compile"]}
+    if _compiled(stats):
+        StepCosts(costs).record(result.get("step_seconds", {}), compile_steps, jobs)
     expected = sorted(arch_code(arch) for arch in request.arch_list)
     entries = []
     for name, info in sorted(result["modules"].items()):

@@ -34,6 +34,7 @@ from builder.core.progress import Reporter
 from builder.kernels.build import (
     KernelRequest,
     KernelResult,
+    ShardResult,
     build_torch,
     compile_jobs,
     sccache_settings,
@@ -207,8 +208,10 @@ def default_base(lane: str, pins_file: Path) -> str:
 
 def build_kernels_in_container(request: KernelRequest, options: KernelOptions, *,
                                cache: Cache, dist_dir: Path,
-                               reporter: Reporter) -> KernelResult:
-    """Build ``request`` inside the CUDA build container (see the module's docstring).
+                               reporter: Reporter) -> KernelResult | ShardResult:
+    """Build ``request`` inside the CUDA build container (see the module's docstring);
+    with ``options.shard``, only that shard's compile steps (the build folder is
+    ``/cache/kernels-work/...`` in every container: the same paths on every runner).
 
     Raises:
         BuilderError: no engine, the image build failed, the container failed (its
@@ -244,6 +247,14 @@ def build_kernels_in_container(request: KernelRequest, options: KernelOptions, *
         command += ["--nvcc", "/usr/local/cuda/bin/nvcc"]
     if options.sccache:
         command.append("--sccache")
+    if options.shard is not None:
+        command += ["--shard", str(options.shard)]
+    if options.step_costs is not None:
+        costs = cache.root / "kernel-costs" / "given" / \
+            f"{sha256_file(options.step_costs)[:16]}.json"
+        costs.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(options.step_costs, costs)  # the container sees the cache alone
+        command += ["--step-costs", inside(costs)]
     environment = sccache_settings()
     # A shared sccache backend is reached over the network; nothing else needs one.
     network = "host" if any(k in environment for k in
@@ -273,6 +284,12 @@ def build_kernels_in_container(request: KernelRequest, options: KernelOptions, *
         result: dict[str, Any] = json.loads(out)  # the inner --json: one object
     except ValueError:
         result = {}
+    if options.shard is not None and status.get("StatusCode") == 0 and "shard" in result:
+        return ShardResult(request, options.shard, result["steps"], result["total_steps"],
+                           result["seconds"], result.get("sccache"),
+                           cache.root / Path(result["step_costs"]).relative_to("/cache")
+                           if result.get("step_costs") else None,
+                           cache.root / Path(result["log"]).relative_to("/cache"))
     if status.get("StatusCode") != 0 or "wheel" not in result:
         cause = result.get("error") or f"exit {status.get('StatusCode')}:\n{tail.strip()}"
         raise BuilderError(f"the build container failed: {cause}",

@@ -26,6 +26,7 @@ from builder.kernels.pins import (
     read_pins,
     uses_providers,
 )
+from builder.kernels.shard import Shard
 from builder.kernels.toolchain import (
     arch_code,
 )
@@ -59,6 +60,9 @@ class KernelOptions:
             (container mode).
         engine: Docker Engine URL (container mode; ``None``: ``DOCKER_HOST`` or the default).
         request_file: build this saved request instead of resolving the target.
+        shard: compile only this ``I/N`` share of the compile steps into the sccache
+            backend (no wheel); ``None``: the whole build.
+        step_costs: balance shards by this step-costs file (default: the cache's).
     """
 
     lane: str | None = None
@@ -77,6 +81,8 @@ class KernelOptions:
     engine: str | None = None
     request_file: Path | None = None
     pins_file: Path = Path("images/pins.toml")
+    shard: Shard | None = None
+    step_costs: Path | None = None
 
 
 

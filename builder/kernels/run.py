@@ -5,14 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from builder.core.cache import Cache
+from builder.core.errors import BuilderError
 from builder.core.options import Options
 from builder.core.progress import Reporter
 from builder.kernels.build import (
     KernelRequest,
     KernelResult,
     Sccache,
+    ShardResult,
     build_kernels,
     build_torch,
+    compile_shard,
     sccache_settings,
 )
 from builder.kernels.request import KernelOptions, kernel_request
@@ -51,13 +54,18 @@ def build_environment(request: KernelRequest, kernel: KernelOptions, cache: Cach
                                extra_index_urls=indexes), nvcc
 
 
-def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult:
-    """Build the target's kernel wheel on this machine or in a CUDA build container.
+def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult | ShardResult:
+    """Build the target's kernel wheel on this machine or in a CUDA build container; with
+    ``kernel.shard``, compile only that share of the steps into the sccache backend.
 
     Raises:
         BuilderError: see :func:`kernel_request` and :func:`builder.kernels.build.build_kernels`;
             in container mode also :func:`builder.kernels.container.build_kernels_in_container`.
     """
+    if kernel.shard is not None and not kernel.sccache:
+        raise BuilderError("a shard without --sccache compiles objects nobody can reuse",
+                           "add --sccache, with the final job's shared backend "
+                           "(SCCACHE_REDIS_ENDPOINT, SCCACHE_BUCKET ...)")
     request = kernel_request(options, kernel)
     cache = Cache(options.cache_dir)
     if kernel.mode == "container":
@@ -70,5 +78,9 @@ def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult:
     sccache = None
     if kernel.sccache:
         sccache = Sccache(find_sccache(env), sccache_settings())
+    if kernel.shard is not None:
+        return compile_shard(request, env, kernel.shard, nvcc=nvcc, cache=cache,
+                             sccache=sccache, reporter=options.reporter, jobs=kernel.jobs,
+                             step_costs=kernel.step_costs)
     return build_kernels(request, env, nvcc=nvcc, cache=cache, dist_dir=options.dist_dir,
                          reporter=options.reporter, sccache=sccache, jobs=kernel.jobs)

@@ -2,8 +2,12 @@
 
 Run by ``builder.kernels.build`` with the build environment's interpreter (where the pinned
 FlashInfer is installed); the builder never imports it. Argument: one JSON object
-``{"out": folder, "groups": [...], "head_dims": [...], "list": bool, "paths": str}``.
-Environment: FlashInfer's own variables (``CUDA_HOME``, ``FLASHINFER_CUDA_ARCH_LIST``,
+``{"out": folder, "groups": [...], "head_dims": [...], "list": bool, "steps": bool,
+"targets": [...] | null, "paths": str}``: ``list`` names the modules, ``steps`` lists the
+compile steps of FlashInfer's ninja graph without running it, ``targets`` (a shard) runs
+only those compile steps (no link, no module copied out), ``paths`` (a CUDA lane) reports
+which module each SM120 code path loads. Environment:
+FlashInfer's own variables (``CUDA_HOME``, ``FLASHINFER_CUDA_ARCH_LIST``,
 ``FLASHINFER_WORKSPACE_BASE``, ``FLASHINFER_NVCC``, ``MAX_JOBS``). Compiler output goes to
 stderr as it happens; the last line on stdout is one JSON object.
 
@@ -25,6 +29,7 @@ import importlib.util
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -200,6 +205,66 @@ def sm120_paths(lane: str) -> dict[str, Any]:
     return found
 
 
+#: FlashInfer's ninja rules that compile one translation unit (``jit/cpp_ext.py``); every
+#: other rule links.
+_COMPILE_RULES = ("compile", "cuda_compile")
+
+
+class _Ninja:
+    """Stands in for FlashInfer's ``run_ninja``: the graph FlashInfer wrote is listed, then
+    built whole or only for some compile steps, and each step's time read from ninja's log."""
+
+    def __init__(self, mode: str, targets: list[str] | None) -> None:
+        self.mode = mode  # "build", "steps" (list only) or "shard"
+        self.targets = targets or []
+        self.steps: dict[str, str] = {}  # step (relative to the workdir) -> rule
+        self.seconds: dict[str, float] = {}
+        self.workdir: Path | None = None
+
+    def __call__(self, workdir: Path, ninja_file: Path, verbose: bool) -> None:
+        self.workdir = workdir.resolve()
+        workdir.mkdir(parents=True, exist_ok=True)
+        base = ["ninja", "-C", str(self.workdir), "-f", str(ninja_file.resolve())]
+        listed = subprocess.run([*base, "-t", "targets", "all"], capture_output=True,
+                                text=True, check=True).stdout
+        for line in listed.splitlines():
+            output, _, rule = line.rpartition(": ")
+            if rule != "phony" and output:
+                self.steps[self._name(output)] = rule
+        if self.mode == "steps":
+            return
+        command = [*base, "-v", "-j", os.environ.get("MAX_JOBS", "1")]
+        if self.mode == "shard":
+            unknown = sorted(set(self.targets) - set(self.steps))
+            if unknown:
+                raise RuntimeError(f"not steps of this graph: {', '.join(unknown[:5])}")
+            if not self.targets:
+                return
+            command += [str(self.workdir / t) for t in sorted(self.targets)]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        subprocess.run(command, cwd=str(self.workdir), check=True)
+        self.seconds = self._log()
+
+    def _name(self, output: str) -> str:
+        assert self.workdir is not None
+        path = Path(output)
+        return path.relative_to(self.workdir).as_posix() if path.is_absolute() and \
+            path.is_relative_to(self.workdir) else output
+
+    def _log(self) -> dict[str, float]:
+        """Seconds per step of this run, from ``.ninja_log`` (start and end in ms)."""
+        assert self.workdir is not None
+        found: dict[str, float] = {}
+        log = self.workdir / ".ninja_log"
+        for line in log.read_text().splitlines() if log.exists() else ():
+            fields = line.split("\t")
+            if line.startswith("#") or len(fields) < 4:
+                continue
+            found[self._name(fields[3])] = round((int(fields[1]) - int(fields[0])) / 1000, 3)
+        return found
+
+
 def _emit(result: dict[str, Any]) -> None:
     os.write(_RESULT_FD, (json.dumps(result) + "\n").encode())
 
@@ -229,17 +294,28 @@ def main() -> None:
     for group, specs in table.items():
         for spec in specs:
             unique.setdefault(spec.name, (group, spec))
-    print(f"[sm120-builder] building {', '.join(unique)}", file=sys.stderr, flush=True)
+    mode = "steps" if request.get("steps") else \
+        "shard" if request.get("targets") is not None else "build"
+    if mode != "steps":
+        print(f"[sm120-builder] building {', '.join(unique)}"
+              + (f" ({len(request['targets'])} compile steps of a shard)"
+                 if mode == "shard" else ""), file=sys.stderr, flush=True)
     start = time.monotonic()
-    try:
-        from flashinfer.jit.core import build_jit_specs
-    except ImportError:  # older FlashInfer: one module at a time
-        for _group, spec in unique.values():
-            spec.build(verbose=True)
-    else:
-        build_jit_specs([spec for _group, spec in unique.values()], verbose=True,
-                        skip_prebuilt=False)
+    import flashinfer.jit.core as core
+
+    # FlashInfer writes the ninja graph and runs it; we run it (all of it, or a shard's
+    # compile steps) to know its steps and their times.
+    ninja = _Ninja(mode, request.get("targets"))
+    core.run_ninja = ninja
+    core.build_jit_specs([spec for _group, spec in unique.values()], verbose=True,
+                         skip_prebuilt=False)
     seconds = round(time.monotonic() - start, 1)
+    steps = {name: {"rule": rule, "compile": rule in _COMPILE_RULES}
+             for name, rule in sorted(ninja.steps.items())}
+    if mode != "build":
+        _emit({"flashinfer": version, "steps": steps,
+               "step_seconds": ninja.seconds, "seconds": seconds})
+        return
     built = {}
     for name, (group, spec) in unique.items():
         target = out / name / f"{name}.so"
@@ -248,7 +324,8 @@ def main() -> None:
         built[name] = {"group": group, "path": f"{name}/{name}.so",
                        "cuda_cflags": list(spec.extra_cuda_cflags or []),
                        "cflags": list(spec.extra_cflags or [])}
-    _emit({"flashinfer": version, "modules": built, "seconds": seconds})
+    _emit({"flashinfer": version, "modules": built, "seconds": seconds,
+           "steps": steps, "step_seconds": ninja.seconds})
 
 
 if __name__ == "__main__":
