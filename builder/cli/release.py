@@ -53,9 +53,10 @@ def add_commands(commands: Any) -> None:
                          help="gpu: the smoke test on this runner's GPU, in the image "
                               "(default; `smoke`); static: only the provenance and patched "
                               "line read inside the image, no GPU (a dry run of publishing)")
-    release.add_argument("--gate-series", type=Path, default=Path("patches/series.toml"),
+    release.add_argument("--gate-series", type=Path, default=None,
                          metavar="FILE", help="series whose intent checks the gpu gate "
-                                              "verifies in the image (default: %(default)s)")
+                                              "verifies in the image (default: "
+                                              "patches/series.toml beside the targets file)")
     release.set_defaults(handler=_cmd_release, series=None, patch=None, strip=1, max_fuzz=0)
 
 

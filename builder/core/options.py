@@ -11,10 +11,37 @@ from pathlib import Path
 
 from builder.core.cache import Cache, default_cache_root
 from builder.core.config import SourceKind, Target, load_targets
+from builder.core.errors import BuilderError
 from builder.core.progress import Reporter
 
 #: pip's default index (PEP 503/691 simple API).
 DEFAULT_INDEX_URL = "https://pypi.org/simple"
+TARGETS_FILE = "targets.toml"
+
+
+def find_targets_file(start: Path | None = None) -> Path:
+    """The project's targets file: ``targets.toml`` in ``start`` or the nearest folder above.
+
+    So the commands work from any folder inside the project (like git finding its
+    repository, or pip finding ``pyproject.toml``).
+
+    Args:
+        start: where to begin (default: the current folder).
+
+    Returns:
+        The absolute path of the first ``targets.toml`` found going up.
+
+    Raises:
+        BuilderError: no folder from ``start`` up to the filesystem root has one.
+    """
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / TARGETS_FILE
+        if candidate.is_file():
+            return candidate
+    raise BuilderError(f"no {TARGETS_FILE} in {here} or any folder above it",
+                       "run inside the project (a clone of sglang-sm120-builder), or pass "
+                       "--targets-file PATH")
 
 
 @dataclass(frozen=True)

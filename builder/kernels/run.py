@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from builder.core.cache import Cache
+from builder.core.cache import Cache, sha256_file, sha256_json
+from builder.core.lock import VersionLock, lock_path
 from builder.core.options import Options
 from builder.core.progress import Reporter
 from builder.kernels.build import (
+    DRIVER,
     KernelRequest,
     KernelResult,
     Sccache,
@@ -51,24 +53,46 @@ def build_environment(request: KernelRequest, kernel: KernelOptions, cache: Cach
                                extra_index_urls=indexes), nvcc
 
 
+def kernel_content_digest(request: KernelRequest) -> str:
+    """The sha256 of what decides a kernel wheel's content, for the version lock: the
+    request (FlashInfer and its lockstep pins, arch list, CUDA lane, module groups, head
+    dimensions, release time) and the driver that runs FlashInfer's spec functions.
+    nvcc's patch release is not in it (the lane is)."""
+    return sha256_json({"request": request.describe(), "driver": sha256_file(DRIVER)})
+
+
 def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult:
     """Build the target's kernel wheel on this machine or in a CUDA build container.
 
+    The kernel wheel's version is checked against the version lock first (a saved
+    ``--request`` is not: it is what a build container runs, checked on its host).
+
     Raises:
         BuilderError: see :func:`kernel_request` and :func:`builder.kernels.build.build_kernels`;
-            in container mode also :func:`builder.kernels.container.build_kernels_in_container`.
+            in container mode also :func:`builder.kernels.container.build_kernels_in_container`;
+            the version lock records other content for this kernel wheel's version.
     """
     request = kernel_request(options, kernel)
+    lock = None
+    if kernel.request_file is None and options.source_dir is None:
+        lock = VersionLock(lock_path(options.targets_file))
+        digest = kernel_content_digest(request)
+        lock.require("kernels", request.target, request.version, digest)
     cache = Cache(options.cache_dir)
     if kernel.mode == "container":
         from builder.kernels.container import build_kernels_in_container
 
-        return build_kernels_in_container(request, kernel, cache=cache,
-                                          dist_dir=options.dist_dir,
-                                          reporter=options.reporter)
-    env, nvcc = build_environment(request, kernel, cache, options.reporter)
-    sccache = None
-    if kernel.sccache:
-        sccache = Sccache(find_sccache(env), sccache_settings())
-    return build_kernels(request, env, nvcc=nvcc, cache=cache, dist_dir=options.dist_dir,
-                         reporter=options.reporter, sccache=sccache, jobs=kernel.jobs)
+        result = build_kernels_in_container(request, kernel, cache=cache,
+                                            dist_dir=options.dist_dir,
+                                            reporter=options.reporter)
+    else:
+        env, nvcc = build_environment(request, kernel, cache, options.reporter)
+        sccache = None
+        if kernel.sccache:
+            sccache = Sccache(find_sccache(env), sccache_settings())
+        result = build_kernels(request, env, nvcc=nvcc, cache=cache,
+                               dist_dir=options.dist_dir, reporter=options.reporter,
+                               sccache=sccache, jobs=kernel.jobs)
+    if lock is not None:
+        lock.record("kernels", request.target, request.version, digest)
+    return result
