@@ -303,9 +303,11 @@ def build_kernels(request: KernelRequest, env: PythonEnv, *, nvcc: Path | None,
             if failed:
                 torch_hint = "; --build-torch torch==X (a CPU build is enough to compile)" \
                     if any(c.name == "torch" for c in failed) else ""
+                fixes = "".join(f"; {c.fix}" for c in failed if c.fix and c.name != "torch")
                 raise BuilderError("the toolchain cannot build these kernels: " + "; ".join(
                     f"{c.name}: {c.detail}" for c in failed),
-                    "fix the toolchain (see `python -m builder preflight`)" + torch_hint)
+                    "fix the toolchain (see `python -m builder preflight`)" + fixes
+                    + torch_hint)
             try:
                 stats, wheel = _compile(request, env, toolchain, tmp, reporter, sccache,
                                         jobs or compile_jobs(request.groups))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from builder.core.cache import Cache, sha256_file, sha256_json
+from builder.core.errors import BuilderError
 from builder.core.lock import VersionLock, lock_path
 from builder.core.options import Options
 from builder.core.progress import Reporter
@@ -73,6 +74,20 @@ def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult:
             the version lock records other content for this kernel wheel's version.
     """
     request = kernel_request(options, kernel)
+    if kernel.mode == "host" and kernel.request_file is None and kernel.nvcc is None and \
+            kernel.environment == "managed" and request.lane.split(".")[0] == "12" and \
+            local_nvcc(request.lane) is None:
+        # PyPI has no CUDA 12 nvcc: name the lane this machine can build, if offered.
+        from builder.core.options import select_target
+        from builder.kernels.preflight import lane_fix
+        from builder.kernels.toolchain import nvcc_release
+
+        lanes = select_target(options).cuda_lanes
+        here = next((release[0] for lane in lanes if (found := local_nvcc(lane))
+                     and (release := nvcc_release(found))), None)
+        pypi = next((lane for lane in lanes if lane.split(".")[0] != "12"), None)
+        raise BuilderError(f"no nvcc for CUDA {request.lane} on this machine, and PyPI has "
+                           "none for CUDA 12", lane_fix(request.lane, here or pypi, lanes))
     lock = None
     if kernel.request_file is None and options.source_dir is None:
         lock = VersionLock(lock_path(options.targets_file))
