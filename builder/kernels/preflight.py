@@ -91,9 +91,9 @@ def header_fix(header: str, lane: str) -> str:
     """The pip command that installs a missing cuBLAS or cuRAND header for the lane."""
     wanted = _HEADERS[header]
     requirement = next(r for r in cuda_wheels(lane, compiler=False) if r.startswith(wanted))
-    return (f"pip install {shlex.quote(requirement)}, then --include <site-packages>/nvidia/"
-            f"{wanted.split('-')[1]}/include (or any folder holding {header}); `kernels` "
-            "installs it itself in its managed environment")
+    return (f"pip install {shlex.quote(requirement)} into this Python or --python (found "
+            f"there in nvidia/*/include), or --include DIR with {header}; `kernels` installs "
+            "it itself in its managed environment")
 
 
 def discover_nvcc(lane: str) -> Path:
