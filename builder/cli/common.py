@@ -77,6 +77,10 @@ def series_args(parser: argparse.ArgumentParser) -> None:
                        help="apply just this patch (unpinned, for trying one out)")
     group.add_argument("--strip", type=count(20), default=1, metavar="N",
                        help="strip level for --patch (default: %(default)s)")
+    group.add_argument("--layout", choices=("auto", "git", "sdist"), default="auto",
+                       help="paths of --patch: git (a/python/sglang/...), sdist "
+                            "(a/sglang/..., made in an unpacked sdist or wheel) or auto "
+                            "(default: told from the paths)")
     group.add_argument("--max-fuzz", type=count(3), default=0, metavar="N",
                        help="fuzz allowed for --patch (default: %(default)s)")
 
