@@ -47,8 +47,44 @@ examples:
 """
 
 
+_ADD_PATCH_EPILOG = """\
+The series stores every patch in the repository layout (a/python/sglang/...). A patch made
+inside an unpacked sdist or wheel (a/sglang/...) is detected and rewritten: only its path
+lines change, its message and hunks stay. Try it first with
+`python -m builder patch --target NAME --patch FILE --dry-run`.
+
+examples:
+  python -m builder add-patch ~/sglang-0.5.9/0001-my-fix.patch --versions '>=0.5.9,<0.5.11' \\
+      --description "What it does" --name 0002-my-fix.patch
+  python -m builder add-patch fix.patch --layout sdist --versions '==0.5.9' --description "..."
+"""
+
+
 def add_commands(commands: Any) -> None:
-    """Add ``lock``, ``label`` and ``cache``."""
+    """Add ``lock``, ``label``, ``cache`` and ``add-patch``."""
+    add = commands.add_parser(
+        "add-patch", help="store a patch (from a repository or an sdist tree) in the series",
+        description="Copy a patch into the series folder in the repository layout, and "
+                    "append its entry (file, sha256, description, strip, versions) to the "
+                    "series file. Add intent checks to the entry afterwards.",
+        epilog=_ADD_PATCH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    common(add)
+    add.add_argument("patch_file", type=Path, metavar="FILE", help="the patch")
+    add.add_argument("--versions", required=True, metavar="SPEC",
+                     help="upstream versions it applies to (PEP 440, e.g. '>=0.5.9,<0.5.11')")
+    add.add_argument("--description", required=True, metavar="TEXT",
+                     help="one line for reports and the wheel's provenance")
+    add.add_argument("--name", metavar="NAME",
+                     help="its file name in the series folder (default: the patch's)")
+    add.add_argument("--strip", type=int, default=1, metavar="N",
+                     help="its strip level (default: %(default)s, for a/ b/)")
+    add.add_argument("--layout", choices=("auto", "git", "sdist"), default="auto",
+                     help="its paths: git (a/python/sglang/...), sdist (a/sglang/...) or "
+                          "auto (default: told from the paths)")
+    add.add_argument("--series", type=Path, metavar="FILE",
+                     help="the series file (default: the target's)")
+    add.set_defaults(handler=_cmd_add_patch)
+
     lock = commands.add_parser(
         "lock", help="record or check each target's version -> content digest (versions.lock)",
         description="One version, one content: compute each target's wheel content digest "
@@ -228,3 +264,19 @@ def _human(size: int) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1000
     return f"{value:.1f} TB"  # pragma: no cover
+
+
+def _cmd_add_patch(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.core.config import load_targets
+    from builder.patching.canonical import add_to_series
+
+    series = args.series or load_targets(args.targets_file).get(args.target).series
+    stored, layout, digest = add_to_series(
+        series, args.patch_file, versions=args.versions, description=args.description,
+        name=args.name, strip=args.strip, layout=args.layout)
+    converted = " (converted from the sdist layout)" if layout == "sdist" else ""
+    reporter.result(f"stored {stored}{converted}, sha256 {digest}; entry added to {series}")
+    reporter.result("next: add [[patch.intent]] checks to the entry, then `python -m builder "
+                    "check` and `python -m builder wheel` (a changed series needs a new "
+                    "label: `python -m builder label --target NAME --bump`)")
+    return {"patch": str(stored), "layout": layout, "sha256": digest, "series": str(series)}
