@@ -13,7 +13,6 @@ from builder.cli.common import (
 )
 from builder.core.progress import Reporter
 
-
 _WHEEL_EPILOG = """\
 examples:
   python -m builder wheel                                  # the default target, into dist/
