@@ -74,6 +74,11 @@ def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult:
             the version lock records other content for this kernel wheel's version.
     """
     request = kernel_request(options, kernel)
+    lock = None
+    if kernel.request_file is None and options.source_dir is None:
+        lock = VersionLock(lock_path(options.targets_file))
+        digest = kernel_content_digest(request)
+        lock.require("kernels", request.target, request.version, digest)
     if kernel.mode == "host" and kernel.request_file is None and kernel.nvcc is None and \
             kernel.environment == "managed" and request.lane.split(".")[0] == "12" and \
             local_nvcc(request.lane) is None:
@@ -88,11 +93,6 @@ def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult:
         pypi = next((lane for lane in lanes if lane.split(".")[0] != "12"), None)
         raise BuilderError(f"no nvcc for CUDA {request.lane} on this machine, and PyPI has "
                            "none for CUDA 12", lane_fix(request.lane, here or pypi, lanes))
-    lock = None
-    if kernel.request_file is None and options.source_dir is None:
-        lock = VersionLock(lock_path(options.targets_file))
-        digest = kernel_content_digest(request)
-        lock.require("kernels", request.target, request.version, digest)
     cache = Cache(options.cache_dir)
     if kernel.mode == "container":
         from builder.kernels.container import build_kernels_in_container
