@@ -330,7 +330,7 @@ def test_publish_wheels_without_docker(sdists: dict[str, Path], cache: Path, tmp
     assert WHEEL not in {p.name for p in package_index.packages.iterdir()}
     # The build gate: published, then already published on a second run.
     first = ok(publish("--gate", "build"))
-    assert [(p["artifact"], p["status"]) for p in first["published"]] == \
+    assert [(p["name"], p["status"]) for p in first["published"]] == \
         [(WHEEL, "published")]
     second = ok(publish("--gate", "build"))
     assert [p["status"] for p in second["published"]] == ["already-published"]
