@@ -18,6 +18,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import requests
 from conftest import REPO, run_cli, write_project
 from services import PackageIndex, start_package_index
 
@@ -150,18 +151,24 @@ def test_the_lock_refuses_kernel_and_image_versions_with_other_content(
     assert "would have other content" not in data["error"]
 
 
-def test_the_lock_refuses_an_image_tag_with_other_content(
-        sdists: dict[str, Path], cache: Path, tmp_path: Path, docker_engine,
+def test_the_lock_refuses_to_publish_an_image_tag_with_other_content(
+        sdists: dict[str, Path], cache: Path, tmp_path: Path, docker_engine, registry,
         debian_base_image) -> None:
     root = project(tmp_path / "p", sdists)
     shutil.copytree(REPO / "images", root / "images")
-    (root / "versions.lock").write_text(json.dumps({
-        "schema": 1, "wheel": {}, "kernels": {}, "image": {"t": {"0.5.9-sm120.7": "0" * 64}}}))
-    done = run_cli("image", "--base-image", debian_base_image.reference, "--registry",
-                   "127.0.0.1:5999", "--docker-host", docker_engine.host, "--json",
-                   cwd=root, cache=cache)
-    refused(done, "image 0.5.9-sm120.7 of target t", "label --target t --bump")
-    assert not docker_engine.client.images.list(name="127.0.0.1:5999/sglang-sm120")
+    tag = f"{registry.host}/journeys:0.5.9-sm120.7"
+    lock = {"schema": 1, "wheel": {}, "kernels": {}, "image": {"t": {tag: "0" * 64}}}
+    (root / "versions.lock").write_text(json.dumps(lock))
+    done = run_cli("release", "--base-image", debian_base_image.reference, "--registry",
+                   registry.host, "--repository", "journeys", "--gate", "static",
+                   "--repository-url", "http://127.0.0.1:9/", "--docker-host",
+                   docker_engine.host, "--json", cwd=root, cache=cache)
+    data = refused(done, f"image {tag} of target t would have other content",
+                   "label --target t --bump")
+    assert data["report"]["published"] == []
+    assert json.loads((root / "versions.lock").read_text())["image"] == lock["image"]
+    tags = requests.get(f"http://{registry.host}/v2/journeys/tags/list", timeout=30)
+    assert tags.status_code == 404 or "0.5.9-sm120.7" not in (tags.json().get("tags") or [])
 
 
 # ---------------------------------------------------------------- 2. run from anywhere

@@ -7,10 +7,8 @@ from pathlib import Path
 
 import docker
 
-from builder.core.cache import sha256_file, sha256_json
 from builder.core.engine import connect
 from builder.core.errors import BuilderError
-from builder.core.lock import VersionLock, lock_path
 from builder.core.options import Options, select_target
 from builder.image.build import (
     BaseImage,
@@ -54,8 +52,7 @@ def run_image(options: Options, image_options: ImageOptions,
     Raises:
         BuilderError: see :func:`builder.wheel.build.run_wheels`,
             :func:`builder.image.build.build_image`; the engine is unreachable; no base is
-            pinned for the target's lane; the version lock records other content for
-            this image tag.
+            pinned for the target's lane.
     """
     client = client or connect(image_options.docker_host)
     target = select_target(options)
@@ -69,20 +66,6 @@ def run_image(options: Options, image_options: ImageOptions,
     wheels = run_wheels(options)
     tags = image_tags(image_options.registry, image_options.repository, target,
                       pins.lanes(target.upstream_version))
-    lock = None
-    if options.source_dir is None and options.patch is None:
-        # One tag, one content: the wheels, the kernel wheels, the base and the
-        # Dockerfile decide the image.
-        lock = VersionLock(lock_path(options.targets_file))
-        digest = sha256_json({
-            "wheels": sorted((w.path.name, w.sha256) for w in wheels),
-            "extra_wheels": sorted((w.path.name, w.sha256) for w in extra),
-            "base": base.reference, "dockerfile": sha256_file(image_options.dockerfile)})
-        tag_version = tags[0].rsplit(":", 1)[1]
-        lock.require("image", target.name, tag_version, digest)
-    result = build_image(client, dockerfile=image_options.dockerfile, target=target,
-                         wheels=wheels, extra_wheels=extra, base=base, tags=tags,
-                         reporter=options.reporter)
-    if lock is not None:
-        lock.record("image", target.name, tag_version, digest)
-    return result
+    return build_image(client, dockerfile=image_options.dockerfile, target=target,
+                       wheels=wheels, extra_wheels=extra, base=base, tags=tags,
+                       reporter=options.reporter)
