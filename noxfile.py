@@ -1,5 +1,5 @@
 """nox sessions: build (the default target's wheel into dist/), kernels, image, release,
-smoke, tests, lint, benchmark, and the CI helpers plan, matrix, upstream.
+smoke, tests, lint, docs, benchmark, and the CI helpers plan, matrix, upstream.
 
 Thin by design: each session installs the builder and calls its CLI or pytest.
 """
@@ -52,14 +52,27 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff and mypy, both clean."""
     session.install(".[lint]")
-    session.run("ruff", "check", "builder", "tests", "benchmarks", "noxfile.py")
+    session.run("ruff", "check", "builder", "tests", "benchmarks", "docs/_ext", "noxfile.py")
     session.run("mypy")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site into site/ (``mkdocs build --strict``: any warning fails).
+
+    The API pages are generated from the docstrings of builder/ (read as source, not
+    imported); ``nox -s docs -- --verbose`` passes options to mkdocs.
+    """
+    session.install(".[docs]")
+    session.run("mkdocs", "build", "--strict", "--site-dir", "site", *session.posargs,
+                env={"NO_MKDOCS_2_WARNING": "1"})  # Material's end-of-life banner
 
 
 @nox.session
 def benchmark(session: nox.Session) -> None:
     """Speed goals, reported as ratios measured in one run (not a test)."""
     session.install(".")
+    session.run("python", "benchmarks/bench_startup.py")
     session.run("python", "benchmarks/bench_wheel.py", *session.posargs)
     session.run("python", "benchmarks/bench_matrix.py")
     session.run("python", "benchmarks/bench_repack.py")
@@ -68,7 +81,7 @@ def benchmark(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench_image.py")
 
 
-# --- CI sessions (ci/*.yml call these; README: CI) ---------------------------------------
+# --- CI sessions (ci/*.yml call these; docs/ci.md) -------------------------------------
 
 
 @nox.session
@@ -91,6 +104,15 @@ def upstream(session: nox.Session) -> None:
     session.install(".")
     session.run("python", "-m", "builder", "upstream", "--format", "markdown",
                 *session.posargs)
+
+
+@nox.session(name="pin-images-check")
+def pin_images_check(session: nox.Session) -> None:
+    """Whether the base images' tags still point at the digests in images/pins.toml
+    (through the registries' API, nothing pulled); fails when one moved or was never
+    resolved (``nox -s pin-images-check``; fix with ``python -m builder pin-images``)."""
+    session.install(".")
+    session.run("python", "-m", "builder", "pin-images", "--check", *session.posargs)
 
 
 @nox.session

@@ -68,7 +68,8 @@ def main() -> None:
         image_options = ImageOptions(registry=registry.host, repository="bench/sglang",
                                      base_image=base.reference,
                                      pins_file=ROOT / "images" / "pins.toml",
-                                     dockerfile=ROOT / "images" / "Dockerfile")
+                                     dockerfile=ROOT / "images" / "Dockerfile",
+                                     profiles_dir=ROOT / "images" / "profiles")
         start = time.perf_counter()
         first = run_image(options, image_options, engine.client)
         cold_s = time.perf_counter() - start

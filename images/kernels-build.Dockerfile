@@ -2,13 +2,15 @@
 # docker-py; see README "Kernels"). It is the base image plus a venv with the builder;
 # the container runs `python -m builder kernels --request ...`, the same code as host mode.
 #
-# BASE: NVIDIA's CUDA devel image of the target's lane by default (toolkit from the base,
+# BASE: NVIDIA's CUDA devel image of the target's lane by default, by the digest of its
+# [[kernel_base]] in images/pins.toml (`python -m builder pin-images`) (toolkit from the base,
 # nvcc at /usr/local/cuda), or any image with python3, its venv module and g++ (toolkit
 # from PyPI: the build environment installs nvcc, CCCL, cuBLAS and cuRAND from NVIDIA's
 # wheels, so no NVIDIA registry is needed). The build context holds the builder's source
 # (builder/) and a wheelhouse of its requirements (wheelhouse/); the build needs no network.
 # Few instructions on purpose: with the vfs storage driver every step copies the rootfs.
-ARG BASE=nvidia/cuda:12.9.1-devel-ubuntu24.04
+# No default: the builder always passes a base (by digest unless --base-image says else).
+ARG BASE
 
 FROM ${BASE} AS install
 COPY . /tmp/context/

@@ -314,6 +314,8 @@ def runtime_project(sdists: dict[str, Path], tmp_path_factory: pytest.TempPathFa
     wheel is built once per session."""
     root = write_project(tmp_path_factory.mktemp("runtime") / "project", sdist=sdists["0.5.9"])
     shutil.copytree(REPO / "images", root / "images")
+    # Its target is "t" (0.5.9): the launch profile of the real 0.5.9 target.
+    shutil.copy(root / "images/profiles/sglang-0.5.9.toml", root / "images/profiles/t.toml")
     return root
 
 

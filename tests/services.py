@@ -5,6 +5,11 @@
   own data root, exec root and pid file, so several engines can run side by side.
 * :func:`start_registry`: Debian's ``docker-registry`` (distribution 2.8) with a fresh
   storage folder; optionally htpasswd authentication or read-only (maintenance mode).
+* :func:`start_token_server`: a small registry token service (Docker's token spec: JWTs
+  signed RS256 with the signing certificate in ``x5c``), for a registry started with
+  ``token=``.
+* :func:`push_blob` / :func:`push_manifest`: the registry's own API (OCI distribution),
+  for synthetic images and multi-platform indexes.
 * :func:`start_package_index`: ``pypiserver`` with ``--disable-fallback``; optionally
   authentication for uploads.
 * :func:`start_body_limit_proxy`: a small HTTP proxy that refuses request bodies over a
@@ -257,13 +262,14 @@ def _htpasswd(path: Path, user: str, password: str, *, bcrypt: bool) -> None:
 
 
 def start_registry(root: Path, *, credentials: tuple[str, str] | None = None,
-                   read_only: bool = False) -> Registry:
+                   read_only: bool = False, token: TokenServer | None = None) -> Registry:
     """Start Debian's ``docker-registry`` serving a fresh storage folder on 127.0.0.1.
 
     Args:
         root: a folder for its config, storage and log.
         credentials: turn on htpasswd (bcrypt) authentication with this user.
         read_only: maintenance read-only mode: every push is refused.
+        token: turn on token authentication with this token service instead.
     """
     binary = need("docker-registry", "docker-registry")
     root.mkdir(parents=True, exist_ok=True)
@@ -290,11 +296,191 @@ def start_registry(root: Path, *, credentials: tuple[str, str] | None = None,
         _htpasswd(root / "htpasswd", *credentials, bcrypt=True)
         config += ["auth:", "  htpasswd:", "    realm: sm120-test",
                    f"    path: {root / 'htpasswd'}"]
+    if token:
+        config += ["auth:", "  token:", f"    realm: {token.realm}",
+                   f"    service: {token.service}", f"    issuer: {token.issuer}",
+                   f"    rootcertbundle: {token.certificate}"]
     (root / "config.yml").write_text("\n".join(config) + "\n")
     process = Process.start("docker-registry", [binary, "serve", str(root / "config.yml")],
                             root / "registry.log")
     process.wait_until(lambda: _http_status(f"http://127.0.0.1:{port}/v2/") in (200, 401))
     return Registry(f"127.0.0.1:{port}", credentials, storage, process)
+
+
+@dataclass
+class TokenServer:
+    """A running :func:`start_token_server`.
+
+    Attributes:
+        realm: the token endpoint's URL.
+        service: the registry's service name (the tokens' audience).
+        issuer: the tokens' issuer.
+        certificate: PEM file of the signing certificate (the registry's root bundle).
+        credentials: the one (user, password) it accepts.
+        key: the signing key.
+        server: the HTTP server.
+        requests: the scopes asked for, in order (with the user, or ``None``).
+    """
+
+    realm: str
+    service: str
+    issuer: str
+    certificate: Path
+    credentials: tuple[str, str]
+    key: object
+    der: bytes
+    server: ThreadingHTTPServer
+    requests: list[tuple[str | None, str]] = field(default_factory=list)
+
+    def token(self, scope: str) -> str:
+        """A signed token granting ``scope`` (``repository:NAME:ACTIONS``)."""
+        import base64
+
+        import jwt
+
+        kind, name, actions = scope.split(":")
+        now = int(time.time())
+        claims = {"iss": self.issuer, "sub": self.credentials[0], "aud": self.service,
+                  "exp": now + 300, "nbf": now - 10, "iat": now, "jti": os.urandom(8).hex(),
+                  "access": [{"type": kind, "name": name, "actions": actions.split(",")}]}
+        return jwt.encode(claims, self.key, algorithm="RS256",  # type: ignore[arg-type]
+                          headers={"x5c": [base64.b64encode(self.der).decode()]})
+
+    def stop(self) -> None:
+        """Stop serving."""
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def start_token_server(root: Path, credentials: tuple[str, str]) -> TokenServer:
+    """Serve registry tokens on 127.0.0.1 (Docker's token spec): ``GET /token?service=…&
+    scope=…`` with HTTP Basic ``credentials`` answers ``{"token": JWT}`` granting the
+    scope, anything else 401. The signing key and its self-signed certificate are made
+    here (``cryptography``), the certificate written under ``root`` for the registry."""
+    import base64
+    import datetime
+    import json
+    import urllib.parse
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    root.mkdir(parents=True, exist_ok=True)
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sm120-test-token")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    pem = root / "token-cert.pem"
+    pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    expected = "Basic " + base64.b64encode(":".join(credentials).encode()).decode()
+    holder: list[TokenServer] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+            scope = query.get("scope", [""])[0]
+            given = self.headers.get("Authorization")
+            holder[0].requests.append((given and credentials[0], scope))
+            if given != expected or not scope.startswith("repository:"):
+                self.send_response(401)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            body = json.dumps({"token": holder[0].token(scope)}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    started = TokenServer(f"http://127.0.0.1:{server.server_address[1]}/token",
+                          "sm120-test-registry", "sm120-test-issuer", pem, credentials, key,
+                          cert.public_bytes(serialization.Encoding.DER), server)
+    holder.append(started)
+    return started
+
+
+def push_blob(registry: str, repository: str, data: bytes,
+              headers: dict[str, str] | None = None) -> str:
+    """Upload a blob monolithically (POST an upload, PUT its bytes); return its digest."""
+    import hashlib
+    import urllib.parse
+
+    import requests
+
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    started = requests.post(f"http://{registry}/v2/{repository}/blobs/uploads/",
+                            headers=headers, timeout=30)
+    assert started.status_code == 202, started.text
+    location = urllib.parse.urljoin(f"http://{registry}/", started.headers["Location"])
+    sep = "&" if "?" in location else "?"
+    done = requests.put(f"{location}{sep}digest={digest}", data=data, timeout=30,
+                        headers={**(headers or {}),
+                                 "Content-Type": "application/octet-stream"})
+    assert done.status_code == 201, done.text
+    return digest
+
+
+def push_manifest(registry: str, repository: str, reference: str, manifest: dict[str, object],
+                  headers: dict[str, str] | None = None) -> tuple[str, int]:
+    """PUT a manifest (or index) under a tag; return its digest and size."""
+    import hashlib
+    import json
+
+    import requests
+
+    body = json.dumps(manifest, sort_keys=True).encode()
+    done = requests.put(f"http://{registry}/v2/{repository}/manifests/{reference}",
+                        data=body, timeout=30,
+                        headers={**(headers or {}), "Content-Type": str(manifest["mediaType"])})
+    assert done.status_code == 201, done.text
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    assert done.headers.get("Docker-Content-Digest") == digest
+    return digest, len(body)
+
+
+def push_synthetic_image(registry: str, repository: str, tag: str, *,
+                         architecture: str = "amd64", content: str = "",
+                         headers: dict[str, str] | None = None) -> tuple[str, int]:
+    """Push a one-layer OCI image for linux/``architecture`` whose layer holds ``content``;
+    return its manifest's digest and size."""
+    import hashlib
+    import io
+    import json
+    import tarfile as tar_module
+
+    raw = io.BytesIO()
+    with tar_module.open(fileobj=raw, mode="w") as archive:
+        data = content.encode()
+        info = tar_module.TarInfo("content.txt")
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    layer = raw.getvalue()
+    config = json.dumps({"architecture": architecture, "os": "linux",
+                         "rootfs": {"type": "layers",
+                                    "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]},
+                         "config": {}}).encode()
+    manifest = {
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": push_blob(registry, repository, config, headers),
+                   "size": len(config)},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                    "digest": push_blob(registry, repository, layer, headers),
+                    "size": len(layer)}]}
+    return push_manifest(registry, repository, tag, manifest, headers)
 
 
 def dead_registry() -> Registry:

@@ -19,9 +19,22 @@ from pathlib import Path
 
 import pytest
 from conftest import MODEL_RUNNER, REPO
+from oracles import Entry, oracle_tree, tree_state
+from packaging.specifiers import SpecifierSet
 
-from builder import HunkStatus, apply_file_hunks, parse_patch, split_lines
+from builder import (
+    BuilderError,
+    HunkStatus,
+    apply_file_hunks,
+    apply_series,
+    local_source,
+    parse_patch,
+    split_lines,
+)
 from builder.patching.hunks import APPLIED_STATUSES, HunkResult
+from builder.patching.patchfile import unquote_path
+from builder.patching.refresh import refresh_series
+from builder.patching.series import Series, SeriesEntry
 
 CASES = 300
 VOCABULARY = [f"    call_{i}(x)\n" for i in range(25)] + ["\n", "    return x\n", "    pass\n"]
@@ -168,3 +181,305 @@ def test_seed_patch_agrees_with_gnu_patch_on_real_releases(
     else:
         assert (ours.line, ours.fuzz, ours.offset) == \
             (int(match[1]), int(match[2] or 0), int(match[3] or 0))
+
+
+# --- every form, tree by tree, with both oracles ------------------------------------------
+#
+# Each case is made by the real tools: a small git repository (python/pyproject.toml and a
+# few files, some with names git C-quotes), one to three operations (edit, create, create
+# executable, delete, rename, copy, chmod, symlink), then the change written as one of the
+# forms below. The tree the change was made in is the truth: wherever the builder applies
+# a patch, its tree must be that tree. GNU patch 2.7 and `git apply` are run on the same
+# input; where both agree the builder gives their tree or refuses with a status that says
+# why; where they disagree, FOLLOWS records which one the builder follows.
+
+NAMES = ["python/sglang/mod.py", "python/sglang/naïve.py", "python/sglang/sp ace.py",
+         'python/sglang/quo"te.py', "python/sglang/tab\tname.py", "python/sglang/b\\s.py",
+         "python/日本/x.py", "python/dir x/y.py", "python/sglang/run.sh"]
+FORMS = ["git", "git-U0", "diff-N", "diff-N-zone", "diff-N-nozone", "diff-N-seconds", "svn"]
+# Refusals the builder makes on purpose where the oracles apply (docs/patch-forms.md).
+DELIBERATE_REFUSALS = {"symlink"}
+# Where an oracle's tree is not the builder's, what it did instead, per (form, oracle).
+# "other tree" is only ever a deleted file left behind empty (checked below).
+DIFFERENCES: dict[tuple[str, str], set[str]] = {
+    # GNU patch 2.7.6 refuses some git patches that rename a file and delete another.
+    ("git", "gnu"): {"refused"},
+    # git apply refuses hunks without context unless given --unidiff-zero; GNU patch
+    # refuses some -U0 renames and mode changes.
+    ("git-U0", "git"): {"refused"}, ("git-U0", "gnu"): {"refused"},
+    # git apply sees the epoch only with a time zone: without one it leaves the deleted
+    # file empty; GNU patch deletes it (the builder follows GNU patch).
+    ("diff-N-nozone", "git"): {"other tree"},
+    # Neither oracle knows svn's "(nonexistent)": both leave a deleted file empty (the
+    # builder deletes it, as svn meant), and both misread a raw name with a tab in it.
+    ("svn", "gnu"): {"other tree", "refused"}, ("svn", "git"): {"other tree", "refused"},
+}
+# Where the oracles disagree with each other, the one the builder's tree is.
+FOLLOWS: dict[str, set[str]] = {
+    "git": {"git"}, "git-U0": {"git", "gnu"}, "diff-N-nozone": {"gnu"}, "svn": {"neither"},
+}
+
+
+def _git(cwd: Path, *args: str) -> str:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_CEILING_DIRECTORIES": str(cwd.parent), "LC_ALL": "C"}
+    done = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@e",
+                           "-c", "core.symlinks=true", *args], cwd=cwd, env=env,
+                          capture_output=True, check=True)
+    return done.stdout.decode("utf-8", "surrogateescape")
+
+
+def _body(rng: random.Random, name: str) -> str:
+    return f"# {name}\n" + "".join(rng.choice(VOCABULARY) for _ in range(rng.randint(8, 30)))
+
+
+def _svn(diff_n: str) -> str:
+    """GNU diff -ruN output rewritten as svn 1.14 writes it (Index: line, bare paths,
+    "(nonexistent)" / "(revision 1)" / "(working copy)"; checked against a real svn
+    diff by hand, see docs/patch-forms.md)."""
+    out = []
+    for line in diff_n.splitlines(keepends=True):
+        if line.startswith("diff -ruN "):
+            continue
+        if line.startswith(("--- ", "+++ ")):
+            marker, rest = line[:4], line[4:].rstrip("\n")
+            name, stamp = rest.rsplit("\t", 1)
+            if name.startswith('"'):  # svn writes names raw (GNU diff C-quotes them)
+                name = unquote_path(name)[0]
+            bare = name[2:]
+            absent = stamp.startswith(("1970-01-01", "1969-12-31"))
+            label = "(nonexistent)" if absent else \
+                "(revision 1)" if marker == "--- " else "(working copy)"
+            if marker == "--- ":
+                out.append(f"Index: {bare}\n" + "=" * 67 + "\n")
+            out.append(f"{marker}{bare}\t{label}\n")
+            continue
+        out.append(line)
+    return "".join(out)
+
+
+def make_form_case(rng: random.Random, work: Path, form: str
+                   ) -> tuple[Path, Path, Path, int, set[str]]:
+    """(base tree, truth tree, patch, strip, operations) for one generated case."""
+    repo = work / "repo"
+    (repo / "python").mkdir(parents=True)
+    (repo / "python" / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    names = rng.sample(NAMES, rng.randint(2, 4))
+    for name in names:
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(_body(rng, name))
+        if name.endswith(".sh"):
+            (repo / name).chmod(0o755)
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "base")
+    base = work / "base"
+    shutil.copytree(repo, base, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+    git_form = form.startswith("git")
+    operations = ["edit", "create", "create-x", "delete"] + \
+        (["rename", "copy", "chmod", "symlink"] if git_form else [])
+    done: set[str] = set()
+    touched: set[str] = set()  # a name is changed once per case, so ops stay what they say
+    for _ in range(rng.randint(1, 3)):
+        existing = [n for n in names if (repo / n).is_file() and not (repo / n).is_symlink()]
+        free = [n for n in NAMES if not (repo / n).exists() and not (repo / n).is_symlink()
+                and n not in touched]
+        op = rng.choice(operations)
+        if op in ("create", "create-x", "symlink") or not existing:
+            if not free:
+                continue
+            name = rng.choice(free)
+            touched.add(name)
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            if op == "symlink":
+                (repo / name).symlink_to("mod.py")
+            else:
+                (repo / name).write_text(_body(rng, name))
+                if op == "create-x" and git_form:
+                    (repo / name).chmod(0o755)
+            done.add(op if op in ("symlink", "create-x") else "create")
+            continue
+        name = rng.choice(existing)
+        touched.add(name)
+        lines = (repo / name).read_text().splitlines(keepends=True)
+        if op == "edit":
+            at = rng.randrange(1, len(lines))
+            lines[at] = f"    changed_{rng.randint(0, 999)}(x)\n"
+            if rng.random() < 0.5:
+                lines.insert(rng.randrange(1, len(lines)), "    inserted(x)\n")
+            (repo / name).write_text("".join(lines))
+        elif op == "delete":
+            (repo / name).unlink()
+        elif op in ("rename", "copy") and free:
+            target = rng.choice(free)
+            touched.add(target)
+            (repo / target).parent.mkdir(parents=True, exist_ok=True)
+            (shutil.move if op == "rename" else shutil.copy2)(repo / name, repo / target)
+        elif op == "chmod":
+            (repo / name).chmod((repo / name).stat().st_mode ^ 0o111)
+        done.add(op)
+    _git(repo, "add", "-A")
+    patch = work / "case.patch"
+    strip = 1
+    if git_form:
+        args = ["diff", "--cached", "-M", "-C"] + (["-U0"] if form == "git-U0" else [])
+        text = _git(repo, *args)
+    else:
+        pair = work / "pair"
+        shutil.copytree(base, pair / "a", symlinks=True)
+        truth_copy = pair / "b"
+        shutil.copytree(repo, truth_copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+        zone = {"diff-N-zone": "XST+5"}.get(form, "UTC0")
+        made = subprocess.run(["diff", "-ruN", "a", "b"], cwd=pair, capture_output=True,
+                              env={"TZ": zone, "LC_ALL": "C", "PATH": "/usr/bin:/bin"})
+        text = made.stdout.decode("utf-8", "surrogateescape")
+        if form == "diff-N-nozone":
+            text = re.sub(r"(?m)^((?:---|\+\+\+) .*\t\S+ \S+) [+-]\d{4}$", r"\1", text)
+        elif form == "diff-N-seconds":
+            text = re.sub(r"(?m)^((?:---|\+\+\+) .*\t\S+ \d\d:\d\d:\d\d)\.\d+", r"\1", text)
+        elif form == "svn":
+            text, strip = _svn(text), 0
+    patch.write_bytes(text.encode("utf-8", "surrogateescape"))
+    truth = work / "truth"
+    shutil.copytree(repo, truth, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+    return base, truth, patch, strip, done
+
+
+def _series(patch: Path, strip: int) -> Series:
+    return Series(path=None, entries=(SeriesEntry(path=patch, sha256=None, strip=strip,
+                                                  versions=SpecifierSet()),))
+
+
+def _builder_tree(base: Path, patch: Path, strip: int, work: Path
+                  ) -> tuple[dict[str, Entry] | None, str, list[str]]:
+    """The builder's tree (``None`` when it refused), its file statuses, its warnings."""
+    shutil.copytree(base, work, symlinks=True)
+    before = tree_state(work)
+    series = _series(patch, strip)
+    try:
+        result = apply_series(local_source(work, "1.0"), series, in_place=True)
+    except BuilderError as exc:
+        assert tree_state(work) == before, "a refusal must leave the tree untouched"
+        statuses = {f.status for p in exc.report.patches for f in p.files} \
+            if exc.report else {"error"}
+        return None, ",".join(sorted(statuses)), []
+    return tree_state(work), "applied", result.report.warnings
+
+
+def _without_modes(state: dict[str, Entry] | None) -> dict[str, Entry] | None:
+    return None if state is None else {k: (v[0], v[1], 0) for k, v in state.items()}
+
+
+FORM_CASES = 16  # per form
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_every_form_agrees_with_both_oracles(tmp_path: Path, form: str) -> None:
+    rng = random.Random(f"forms-{form}")
+    applied = refused = 0
+    seen_ops: set[str] = set()
+    differences: set[tuple[str, str]] = set()
+    followed: set[str] = set()
+    for case in range(FORM_CASES):
+        work = tmp_path / str(case)
+        base, truth_dir, patch, strip, ops = make_form_case(rng, work, form)
+        if not patch.read_bytes():
+            continue
+        git_form = form.startswith("git")
+        modes = git_form  # diff and svn carry no modes
+        truth = tree_state(truth_dir, modes=modes)
+        gnu_tree = oracle_tree("gnu", base, patch, work / "gnu", strip=strip, modes=modes)
+        git_tree = oracle_tree("git", base, patch, work / "git", strip=strip, modes=modes)
+        ours_full, status, warnings = _builder_tree(base, patch, strip, work / "ours")
+        ours = ours_full if modes else _without_modes(ours_full)
+        where = f"{form} case {case} ({sorted(ops)}):\n{patch.read_text(errors='replace')}"
+        if ours is None:
+            refused += 1
+            assert set(status.split(",")) & DELIBERATE_REFUSALS, f"refused ({status}) {where}"
+            assert "symlink" in ops, where
+            continue
+        applied += 1
+        seen_ops |= {"create" if op == "create-x" else op for op in ops}
+        for oracle, tree in (("gnu", gnu_tree), ("git", git_tree)):
+            if tree != ours:
+                kind = "refused" if tree is None else "other tree"
+                assert kind in DIFFERENCES.get((form, oracle), {}), \
+                    f"{oracle} gave {kind}, not recorded in DIFFERENCES: {where}"
+                misread = form == "svn" and "tab\tname" in patch.read_text()
+                if kind == "other tree" and not misread:  # an emptied file, for a deletion
+                    assert tree is not None and "delete" in ops, where
+                    extra = {k: v for k, v in tree.items() if ours.get(k) != v}
+                    assert set(ours) <= set(tree) and all(
+                        k not in ours and v == ("file", b"", 0) for k, v in extra.items()), where
+                differences.add((oracle, kind))
+        # The refresh round trip: the refreshed patch gives the builder's tree, modes
+        # included, with git apply, and with GNU patch wherever it read the original.
+        (refreshed,) = refresh_series(local_source(base, "1.0"), _series(patch, strip),
+                                      output_dir=work / "refreshed")
+        assert refreshed.written is not None
+        again = parse_patch(refreshed.written, strip)
+        assert len(again.files) >= 1
+        for oracle in ("git", "gnu"):
+            tree = oracle_tree(oracle, base, refreshed.written, work / f"refreshed-{oracle}",
+                               strip=strip)
+            if tree is None and oracle == "gnu" and gnu_tree is None:
+                continue
+            assert tree == ours_full, f"refreshed, {oracle}: {where}\nrefreshed:\n" + \
+                refreshed.written.read_text(errors="replace")
+        if gnu_tree != git_tree:
+            followed.add("gnu" if ours == gnu_tree else "git" if ours == git_tree
+                         else "neither")
+        assert ours == truth, f"the builder's tree is not the tree the patch was made from: {where}"
+        if gnu_tree == git_tree and gnu_tree is not None and gnu_tree != ours:
+            assert form == "svn", f"both oracles agree on another tree: {where}"
+        if form == "git-U0" and "edit" in ops:
+            assert warnings, f"a -U0 hunk placed without a warning: {where}"
+    assert followed <= FOLLOWS.get(form, set()), followed
+    assert applied >= FORM_CASES // 2, (applied, refused)
+    if form == "git":
+        assert refused, "the corpus made no symbolic link"
+    expected = {"edit", "create", "delete"} | (
+        {"rename", "copy", "chmod"} if form.startswith("git") else set())
+    assert expected <= seen_ops, seen_ops
+
+
+def test_generated_corpus_agrees_with_git_apply_and_refreshes(tmp_path: Path) -> None:
+    """The hunk corpus again, with `git apply` as the second oracle (it places a hunk at
+    the nearest exact match and never fuzzes) and the refresh round trip: the refreshed
+    patch gives the builder's file with both oracles."""
+    rng = random.Random(20261130)
+    agreed = refreshed = 0
+    for case in range(CASES // 2):
+        _, patch_text, drifted = make_case(rng)
+        if not patch_text:
+            continue
+        work = tmp_path / str(case)
+        tree = work / "tree"
+        (tree / "python").mkdir(parents=True)
+        (tree / "python" / "pyproject.toml").write_text("[project]\n")
+        (tree / "f.py").write_text("".join(drifted))
+        patch = work / "case.diff"
+        patch.write_text(patch_text)
+        hunks = parse_patch(patch, 1).files[0].hunks
+        ours = apply_file_hunks(split_lines("".join(drifted)), hunks)
+        git_tree = oracle_tree("git", tree, patch, work / "git")
+        exact = ours.new_lines is not None and all(r.fuzz == 0 for r in ours.results)
+        if exact and git_tree is not None:
+            assert git_tree["f.py"][1] == "".join(ours.new_lines or []).encode(), \
+                f"case {case}: git apply gave another file\n{patch_text}"
+            agreed += 1
+        elif git_tree is not None:  # git applied where the builder refused or fuzzed
+            assert ours.new_lines is None or any(r.fuzz for r in ours.results), case
+            assert any(r.status in DELIBERATE | {HunkStatus.FAILED, HunkStatus.FUZZ}
+                       for r in ours.results), (case, ours.results)
+        if ours.new_lines is None:
+            continue
+        done = refresh_series(local_source(tree, "1.0"), _series(patch, 1), accept_fuzz=True,
+                              output_dir=work / "refreshed")
+        assert done[0].written is not None
+        for oracle in ("gnu", "git"):
+            again = oracle_tree(oracle, tree, done[0].written, work / f"again-{oracle}")
+            assert again is not None and again["f.py"][1] == "".join(ours.new_lines).encode(), \
+                f"case {case}: the refreshed patch gives another file with {oracle}"
+        refreshed += 1
+    assert agreed >= 50 and refreshed >= 80, (agreed, refreshed)

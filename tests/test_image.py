@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, run_cli
+from packaging.version import Version
 from services import DockerEngine, Registry
 
 from builder import Options
@@ -49,6 +50,11 @@ def test_image_labels_tag_and_one_layer(built: dict, docker_engine: DockerEngine
     assert labels[f"{OCI}.base.digest"] == debian_base_image.digest
     assert len(labels[f"{LABEL_NS}.patch-series.sha256"]) == 64
     assert f"{LABEL_NS}.kernel.arch-list" not in labels  # no kernel wheel given
+    profile = runtime_project / "images/profiles/t.toml"
+    assert labels[f"{LABEL_NS}.launch-profile"] == "/etc/sglang-sm120/profile.toml"
+    assert labels[f"{LABEL_NS}.launch-profile.sha256"] == \
+        hashlib.sha256(profile.read_bytes()).hexdigest()
+    assert labels[f"{LABEL_NS}.launcher"] == "/usr/local/bin/sglang-sm120-serve"
     wheel = runtime_project / "dist/sglang-0.5.9+sm120.7-py3-none-any.whl"
     assert json.loads(labels[f"{LABEL_NS}.wheels"]) == {
         wheel.name: hashlib.sha256(wheel.read_bytes()).hexdigest()}
@@ -91,7 +97,8 @@ def _rebuild(project: Path, engine: DockerEngine, registry: Registry, base: Base
                 dist_dir=project / "dist"),
         ImageOptions(registry=registry.host, base_image=base.reference,
                      pins_file=project / "images/pins.toml",
-                     dockerfile=project / "images/Dockerfile"),
+                     dockerfile=project / "images/Dockerfile",
+                     profiles_dir=project / "images/profiles"),
         engine.client)
 
 
@@ -106,6 +113,12 @@ def test_static_smoke_reads_provenance_and_patched_line(
     [line] = report.lines
     assert (line.path, line.line) == ("sglang/srt/model_executor/model_runner.py", 1842)
     assert line.found == line.expected and line.found.strip() == '"flashinfer_cutlass",'
+    checks = {c.name: c for c in report.checks}
+    assert checks["launch profile"].ok
+    # The launcher ran inside the image: the profile's arguments, then the smoke's.
+    assert checks["launcher"].detail.endswith(
+        "-m sglang.launch_server --moe-runner-backend flashinfer_cutlass "
+        "--disable-cuda-graph --model-path /sm120-smoke/model")
 
 
 def test_static_smoke_fails_on_an_image_without_our_wheel(
@@ -117,6 +130,43 @@ def test_static_smoke_fails_on_an_image_without_our_wheel(
     failed = {c.name: c.detail for c in report.checks if not c.ok}
     assert failed["sglang version"] == "not installed (expected 0.5.9+sm120.7)"
     assert failed["provenance"] == "missing"
+    assert failed["launch profile"] == "missing at /etc/sglang-sm120/profile.toml"
+    assert failed["launcher"] == "/usr/local/bin/sglang-sm120-serve missing or not executable"
+
+
+def test_pin_images_then_image_builds_with_no_base_image(
+        built: dict, runtime_project: Path, docker_engine: DockerEngine, registry: Registry,
+        debian_base_image: BaseImage, tmp_path: Path) -> None:
+    # A fresh clone's pins file names the base by tag only; pin-images resolves it through
+    # the registry's API, then `image` builds from the pin with no --base-image.
+    pins = runtime_project / "images/pins.toml"
+    original = pins.read_text()
+    config = tmp_path / "docker-config"
+    config.mkdir()
+    (config / "config.json").write_text("{}")
+    try:
+        pins.write_text(
+            "# the test's pins\n[[base]]\nupstream_version = \"0.5.9\"\ncuda_lane = \"12.9\"\n"
+            f'name = "{debian_base_image.name}"\ndigest = ""\n\n[[kernel_base]]\n'
+            f'cuda_lane = "12.9"\nname = "{debian_base_image.name}"\ndigest = ""\n')
+        refused = run_cli("image", "--cache-dir", str(runtime_project / "cache"),
+                          cwd=runtime_project, env=docker_engine.env)
+        assert refused.returncode == 1
+        assert "python -m builder pin-images" in " ".join(refused.stderr.split())
+        pinned = run_cli("pin-images", cwd=runtime_project,
+                         env={"DOCKER_CONFIG": str(config)})
+        assert pinned.returncode == 0, pinned.stdout + pinned.stderr
+        assert load_base_pins(pins).pin_for(Version("0.5.9"), "12.9").digest == \
+            debian_base_image.digest
+        done = run_cli("image", "--json", "--cache-dir", str(runtime_project / "cache"),
+                       "--registry", registry.host, cwd=runtime_project,
+                       env=docker_engine.env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        image = json.loads(done.stdout)
+        assert image["base"] == debian_base_image.reference
+        assert image["image_id"] == built["image_id"]  # the same base, the same image
+    finally:
+        pins.write_text(original)
 
 
 def test_missing_base_image_is_one_clear_error(runtime_project: Path,
@@ -141,8 +191,9 @@ def test_pins_file_is_valid_and_refuses_an_unresolved_digest() -> None:
     pins = load_base_pins(REPO / "images/pins.toml")
     target = load_targets(REPO / "targets.toml").get("sglang-0.5.9")
     assert pins.lanes(target.upstream_version) == ["12.9"]
-    with pytest.raises(BuilderError, match="not pinned by digest"):
-        pins.base_for(target.upstream_version, target.cuda_lane)
+    with pytest.raises(BuilderError, match="not pinned by digest") as refused:
+        BaseImage.from_pin(pins.pin_for(target.upstream_version, target.cuda_lane))
+    assert "python -m builder pin-images" in refused.value.hint
 
 
 def test_pins_file_entries_are_checked(tmp_path: Path) -> None:
@@ -153,7 +204,7 @@ def test_pins_file_entries_are_checked(tmp_path: Path) -> None:
                     + entry.format(lane="13.0", tag="cu130", digest=PIN_SHA))
     pins = load_base_pins(path)
     target = load_targets(REPO / "targets.toml").get("sglang-0.5.9")
-    assert pins.base_for(target.upstream_version, "13.0") == BaseImage(
+    assert BaseImage.from_pin(pins.pin_for(target.upstream_version, "13.0")) == BaseImage(
         "docker.io/lmsysorg/sglang:v0.5.9-cu130", PIN_SHA)
     # Several lanes for one release: the tag names the lane.
     assert image_tags("127.0.0.1:5000", "sglang-sm120", target, pins.lanes(
@@ -163,7 +214,7 @@ def test_pins_file_entries_are_checked(tmp_path: Path) -> None:
     with pytest.raises(BuilderError, match="is not sha256"):
         load_base_pins(path)
     path.write_text(entry.format(lane="12.9", tag="x", digest=PIN_SHA) + 'extra = "1"\n')
-    with pytest.raises(BuilderError, match="needs exactly the string keys"):
+    with pytest.raises(BuilderError, match="needs the string keys"):
         load_base_pins(path)
 
 

@@ -171,6 +171,7 @@ def run_release_image(project: Path, engine: DockerEngine, registry: Registry,
                      ImageOptions(registry=registry.host, base_image=base.reference,
                                   pins_file=project / "images/pins.toml",
                                   dockerfile=project / "images/Dockerfile",
+                                  profiles_dir=project / "images/profiles",
                                   kernel_wheels=(kernel,)),
                      engine.client)
 
@@ -344,7 +345,8 @@ def test_a_failing_smoke_gate_publishes_nothing(runtime_project: Path,
                     ImageOptions(registry=fresh_registry.host,
                                  base_image=debian_base_image.reference,
                                  pins_file=runtime_project / "images/pins.toml",
-                                 dockerfile=runtime_project / "images/Dockerfile"),
+                                 dockerfile=runtime_project / "images/Dockerfile",
+                                 profiles_dir=runtime_project / "images/profiles"),
                     Index.from_urls(fresh_index.url), gate=gate_on_base,
                     client=docker_engine.client)
     summary = caught.value.report

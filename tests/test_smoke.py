@@ -37,8 +37,11 @@ from builder.smoke.gpu import (
     write_report,
 )
 from builder.smoke.probe import (
+    MISSING_MODULE,
     RESULT_PREFIX,
+    _captured,
     arch_runs_on,
+    autotune_summary,
     classify_line,
     count_warnings,
     flashinfer_arch,
@@ -48,6 +51,7 @@ from builder.smoke.probe import (
     moe_module_name,
     moe_problem,
     moe_reference,
+    moe_verdict,
     parse_arch,
     parse_manifest,
     relative_error,
@@ -100,6 +104,106 @@ def test_the_patterns_are_flashinfer_s_source_strings() -> None:
     assert '"[Autotuner]: Skipping tactic {r} {tac}, due to failure while profiling' in \
         autotuner.replace("f\"", "\"")
     assert '"Failed to initialize cutlass TMA WS grouped gemm. Error: "' in launcher
+
+
+# ---------------------------------------------------------------------------------------
+# Check 5 must fail when autotuning tunes nothing. The lines below are rendered from
+# FlashInfer 0.6.3's own format strings (checked against its source in the next test):
+# a timed tactic (autotuner.py:603, debug), the chosen tactic (autotuner.py:534, debug) and
+# a tactic skipped because FLASHINFER_DISABLE_JIT=1 and a module (the autotuner's
+# trtllm_utils) is missing from the jit-cache (MissingJITCacheError, jit/core.py:291).
+
+RUNNER = "<flashinfer.fused_moe.core.get_cutlass_fused_moe_module.<locals>.MoERunner object>"
+SHAPES = "[torch.Size([256, 512]), torch.Size([8, 1024, 512])]"
+MISSING = (f"[Autotuner]: Skipping tactic {RUNNER} 5, due to failure while profiling: JIT "
+           "compilation is disabled via FLASHINFER_DISABLE_JIT environment variable, but the "
+           "required module is not found in the JIT cache. Please add the missing module to "
+           "the JIT cache build configuration.")
+
+
+def _profiled(tactic: int) -> str:
+    return f"[Autotuner]: profiling {RUNNER} {tactic}, shapes={SHAPES}, avg_time 0.0412"
+
+
+CHOSEN = f"[Autotuner]: profiling chosen runner: {RUNNER} 7 for ('trtllm::fused_moe', 256)"
+
+
+def test_the_autotune_lines_are_flashinfer_s_source_strings() -> None:
+    with zipfile.ZipFile(_flashinfer_wheel()) as archive:
+        autotuner = archive.read("flashinfer/autotuner.py").decode()
+        core = archive.read("flashinfer/jit/core.py").decode()
+    assert 'f"[Autotuner]: profiling {runner} {tactic}, shapes={shapes}, avg_time ' \
+        '{avg_time}"' in autotuner
+    assert 'f"[Autotuner]: profiling chosen runner: {runners[runner_id]} {tactic} for ' \
+        '{cache_key}"' in autotuner
+    assert '"but the required module is not found in the JIT cache. "' in core
+    assert MISSING_MODULE in MISSING
+
+
+def test_autotune_summary_counts_profiled_chosen_and_skips_by_cause() -> None:
+    lines = [*PLAIN, _profiled(3), _profiled(7), MISSING, TMA_WS, OTHER_SKIP, TMA_WS, CHOSEN]
+    assert autotune_summary(lines) == {
+        "profiled": 2, "chosen": ["7"],
+        "skipped": {"missing_module": 1, "hardware": 2, "other": 1}}
+    assert autotune_summary(PLAIN) == {
+        "profiled": 0, "chosen": [], "skipped": {"missing_module": 0, "hardware": 0, "other": 0}}
+
+
+def _variant(lines: list[str], ok: bool | None = True) -> dict[str, object]:
+    return {"variant": "bf16", "ok": ok, "tolerance": 0.05, "default_error": 0.01,
+            "tuned_error": 0.01, "default_ms": 1.0, "tuned_ms": 0.8,
+            "default_over_tuned": 1.25, "autotune": autotune_summary(lines)}
+
+
+def test_check_5_fails_when_every_tactic_was_skipped_for_a_missing_module() -> None:
+    # The H200 run of this round: 2,106 tactics skipped, identical default and tuned errors,
+    # and the old check said "warning" (a pass).
+    status, detail = moe_verdict([_variant([*PLAIN, *[MISSING] * 2106])])
+    assert status == "failed"
+    assert "2106 tactics skipped" in detail and "jit-cache" in detail
+    assert "default/tuned" not in detail  # no ratio when nothing was tuned
+
+
+def test_check_5_fails_on_one_missing_module_skip_among_profiled_tactics() -> None:
+    status, detail = moe_verdict([_variant([_profiled(1), MISSING, CHOSEN])])
+    assert status == "failed" and "1 tactics skipped" in detail
+
+
+def test_check_5_fails_when_no_tactic_was_profiled() -> None:
+    status, detail = moe_verdict([_variant(PLAIN)])
+    assert status == "failed" and "profiled no tactic" in detail
+
+
+def test_check_5_warns_for_hardware_skips_and_reports_what_was_tuned() -> None:
+    status, detail = moe_verdict([_variant([_profiled(3), _profiled(7), TMA_WS, CHOSEN])])
+    assert status == "warning"
+    assert detail == ("bf16: 2 tactics profiled, chosen 7 vs default -1, default/tuned 1.25x "
+                      "(1 skipped for the hardware, 0 for other causes)")
+
+
+def test_check_5_passes_a_clean_tuning_and_still_fails_wrong_numbers() -> None:
+    status, detail = moe_verdict([_variant([_profiled(3), CHOSEN])])
+    assert (status, detail) == ("passed", "bf16: 1 tactics profiled, chosen 7 vs default -1, "
+                                          "default/tuned 1.25x")
+    wrong = {**_variant([_profiled(3), CHOSEN]), "ok": False, "tuned_error": 0.5}
+    assert moe_verdict([wrong])[0] == "failed"
+
+
+def test_the_capture_sees_debug_records_without_printing_them(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    logger = logging.Logger("flashinfer.jit.test")  # like FlashInferJITLogger: INFO + stream
+    logger.setLevel(logging.INFO)
+    stream = logging.StreamHandler()
+    logger.addHandler(stream)
+    with _captured(logger) as lines:
+        logger.debug(_profiled(3))
+        logger.warning(MISSING)
+    assert lines == [_profiled(3), MISSING]
+    err = capsys.readouterr().err
+    assert MISSING in err and "avg_time" not in err  # the debug line was not printed
+    assert logger.level == logging.INFO and stream.level == logging.NOTSET
 
 
 # The probe's calls into FlashInfer, checked against 0.6.3's source (no GPU, no import):

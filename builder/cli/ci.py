@@ -95,5 +95,5 @@ def _cmd_upstream(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any
                         key=Version)
         raise BuilderError(f"the series needs a refresh for {', '.join(broken)}",
                            "python -m builder refresh --target NAME after pinning the release "
-                           "(README: Refresh)", report=report)
+                           "(docs/patches.md: Refresh)", report=report)
     return report.to_json()

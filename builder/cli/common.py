@@ -130,6 +130,7 @@ def resolve_project_paths(args: argparse.Namespace) -> None:
     root = args.targets_file.parent if getattr(args, "targets_file", None) else Path()
     for name, default in (("pins_file", "images/pins.toml"),
                           ("dockerfile", "images/Dockerfile"),
+                          ("profiles_dir", "images/profiles"),
                           ("gate_series", "patches/series.toml")):
         if name in args and getattr(args, name) is None:
             setattr(args, name, root / default)
@@ -165,6 +166,11 @@ def image_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--dockerfile", type=Path, default=None, metavar="FILE",
                        help="the runtime image's Dockerfile (default: images/Dockerfile "
                             "beside the targets file)")
+    group.add_argument("--profiles-dir", type=Path, default=None, metavar="DIR",
+                       help="SM120 launch profiles, <target>.toml each (default: "
+                            "images/profiles beside the targets file)")
+    group.add_argument("--launch-profile", type=Path, metavar="FILE",
+                       help="put this launch profile in the image instead of the target's")
     group.add_argument("--dist", type=Path, default=Path("dist"), metavar="DIR",
                        help="where the wheels go (default: %(default)s)")
     group.add_argument("--docker-host", metavar="URL",
@@ -178,7 +184,8 @@ def image_options_from(args: argparse.Namespace) -> ImageOptions:
     return ImageOptions(registry=args.registry, repository=args.repository,
                         base_image=args.base_image, pins_file=args.pins_file,
                         dockerfile=args.dockerfile, kernel_wheels=tuple(args.kernel_wheel),
-                        docker_host=args.docker_host)
+                        docker_host=args.docker_host, profiles_dir=args.profiles_dir,
+                        launch_profile=args.launch_profile)
 
 
 def image_id_from(path: Path) -> str:

@@ -110,7 +110,11 @@ def _kernels_parser(commands: Any) -> None:
     kernels.add_argument("--jobs", type=positive, metavar="N",
                          help="parallel compile jobs (default: CPUs, bounded by free memory)")
     kernels.add_argument("--base-image", metavar="REF",
-                         help="container mode: the build container's base image")
+                         help="container mode: the build container's base image (default: "
+                              "the lane's [[kernel_base]] in --pins-file, by digest)")
+    kernels.add_argument("--pins-file", type=Path, default=Path("images/pins.toml"),
+                         help="container mode: where the default base's digest is "
+                              "(default: %(default)s; `pin-images` writes it)")
     kernels.add_argument("--toolkit", choices=("pypi", "base"),
                          help="container mode: CUDA from the base image (nvidia/cuda:*-devel) "
                               "or from PyPI's wheels (default: the base's if it has one)")
@@ -164,7 +168,8 @@ def _cmd_kernels(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]
         arch_list=args.arch_list, mode=args.mode, environment=args.environment,
         nvcc=args.nvcc, build_torch=args.build_torch, wheelhouse=args.wheelhouse,
         sccache=args.sccache, jobs=args.jobs, base_image=args.base_image,
-        toolkit=args.toolkit, engine=args.docker_host, request_file=args.request)
+        toolkit=args.toolkit, engine=args.docker_host, request_file=args.request,
+        pins_file=args.pins_file)
     if args.save_request:
         request = kernel_request(options(args, reporter), kernel)
         atomic_write_bytes(args.save_request,

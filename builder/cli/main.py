@@ -35,7 +35,9 @@ examples:
   python -m builder kernels --target sglang-0.5.9 --cuda-lane 13.0 --modules norm
   python -m builder plan --json                    # the CI build matrix, one entry a target
   python -m builder upstream --format markdown     # newer SGLang releases vs the series
-  python -m builder image --base-image NAME:TAG@sha256:...   # the runtime OCI image
+  python -m builder pin-images                     # base images' tags -> digests (pins.toml)
+  python -m builder image                          # the runtime OCI image on the pinned base
+  python -m builder image --base-image NAME:TAG@sha256:...   # ... or on another base
   python -m builder release --registry 127.0.0.1:5000 --repository-url http://127.0.0.1:8080/
   python -m builder publish-wheels --repository-url http://127.0.0.1:8080/ --gate build
   python -m builder lock --check                   # one version, one content (versions.lock)

@@ -135,7 +135,7 @@ def _report_rows(report: PatchReport) -> list[tuple[str, ...]]:
             rows.append((patch.name, "", "", str(patch.status), "", "", "", patch.message))
             continue
         for file in patch.files:
-            if not file.hunks:
+            if not file.hunks or file.status in ("created", "deleted", "renamed", "copied"):
                 rows.append((patch.name, file.path, "", file.status, "", "", "", file.note))
             for hunk in file.hunks:
                 note = hunk.note
@@ -208,6 +208,8 @@ def render_report(report: PatchReport, console: Console) -> None:
         if patch.fuzz_reason and any(h.status == "fuzz" for f in patch.files for h in f.hunks):
             console.print(f"fuzz allowance for {patch.name}: {patch.fuzz_reason}",
                           markup=False, soft_wrap=True)
+    for warning in report.warnings:
+        console.print(warning, markup=False, soft_wrap=True)
     for intent in report.intents:
         mark = "[green]holds[/]" if intent.holds else "[red]FAILS[/]"
         before = "held before" if intent.held_before else "did not hold before"

@@ -1,4 +1,4 @@
-"""The image and release commands: ``image`` and ``release``."""
+"""The image and release commands: ``pin-images``, ``image`` and ``release``."""
 
 from __future__ import annotations
 
@@ -15,9 +15,42 @@ from builder.cli.common import (
 )
 from builder.core.progress import Reporter
 
+_PIN_EPILOG = """\
+examples:
+  python -m builder pin-images                 # resolve every base, rewrite images/pins.toml
+  python -m builder pin-images --check         # exit 1 if a tag now points elsewhere
+  python -m builder pin-images --json --pins-file my-pins.toml
+
+Credentials: docker login's (~/.docker/config.json, $DOCKER_CONFIG, credential helpers);
+Docker Hub's anonymous token is used when there are none. Registries on 127.0.0.0/8 and
+localhost are reached over plain HTTP, like the Docker Engine does.
+exit status: 0 pinned (or, with --check, nothing moved), 1 a tag moved or was never
+resolved (--check) or a registry failed (the pins file is then unchanged), 2 bad usage.
+"""
+
 
 def add_commands(commands: Any) -> None:
-    """Add ``image``, ``release`` and ``publish-wheels``."""
+    """Add ``pin-images``, ``image``, ``release`` and ``publish-wheels``."""
+    pin = commands.add_parser(
+        "pin-images", help="resolve the base images' tags to digests (images/pins.toml)",
+        description="Resolve every base image in the pins file, upstream's runtime images "
+                    "([[base]]) and the kernel build bases ([[kernel_base]]), from tag to "
+                    "digest through the registry's API, pulling nothing; for a "
+                    "multi-platform image record the index digest and the --platform "
+                    "manifest digest. The file is rewritten atomically with its comments, "
+                    "only when every entry resolved.",
+        epilog=_PIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    common(pin, target=False)
+    pin.add_argument("--pins-file", type=Path, default=Path("images/pins.toml"),
+                     help="the pins file (default: %(default)s)")
+    pin.add_argument("--check", action="store_true",
+                     help="write nothing; report pins whose tag now points elsewhere "
+                          "(exit 1), for the scheduled upstream workflow")
+    pin.add_argument("--platform", default="linux/amd64", metavar="OS/ARCH",
+                     help="the manifest taken from multi-platform images "
+                          "(default: %(default)s)")
+    pin.set_defaults(handler=_cmd_pin_images)
+
     image = commands.add_parser(
         "image", help="build the runtime OCI image: upstream's image plus our wheel(s)",
         description="Build the target's wheel, then the runtime image from images/Dockerfile "
@@ -103,6 +136,36 @@ examples:
   # or on the build's own checks alone (no GPU proof)
   python -m builder publish-wheels --repository-url http://127.0.0.1:8080/ --gate build
 """
+
+
+def _cmd_pin_images(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.core.config import load_targets
+    from builder.core.errors import BuilderError
+    from builder.image.pin import pin_images
+
+    targets = load_targets(args.targets_file) if args.targets_file.is_file() else None
+    report = pin_images(args.pins_file, check=args.check, targets=targets,
+                        platform=args.platform, reporter=reporter)
+    lines = []
+    for outcome in report.outcomes:
+        now = outcome.now
+        index = f" (index {now.index_digest})" if now.index_digest else ""
+        lines.append(f"{outcome.status:9} {outcome.pin.name}\n"
+                     f"          -> {now.digest} {now.platform}{index}\n")
+        if outcome.status == "moved":
+            lines.append(f"          was {outcome.pin.digest}\n")
+    for name in report.unpinned_targets:
+        lines.append(f"note: target {name} has no [[base]] entry for its version and lane\n")
+    lines.append(f"{args.pins_file}: "
+                 f"{'written' if report.written else 'unchanged'}\n")
+    reporter.raw("".join(lines))
+    if args.check and report.drifted:
+        raise BuilderError(
+            f"{len(report.drifted)} base image pin(s) no longer match their tag: "
+            + ", ".join(f"{o.pin.name} ({o.status})" for o in report.drifted),
+            "run `python -m builder pin-images`, rebuild and test, then commit "
+            f"{args.pins_file}", report=report.describe())
+    return report.describe()
 
 
 def _cmd_image(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:

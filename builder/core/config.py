@@ -108,6 +108,36 @@ class WheelPin:
 Pin = SdistPin | WheelPin | GitPin
 
 
+def local_version(upstream: Version | str, label: str) -> str:
+    """Our version of an upstream release: ``<upstream>+<label>``, or, when upstream's
+    version already has a local label (``0.5.11+cu130``), ours appended to it with a dot
+    (``0.5.11+cu130.sm120.1``): PEP 440 allows one ``+`` only.
+
+    Args:
+        upstream: upstream's version.
+        label: our local label (``sm120.1``).
+
+    Returns:
+        The version, checked with ``packaging``.
+
+    Raises:
+        BuilderError: the result is not a valid PEP 440 version.
+    """
+    base = str(upstream)
+    version = f"{base}.{label}" if "+" in base else f"{base}+{label}"
+    try:
+        Version(version)
+    except InvalidVersion:
+        raise BuilderError(f"{version!r} (upstream {base} with local label {label!r}) is not "
+                           "a PEP 440 version", "fix upstream_version or local_label in the "
+                           "targets file") from None
+    return version
+
+
+# An OCI tag (distribution-spec): what the image stage turns our version into.
+_OCI_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+
+
 @dataclass(frozen=True)
 class Target:
     """One build target from the targets file.
@@ -160,8 +190,8 @@ class Target:
 
     @property
     def version(self) -> str:
-        """The version our wheel carries: ``<upstream>+<local label>`` (PEP 440)."""
-        return f"{self.upstream_version}+{self.local_label}"
+        """The version our wheel carries (see :func:`local_version`)."""
+        return local_version(self.upstream_version, self.local_label)
 
     @property
     def sdist_project(self) -> str:
@@ -238,18 +268,21 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
                            "fix the syntax error at the position shown") from None
 
 
+FORMAT_HINT = ("see docs/patches.md (Adding a patch, Pinning a new release) for the file "
+               "format")
+
+
 def require(table: dict[str, Any], key: str, kind: type, where: str) -> Any:
     if key not in table:
-        raise BuilderError(f"{where}: missing key {key!r}", "see README.md for the file format")
+        raise BuilderError(f"{where}: missing key {key!r}", FORMAT_HINT)
     value = table[key]
     if not isinstance(value, kind):
         noun = {str: "a string", int: "an integer", list: "an array"}.get(kind, kind.__name__)
         raise BuilderError(f"{where}: {key!r} must be {noun}, got {value!r}",
-                           "see README.md for the file format")
+                           FORMAT_HINT)
     return value
 
 
-FORMAT_HINT = "see README.md for the file format"
 
 
 def known_keys(table: Any, allowed: set[str], where: str) -> dict[str, Any]:
@@ -342,6 +375,12 @@ def _parse_target(table: dict[str, Any], base: Path, where: str) -> Target:
     if not _LOCAL_LABEL.match(label):
         raise BuilderError(f"{where}: local_label {label!r} is not a PEP 440 local label",
                            "use lowercase letters and digits separated by dots, e.g. sm120.1")
+    # Every version written from here on (wheel name, METADATA, image tag and label) is
+    # made from these two: checked now, before any work starts.
+    version = local_version(upstream, label)
+    if not _OCI_TAG.fullmatch(version.replace("+", "-") + "-cu000"):
+        raise BuilderError(f"{where}: version {version} makes no valid image tag",
+                           "shorten upstream_version or local_label")
     sources = tuple(_parse_source(s, f"{where} source #{i}")
                     for i, s in enumerate(table_array(table, "source", where), 1))
     if not sources:

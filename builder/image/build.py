@@ -21,12 +21,11 @@ the kernel arch list, the target and the wheels' sha256.
 from __future__ import annotations
 
 import datetime
+import io
 import json
 import os
-import re
 import tarfile
 import tempfile
-import tomllib
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,19 +36,22 @@ import docker
 import docker.errors
 import requests.exceptions
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import InvalidVersion, Version
 
+from builder.core.basepins import DIGEST as _DIGEST
+from builder.core.basepins import BasePin
+from builder.core.basepins import BasePins as BasePins  # re-exported
+from builder.core.basepins import load_base_pins as load_base_pins  # re-exported
 from builder.core.cache import sha256_file, sha256_json
 from builder.core.config import GitPin, Target
 from builder.core.engine import BuildkitTrace, StreamError, read_stream
 from builder.core.errors import BuilderError
 from builder.core.progress import Reporter
+from builder.image.profile import LAUNCHER_PATH, LAUNCHER_SOURCE, PROFILE_PATH, LaunchProfile
 from builder.wheel.build import WheelResult
 
 LABEL_NS = "dev.sm120-builder"
 OCI = "org.opencontainers.image"
 KERNEL_MANIFEST = "flashinfer_jit_cache/sm120-manifest.json"
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,15 @@ class BaseImage:
         return f"{self.name}@{self.digest}"
 
     @staticmethod
+    def from_pin(pin: BasePin) -> BaseImage:
+        """The base a pin names.
+
+        Raises:
+            BuilderError: its digest is not resolved (the hint names ``pin-images``).
+        """
+        return BaseImage.parse(pin.reference)
+
+    @staticmethod
     def parse(text: str) -> BaseImage:
         """Read ``NAME[:TAG]@sha256:HEX``.
 
@@ -80,104 +91,10 @@ class BaseImage:
         name, at, digest = text.partition("@")
         if not at or not name or not _DIGEST.match(digest):
             raise BuilderError(f"base image {text!r} is not pinned by digest",
-                               "write it as NAME:TAG@sha256:<64 hex> (docker inspect "
-                               "--format '{{index .RepoDigests 0}}' NAME gives it)")
+                               "write it as NAME:TAG@sha256:<64 hex> (`python -m builder "
+                               "pin-images` resolves pins; docker inspect --format "
+                               "'{{index .RepoDigests 0}}' NAME gives one)")
         return BaseImage(name, digest)
-
-
-@dataclass(frozen=True)
-class BasePin:
-    """One entry of ``images/pins.toml``: upstream's runtime image for a version and lane.
-
-    Attributes:
-        upstream_version: the SGLang release the image carries.
-        cuda_lane: CUDA ``major.minor``.
-        name: fully qualified image name with tag.
-        digest: its manifest digest, or ``""`` while not resolved.
-    """
-
-    upstream_version: Version
-    cuda_lane: str
-    name: str
-    digest: str
-
-
-@dataclass(frozen=True)
-class BasePins:
-    """The parsed pins file.
-
-    Attributes:
-        path: where it was read from.
-        pins: its entries in file order.
-    """
-
-    path: Path
-    pins: tuple[BasePin, ...]
-
-    def lanes(self, version: Version) -> list[str]:
-        """The CUDA lanes pinned for an upstream version, in file order."""
-        return [p.cuda_lane for p in self.pins if p.upstream_version == version]
-
-    def base_for(self, version: Version, lane: str) -> BaseImage:
-        """Return the pinned base for ``version`` and ``lane``.
-
-        Raises:
-            BuilderError: no entry for them, or its digest is not resolved yet.
-        """
-        for pin in self.pins:
-            if pin.upstream_version == version and pin.cuda_lane == lane:
-                if not pin.digest:
-                    raise BuilderError(
-                        f"the upstream base image for sglang {version} / CUDA {lane} "
-                        f"({pin.name}) is not pinned by digest in {self.path}",
-                        "resolve it where Docker Hub is reachable (docker pull NAME; docker "
-                        "inspect --format '{{index .RepoDigests 0}}' NAME) and write the "
-                        "digest, or pass --base-image NAME@sha256:...")
-                return BaseImage(pin.name, pin.digest)
-        raise BuilderError(f"{self.path} pins no base image for sglang {version} / CUDA {lane}",
-                           "add a [[base]] entry for it, or pass --base-image NAME@sha256:...")
-
-
-_PIN_KEYS = {"upstream_version", "cuda_lane", "name", "digest"}
-
-
-def load_base_pins(path: Path) -> BasePins:
-    """Parse the pins file (unknown keys are refused).
-
-    Raises:
-        BuilderError: the file is missing, not TOML, or an entry is malformed.
-    """
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise BuilderError(f"base image pins file {path} not found",
-                           "run from the project root, or pass --pins-file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise BuilderError(f"{path} is not valid TOML: {exc}", "fix the file") from None
-    unknown = set(data) - {"base"}
-    if unknown:
-        raise BuilderError(f"{path}: unknown keys {sorted(unknown)}", "only [[base]] tables")
-    pins = []
-    for number, entry in enumerate(data.get("base", []), 1):
-        where = f"{path} [[base]] #{number}"
-        if not isinstance(entry, dict) or set(entry) != _PIN_KEYS or \
-                not all(isinstance(v, str) for v in entry.values()):
-            raise BuilderError(f"{where}: needs exactly the string keys "
-                               f"{', '.join(sorted(_PIN_KEYS))}",
-                               "see the comment at the top of the pins file")
-        if entry["digest"] and not _DIGEST.match(entry["digest"]):
-            raise BuilderError(f"{where}: digest {entry['digest']!r} is not sha256:<64 hex>",
-                               "write the manifest digest, or \"\" while unresolved")
-        if not re.fullmatch(r"\d+\.\d+", entry["cuda_lane"]):
-            raise BuilderError(f"{where}: cuda_lane {entry['cuda_lane']!r} is not major.minor",
-                               "write it like \"12.9\"")
-        try:
-            version = Version(entry["upstream_version"])
-        except InvalidVersion:
-            raise BuilderError(f"{where}: {entry['upstream_version']!r} is not a PEP 440 "
-                               "version", "write it like \"0.5.9\"") from None
-        pins.append(BasePin(version, entry["cuda_lane"], entry["name"], entry["digest"]))
-    return BasePins(path, tuple(pins))
 
 
 @dataclass(frozen=True)
@@ -247,7 +164,7 @@ def image_tags(registry: str, repository: str, target: Target, lanes: Sequence[s
         target: the target (its upstream version, local label and CUDA lane).
         lanes: the CUDA lanes pinned for its upstream version.
     """
-    tag = f"{target.upstream_version}-{target.local_label}"
+    tag = target.version.replace("+", "-")  # a tag has no '+'; 0.5.9+sm120.1 -> 0.5.9-sm120.1
     if len(set(lanes)) > 1:
         tag += "-cu" + target.cuda_lane.replace(".", "")
     return (f"{registry.rstrip('/')}/{repository.strip('/')}:{tag}",)
@@ -273,8 +190,10 @@ def source_date_epoch(provenance: dict[str, Any]) -> int:
 
 
 def image_labels(target: Target, wheels: Sequence[WheelResult],
-                 extra: Sequence[ExtraWheel], base: BaseImage) -> dict[str, str]:
-    """Return the image's labels (see the module docstring).
+                 extra: Sequence[ExtraWheel], base: BaseImage,
+                 profile: LaunchProfile | None = None) -> dict[str, str]:
+    """Return the image's labels (see the module docstring); with a launch profile, where
+    it and the launcher are in the image and the profile's sha256.
 
     ``.created`` is ``$SOURCE_DATE_EPOCH`` when set, else the upstream release time the
     wheel's provenance records, so an unchanged input set gives unchanged labels.
@@ -298,6 +217,10 @@ def image_labels(target: Target, wheels: Sequence[WheelResult],
     }
     if arch:
         labels[f"{LABEL_NS}.kernel.arch-list"] = ",".join(arch)
+    if profile is not None:
+        labels[f"{LABEL_NS}.launch-profile"] = PROFILE_PATH
+        labels[f"{LABEL_NS}.launch-profile.sha256"] = profile.sha256
+        labels[f"{LABEL_NS}.launcher"] = LAUNCHER_PATH
     return labels
 
 
@@ -317,6 +240,7 @@ class ImageResult:
         layer_size: bytes in the layer the build added (the engine's accounting).
         layers_added: how many layers the build added on top of the base (1).
         cached: True when no build step ran (everything came from the build cache).
+        profile: the SM120 launch profile installed with the launcher.
     """
 
     image_id: str
@@ -330,6 +254,7 @@ class ImageResult:
     layers_added: int = 0
     cached: bool = False
     executed: tuple[str, ...] = field(default=())
+    profile: LaunchProfile | None = None
 
     def describe(self) -> dict[str, Any]:
         """Return JSON-ready data."""
@@ -339,7 +264,11 @@ class ImageResult:
                 "wheels": [str(w.path) for w in self.wheels],
                 "extra_wheels": [w.describe() for w in self.extra_wheels],
                 "layer_size": self.layer_size, "layers_added": self.layers_added,
-                "cached": self.cached}
+                "cached": self.cached,
+                "launch_profile": None if self.profile is None else {
+                    "source": str(self.profile.path), "path": PROFILE_PATH,
+                    "sha256": self.profile.sha256, "args": self.profile.args,
+                    "launcher": LAUNCHER_PATH}}
 
 
 def ensure_base(client: docker.DockerClient, base: BaseImage, reporter: Reporter) -> str:
@@ -369,9 +298,11 @@ def ensure_base(client: docker.DockerClient, base: BaseImage, reporter: Reporter
                            "its registry is reachable") from None
 
 
-def _context(dockerfile: Path, wheels: Sequence[Path], mtime: int, out: Path) -> None:
-    """Write the build context: the Dockerfile and ``wheels/``, fixed metadata (GNU tar:
-    the engine takes a PAX archive's first header for a Dockerfile, measured here)."""
+def _context(dockerfile: Path, wheels: Sequence[Path], mtime: int, out: Path,
+             profile: LaunchProfile) -> None:
+    """Write the build context: the Dockerfile, ``wheels/`` and ``sm120/`` (the launch
+    profile and the launcher), fixed metadata (GNU tar: the engine takes a PAX archive's
+    first header for a Dockerfile, measured here)."""
     with tarfile.open(out, "w", format=tarfile.GNU_FORMAT) as tar:
         def add(path: Path, name: str, mode: int) -> None:
             info = tar.gettarinfo(str(path), arcname=name)
@@ -382,15 +313,24 @@ def _context(dockerfile: Path, wheels: Sequence[Path], mtime: int, out: Path) ->
             else:
                 with path.open("rb") as handle:
                     tar.addfile(info, handle)
+
+        def add_bytes(data: bytes, name: str, mode: int) -> None:
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), mtime, mode
+            tar.addfile(info, io.BytesIO(data))
         add(dockerfile, "Dockerfile", 0o644)
         add(dockerfile.parent, "wheels", 0o755)
         for wheel in sorted(wheels, key=lambda p: p.name):
             add(wheel, f"wheels/{wheel.name}", 0o644)
+        add(dockerfile.parent, "sm120", 0o755)
+        add_bytes(profile.text.encode(), "sm120/profile.toml", 0o644)
+        add_bytes(LAUNCHER_SOURCE.read_bytes(), "sm120/sglang-sm120-serve", 0o755)
 
 
 def build_image(client: docker.DockerClient, *, dockerfile: Path, target: Target,
                 wheels: Sequence[WheelResult], extra_wheels: Sequence[ExtraWheel] = (),
-                base: BaseImage, tags: Sequence[str], reporter: Reporter) -> ImageResult:
+                base: BaseImage, tags: Sequence[str], profile: LaunchProfile,
+                reporter: Reporter) -> ImageResult:
     """Build the runtime image with BuildKit; stream its log; return what was built.
 
     Args:
@@ -402,6 +342,7 @@ def build_image(client: docker.DockerClient, *, dockerfile: Path, target: Target
         extra_wheels: kernel wheels installed with them (``--no-deps``), possibly none.
         base: the base image by digest.
         tags: full image references to tag the result with.
+        profile: the target's SM120 launch profile (installed with the launcher).
         reporter: progress (the build log, live).
 
     Returns:
@@ -417,7 +358,7 @@ def build_image(client: docker.DockerClient, *, dockerfile: Path, target: Target
     base_id = ensure_base(client, base, reporter)
     api = client.api
     base_layers = api.inspect_image(base_id)["RootFS"].get("Layers", [])
-    labels = image_labels(target, wheels, extra_wheels, base)
+    labels = image_labels(target, wheels, extra_wheels, base, profile)
     requirements = (f"sglang=={wheels[0].version}",
                     *(f"{w.name}=={w.version}" for w in extra_wheels))
     names = [canonicalize_name(r.split("==")[0]) for r in requirements]
@@ -434,7 +375,7 @@ def build_image(client: docker.DockerClient, *, dockerfile: Path, target: Target
     with tempfile.TemporaryDirectory(prefix="sm120-context-") as tmp:
         context = Path(tmp) / "context.tar"
         _context(dockerfile, [w.path for w in wheels] + [w.path for w in extra_wheels],
-                 epoch, context)
+                 epoch, context, profile)
         image_id = None
         try:
             with context.open("rb") as body:
@@ -472,4 +413,5 @@ def build_image(client: docker.DockerClient, *, dockerfile: Path, target: Target
     return ImageResult(image_id=image_id, tags=tuple(tags), base=base, labels=labels,
                        requirements=requirements, wheels=tuple(wheels),
                        extra_wheels=tuple(extra_wheels), layer_size=int(history[0]["Size"]),
-                       layers_added=added, cached=not executed, executed=executed)
+                       layers_added=added, cached=not executed, executed=executed,
+                       profile=profile)

@@ -18,6 +18,7 @@ from builder.image.build import (
     load_base_pins,
     read_extra_wheel,
 )
+from builder.image.profile import PROFILES_DIR, load_profile, profile_path
 from builder.wheel.build import run_wheels
 
 
@@ -33,6 +34,8 @@ class ImageOptions:
         pins_file: ``images/pins.toml``.
         dockerfile: ``images/Dockerfile``.
         kernel_wheels: extra wheels installed with ``--no-deps`` (FlashInfer kernels).
+        profiles_dir: the launch profiles, one ``<target>.toml`` each.
+        launch_profile: this profile instead of the target's in ``profiles_dir``.
         docker_host: the engine (``None``: ``$DOCKER_HOST`` or the default socket).
     """
 
@@ -43,6 +46,8 @@ class ImageOptions:
     dockerfile: Path = Path("images/Dockerfile")
     kernel_wheels: tuple[Path, ...] = ()
     docker_host: str | None = None
+    profiles_dir: Path = PROFILES_DIR
+    launch_profile: Path | None = None
 
 
 def run_image(options: Options, image_options: ImageOptions,
@@ -52,14 +57,16 @@ def run_image(options: Options, image_options: ImageOptions,
     Raises:
         BuilderError: see :func:`builder.wheel.build.run_wheels`,
             :func:`builder.image.build.build_image`; the engine is unreachable; no base is
-            pinned for the target's lane.
+            pinned for the target's lane; its launch profile is missing or malformed.
     """
     client = client or connect(image_options.docker_host)
     target = select_target(options)
     pins = load_base_pins(image_options.pins_file)
     base = BaseImage.parse(image_options.base_image) if image_options.base_image else \
-        pins.base_for(target.upstream_version, target.cuda_lane)
+        BaseImage.from_pin(pins.pin_for(target.upstream_version, target.cuda_lane))
     extra = [read_extra_wheel(p) for p in image_options.kernel_wheels]
+    profile = load_profile(image_options.launch_profile or
+                           profile_path(image_options.profiles_dir, target), target)
     if not image_options.dockerfile.is_file():
         raise BuilderError(f"{image_options.dockerfile} not found",
                            "run from the project root (images/Dockerfile)")
@@ -68,4 +75,4 @@ def run_image(options: Options, image_options: ImageOptions,
                       pins.lanes(target.upstream_version))
     return build_image(client, dockerfile=image_options.dockerfile, target=target,
                        wheels=wheels, extra_wheels=extra, base=base, tags=tags,
-                       reporter=options.reporter)
+                       profile=profile, reporter=options.reporter)

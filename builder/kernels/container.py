@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from builder.core.basepins import load_base_pins
 from builder.core.cache import Cache, atomic_write_bytes, sha256_file, sha256_json
 from builder.core.engine import StreamError, connect, read_stream
 from builder.core.errors import BuilderError
@@ -45,8 +46,10 @@ if TYPE_CHECKING:
     from builder.kernels.request import KernelOptions
 
 DOCKERFILE = Path(__file__).resolve().parent / "data" / "kernels-build.Dockerfile"
-DEFAULT_BASES = {"12.9": "nvidia/cuda:12.9.1-devel-ubuntu24.04",
-                 "13.0": "nvidia/cuda:13.0.1-devel-ubuntu24.04"}
+# The default build bases by CUDA lane: the [[kernel_base]] entries of images/pins.toml
+# name these images, and the build uses them by the digest there (`pin-images`).
+DEFAULT_BASES = {"12.9": "docker.io/nvidia/cuda:12.9.1-devel-ubuntu24.04",
+                 "13.0": "docker.io/nvidia/cuda:13.0.1-devel-ubuntu24.04"}
 _IMAGE_REPOSITORY = "sglang-sm120-kernels-build"
 
 
@@ -187,6 +190,21 @@ def build_image(client: docker.DockerClient, base: str, toolkit: str | None, cac
     return image, python, toolkit
 
 
+def default_base(lane: str, pins_file: Path) -> str:
+    """The build container's default base for ``lane``: ``name@digest`` of its
+    ``[[kernel_base]]`` pin.
+
+    Args:
+        lane: CUDA ``major.minor``.
+        pins_file: ``images/pins.toml``.
+
+    Raises:
+        BuilderError: no pin for the lane, or its digest is not resolved (the hint names
+            ``pin-images``).
+    """
+    return load_base_pins(pins_file).kernel_base(lane).reference
+
+
 def build_kernels_in_container(request: KernelRequest, options: KernelOptions, *,
                                cache: Cache, dist_dir: Path,
                                reporter: Reporter) -> KernelResult:
@@ -196,11 +214,8 @@ def build_kernels_in_container(request: KernelRequest, options: KernelOptions, *
         BuilderError: no engine, the image build failed, the container failed (its
             error message and log tail), or its result cannot be read.
     """
+    base = options.base_image or default_base(request.lane, options.pins_file)
     client = connect(options.engine, timeout=3600)
-    base = options.base_image or DEFAULT_BASES.get(request.lane)
-    if base is None:
-        raise BuilderError(f"no default build base for CUDA {request.lane}",
-                           "pass --base-image")
     image, python, toolkit = build_image(client, base, options.toolkit, cache, reporter)
     torch, indexes = build_torch(request, options.build_torch)
     requirements = [f"flashinfer-python=={request.pins.flashinfer}", torch, "ninja",

@@ -45,7 +45,9 @@ class KernelOptions:
         wheelhouse: install the build venv offline from this folder.
         sccache: compile through sccache (its ``SCCACHE_*`` variables pick the backend).
         jobs: parallel compile jobs (``None``: bounded by CPUs and free memory).
-        base_image: the build container's base (container mode).
+        base_image: the build container's base (container mode; ``None``: the lane's
+            ``[[kernel_base]]`` in ``pins_file``, by digest).
+        pins_file: ``images/pins.toml`` (container mode's default base).
         toolkit: ``pypi`` (CUDA from NVIDIA's PyPI wheels), ``base`` (the base image
             has it, like ``nvidia/cuda:*-devel``) or ``None`` (the base's if it has one)
             (container mode).
@@ -68,6 +70,7 @@ class KernelOptions:
     toolkit: str | None = None
     engine: str | None = None
     request_file: Path | None = None
+    pins_file: Path = Path("images/pins.toml")
 
 
 

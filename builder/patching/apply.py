@@ -1,11 +1,12 @@
 """Patch stage: apply a series to a source tree, all or nothing, with a per-hunk report.
 
-Every patch file is checked against its pinned sha256 first; each patch is parsed with
-unidiff and applied with the hunk matcher (:mod:`builder.patching.hunks`) to an in-memory view of
-the tree; the fuzz policy of the series decides which placements are acceptable; intent
-checks run after the whole series. Only when everything passed is anything written: to a
-new cache entry (a copy of the source tree) or, for ``--source-dir`` in place, file by
-file through temporary files and renames.
+Every patch file is checked against its pinned sha256 first; each patch is parsed
+(:mod:`builder.patching.patchfile`) and applied with the hunk matcher
+(:mod:`builder.patching.hunks`) to an in-memory view of the tree; the fuzz policy of the
+series decides which placements are acceptable; intent checks run after the whole series.
+Only when everything passed is anything written: to a new cache entry (a copy of the
+source tree) or, for ``--source-dir`` in place, file by file through temporary files and
+renames.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -35,6 +37,7 @@ from builder.patching.hunks import (
     Hunk,
     HunkResult,
     HunkStatus,
+    anchor_note,
     apply_file_hunks,
     split_lines,
 )
@@ -47,7 +50,12 @@ from builder.source.fetch import (
     obtain_source,
 )
 
-ENGINE_VERSION = "2"  # bump when placement rules change: it is part of the cache key
+ENGINE_VERSION = "3"  # bump when placement rules change: it is part of the cache key
+
+
+ZERO_CONTEXT_WARNING = ("warning: no context lines (diff -U0): only its line number and its "
+                        "removed lines place it; check the result, or regenerate the patch "
+                        "with context (git diff)")
 
 
 class PatchStatus(StrEnum):
@@ -153,9 +161,16 @@ class PatchReport:
         return all(p.status != PatchStatus.FAILED for p in self.patches) and \
             all(i.holds for i in self.intents)
 
+    @property
+    def warnings(self) -> list[str]:
+        """Every hunk note that is a warning (``warning: ...``), as ``patch: path: note``."""
+        return [f"{p.name}: {f.path} hunk #{h.hunk}: {h.note}" for p in self.patches
+                for f in p.files for h in f.hunks if h.note.startswith("warning:")]
+
     def to_json(self) -> dict[str, Any]:
         """Return JSON-ready data."""
         return {"upstream_version": self.upstream_version, "ok": self.ok,
+                "warnings": self.warnings,
                 "patches": [p.to_json() for p in self.patches],
                 "intents": [i.to_json() for i in self.intents]}
 
@@ -196,6 +211,28 @@ class PatchResult:
     tree_sha256: str | None = None
 
 
+def link_on_path(root: Path, tree_path: str) -> str | None:
+    """The first component of ``tree_path`` under ``root`` that is a symbolic link.
+
+    Args:
+        root: the tree.
+        tree_path: a relative path (``/``-separated).
+
+    Returns:
+        ``"component -> target"`` for the first link found walking down from ``root``
+        (the path itself included), or ``None`` when the path crosses no link.
+    """
+    current = root
+    parts = tree_path.split("/")
+    for depth, part in enumerate(parts, 1):
+        current = current / part
+        if current.is_symlink():
+            return f"{'/'.join(parts[:depth])} -> {os.readlink(current)}"
+        if not current.is_dir():
+            return None
+    return None
+
+
 @dataclass
 class _TreeView:
     """A tree plus pending changes (``None`` marks a deletion); nothing touches disk."""
@@ -208,9 +245,29 @@ class _TreeView:
     def tree_path(self, repo_path: str) -> str | None:
         return self.layout.tree_path(repo_path)
 
+    def link_on(self, tree_path: str) -> str | None:
+        """The first component of ``tree_path`` (itself included) that is a symbolic link
+        on disk, as ``path -> target``; ``None`` when there is none."""
+        return link_on_path(self.root, tree_path)
+
+    def obstacle(self, tree_path: str) -> str | None:
+        """Why a file cannot be written at ``tree_path``: a folder is there, or a file
+        (on disk or staged) stands where a folder of its path must be; else ``None``."""
+        parts = tree_path.split("/")
+        for depth in range(1, len(parts)):
+            ancestor = "/".join(parts[:depth])
+            if self.changes.get(ancestor) is not None or (
+                    ancestor not in self.changes and (self.root / ancestor).is_file()):
+                return f"{ancestor} is a file, not a folder"
+        if (self.root / tree_path).is_dir() and not (self.root / tree_path).is_symlink():
+            return f"{tree_path} is a folder"
+        return None
+
     def read_bytes(self, tree_path: str) -> bytes | None:
         if tree_path in self.changes:
             return self.changes[tree_path]
+        if self.link_on(tree_path) is not None:
+            return None  # never read through a link (the patch stage refuses such paths)
         file = self.root / tree_path
         return file.read_bytes() if file.is_file() else None
 
@@ -222,7 +279,9 @@ class _TreeView:
         if tree_path in self.modes:
             return self.modes[tree_path]
         file = self.root / tree_path
-        return file.stat().st_mode & 0o777 if file.is_file() else None
+        if self.link_on(tree_path) is not None or not file.is_file():
+            return None
+        return file.stat().st_mode & 0o777
 
     def read_repo_path(self, repo_path: str) -> str | None:
         tree_path = self.tree_path(repo_path)
@@ -239,7 +298,10 @@ class _TreeView:
                 for path in base.rglob("*"):
                     if ".git" in path.parts or not path.is_file():
                         continue
-                    repo = self.layout.repo_path(path.relative_to(self.root).as_posix())
+                    rel = path.relative_to(self.root).as_posix()
+                    if self.link_on(rel) is not None:
+                        continue
+                    repo = self.layout.repo_path(rel)
                     if fnmatch.fnmatchcase(repo, pattern):
                         found.add(repo)
         for tree_path, data in self.changes.items():
@@ -257,7 +319,8 @@ class _TreeView:
                  and p.rsplit("/", 1)[-1] == name]
         for path in self.root.rglob(name):
             rel = path.relative_to(self.root).as_posix()
-            if ".git" not in path.parts and rel not in self.changes and path.is_file():
+            if ".git" not in path.parts and rel not in self.changes and path.is_file() \
+                    and self.link_on(rel) is None:
                 found.append(rel)
             if len(found) >= limit:
                 break
@@ -316,12 +379,17 @@ def _apply_hunks(view: _TreeView, file_patch: FilePatch, current: str, max_fuzz:
     search = max(DEFAULT_FUZZ_SEARCH, max_fuzz)
     outcome = apply_file_hunks(lines, file_patch.hunks, fuzz_search=search)
     results = list(outcome.results)
-    for i, result in enumerate(results):
+    for i, (result, hunk) in enumerate(zip(results, file_patch.hunks, strict=True)):
         if result.status == HunkStatus.FUZZ and (result.fuzz or 0) > max_fuzz:
+            anchored = anchor_note(lines, hunk)
             results[i] = HunkResult(
                 result.hunk, HunkStatus.FAILED, line=result.line, offset=result.offset,
                 fuzz=result.fuzz, changed_line=result.changed_line,
-                note=f"needs fuzz {result.fuzz}, the series allows {max_fuzz} here")
+                note=f"needs fuzz {result.fuzz}, the series allows {max_fuzz} here"
+                     + (f"; at fuzz 0 {anchored}" if anchored else ""))
+        elif result.status in APPLIED_STATUSES and not hunk.prefix_context and \
+                not hunk.suffix_context and len(lines) > len(hunk.preimage):
+            results[i] = replace(result, note=ZERO_CONTEXT_WARNING)
     results = _eol_mismatch(lines, file_patch.hunks, results, search)
     ok = all(r.status in APPLIED_STATUSES for r in results)
     return results, (outcome.new_lines if ok else None), outcome.already_applied
@@ -344,9 +412,28 @@ def _moved_hint(view: _TreeView, file_patch: FilePatch, max_fuzz: int) -> str:
     return ""
 
 
+def _resolve_plain_names(view: _TreeView, file_patch: FilePatch) -> FilePatch:
+    """The one file a plain (non-git) diff that names two files patches.
+
+    ``--- a/x.py.orig`` / ``+++ b/x.py`` means one file, not a rename. Like GNU patch 2.7
+    (and ``git apply``, which agree on this), take the name that exists; when both do,
+    the one with the fewest components, then the shortest base name, then the shortest.
+    """
+    old, new = file_patch.old_path, file_patch.new_path
+    if file_patch.git or file_patch.operation != Operation.MODIFY or old == new or \
+            old is None or new is None:
+        return file_patch
+    existing = [p for p in (old, new) if (t := view.tree_path(p)) is not None
+                and view.read(t) is not None]
+    chosen = min(existing or [old, new], key=lambda p: (p.count("/"), len(p.rsplit("/", 1)[-1]),
+                                                   len(p)))
+    return replace(file_patch, old_path=chosen, new_path=chosen)
+
+
 def _apply_file(view: _TreeView, patch_name: str, file_patch: FilePatch,
                 max_fuzz: int, strip: int) -> _FileOutcome:
     """Apply one file patch to the view (without changing it); decide its status."""
+    file_patch = _resolve_plain_names(view, file_patch)
     repo_path = file_patch.path
     old = view.tree_path(file_patch.old_path) if file_patch.old_path else None
     new = view.tree_path(file_patch.new_path) if file_patch.new_path else None
@@ -357,10 +444,30 @@ def _apply_file(view: _TreeView, patch_name: str, file_patch: FilePatch,
                            "check the strip level, or build from git (--source git) for "
                            "files outside python/")
     hunks = file_patch.hunks
+    for tree_path in dict.fromkeys(p for p in (old, new) if p is not None):
+        link = view.link_on(tree_path)
+        if link is not None:
+            return _refuse(repo_path, "symlink", f"{link} is a symbolic link: a patch never "
+                           "reads or writes through one (it could lead out of the tree); "
+                           "patch the file it points to under its own path",
+                           hunks, HunkStatus.SYMLINK)
+    if file_patch.symlink:
+        return _refuse(repo_path, "symlink", "the patch creates, deletes or retargets a "
+                       "symbolic link (git mode 120000); the builder never writes links: "
+                       "make the link in the build instead", hunks, HunkStatus.SYMLINK)
     if file_patch.binary:
         return _refuse(repo_path, "binary", "binary diffs (GIT binary patch) are not "
                        "supported; ship the file another way", hunks, HunkStatus.BINARY)
+    if old is not None and old not in view.changes and (view.root / old).is_dir():
+        return _refuse(repo_path, "failed", f"{file_patch.old_path} is a folder, not a file",
+                       hunks, HunkStatus.FAILED)
+    if new is not None and (obstacle := view.obstacle(new)) is not None:
+        return _refuse(repo_path, "failed", f"cannot write {file_patch.new_path}: {obstacle}",
+                       hunks, HunkStatus.FAILED)
     op = file_patch.operation
+    if op == Operation.MODIFY and old is not None and view.read(old) is None and \
+            len(hunks) == 1 and hunks[0].source_start == hunks[0].source_length == 0:
+        op = Operation.CREATE  # an empty old side on a missing file: GNU and git create it
     if op == Operation.CREATE:
         assert new is not None
         existing = view.read(new)
@@ -471,7 +578,8 @@ def _apply_patch(view: _TreeView, parsed: ParsedPatch, entry: SeriesEntry,
                         files=tuple(reports), message="; ".join(problems)), staged, modes
 
 
-_REFUSALS = frozenset({"failed", "new-file-exists", "missing-file", "eol-mismatch", "binary"})
+_REFUSALS = frozenset({"failed", "new-file-exists", "missing-file", "eol-mismatch", "binary",
+                       "symlink"})
 
 
 def read_series(series: Series) -> dict[Path, ParsedPatch]:
@@ -520,6 +628,8 @@ class PatchStep:
         before: repository path -> content before this patch (``None``: absent).
         after: repository path -> content after it (equal to ``before`` unless applied).
         held_before: each intent check's result before this patch.
+        modes_before: repository path -> permission bits before (``None``: absent).
+        modes_after: repository path -> permission bits after.
     """
 
     entry: SeriesEntry
@@ -528,6 +638,8 @@ class PatchStep:
     before: dict[str, bytes | None]
     after: dict[str, bytes | None]
     held_before: tuple[bool, ...]
+    modes_before: dict[str, int | None] = field(default_factory=dict)
+    modes_after: dict[str, int | None] = field(default_factory=dict)
 
 
 def replay_series(source: SourceResult, series: Series, *, fuzz: int | None = None
@@ -578,12 +690,22 @@ def replay_series(source: SourceResult, series: Series, *, fuzz: int | None = No
             staged, modes = {}, {}
         touched = {path for fp in patch.files for path in (fp.old_path, fp.new_path) if path}
         before = {path: _read_repo_bytes(view, path) for path in sorted(touched)}
+        modes_before = {path: _repo_mode(view, path) for path in sorted(touched)}
         view.changes.update(staged)
         view.modes.update(modes)
         after = {path: _read_repo_bytes(view, path) for path in sorted(touched)}
-        steps.append(PatchStep(entry, patch, outcome, before, after, held))
+        modes_after = {path: _repo_mode(view, path) for path in sorted(touched)}
+        steps.append(PatchStep(entry, patch, outcome, before, after, held, modes_before,
+                               modes_after))
         failed = outcome.status == PatchStatus.FAILED
     return steps, view
+
+
+def _repo_mode(view: _TreeView, repo_path: str) -> int | None:
+    tree_path = view.tree_path(repo_path)
+    if tree_path is None or view.read_bytes(tree_path) is None:
+        return None
+    return view.mode(tree_path) or 0o644
 
 
 def _read_repo_bytes(view: _TreeView, repo_path: str) -> bytes | None:
@@ -622,11 +744,22 @@ def _intent_report(entry: SeriesEntry, check: IntentCheck, held_before: bool,
                         outcome.detail)
 
 
+_HINTS = {
+    "symlink": "nothing was written; patches never go through symbolic links or create "
+               "them (docs/patch-forms.md)",
+    "binary": "nothing was written; ship binary files another way",
+    "new-file-exists": "nothing was written; the tree already has that file: remove it "
+                       "or drop the creation from the patch",
+}
+
+
 def _failure(report: PatchReport) -> BuilderError:
     for outcome in report.patches:
         if outcome.status == PatchStatus.FAILED:
+            refusals = {f.status for f in outcome.files if f.status in _REFUSALS}
+            hint = _HINTS.get(next(iter(refusals)), "") if len(refusals) == 1 else ""
             return BuilderError(f"patch {outcome.name} failed: {outcome.message}",
-                                "see the hunk report; fix or refresh the patch, or "
+                                hint or "see the hunk report; fix or refresh the patch, or "
                                 "declare a fuzz allowance with a reason in the series",
                                 report=report)
     broken = next(i for i in report.intents if not i.holds)
@@ -637,6 +770,14 @@ def _failure(report: PatchReport) -> BuilderError:
 
 
 def _write_changes(root: Path, changes: Changes) -> None:
+    # The plan refused every path through a link; checked again here, before the first
+    # write, so that a link made since (or a caller's own Changes) cannot redirect one.
+    for tree_path in changes.files:
+        link = link_on_path(root, tree_path)
+        if link is not None:
+            raise BuilderError(f"{tree_path}: {link} is a symbolic link; nothing was written",
+                               "a patch never writes through a link; patch the file it "
+                               "points to under its own path")
     for tree_path, data in sorted(changes.files.items()):
         target = root / tree_path
         if data is None:

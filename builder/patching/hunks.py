@@ -45,6 +45,7 @@ class HunkStatus(StrEnum):
     MISSING_FILE = "missing-file"
     EOL_MISMATCH = "eol-mismatch"
     BINARY = "binary"
+    SYMLINK = "symlink"
 
 
 APPLIED_STATUSES = frozenset({HunkStatus.CLEAN, HunkStatus.OFFSET, HunkStatus.FUZZ})
@@ -430,4 +431,39 @@ def _place(lines: Sequence[str], hunk: Hunk, cursor: _Cursor, fuzz_search: int,
                           changed_line=line + hunk.prefix_context)
     return HunkResult(hunk.index, HunkStatus.FAILED, line=forward_first + cursor.out_offset,
                       near_miss=_near_miss(lines, hunk, forward_first),
-                      note="the preimage was not found", text=hunk.render())
+                      note=anchor_note(lines, hunk) or "the preimage was not found",
+                      text=hunk.render())
+
+
+def anchor_note(lines: Sequence[str], hunk: Hunk) -> str:
+    """Why a hunk whose lines are all in the file still failed: it is anchored.
+
+    diff writes less trailing than leading context only at the end of a file (and less
+    leading than trailing only at its start), so GNU patch places such a hunk only there
+    (``locate_hunk`` in patch.c).
+
+    Args:
+        lines: the file's lines.
+        hunk: the hunk that failed.
+
+    Returns:
+        The explanation, or an empty string when anchoring is not the reason.
+    """
+    pattern = hunk.preimage
+    if not pattern:
+        return ""
+    found = [w for w in range(1, len(lines) - len(pattern) + 2)
+             if _matches(lines, pattern, w, 0, 0)]
+    if not found:
+        return ""
+    where = ", ".join(map(str, found[:5])) + (" ..." if len(found) > 5 else "")
+    if hunk.suffix_context < hunk.prefix_context:
+        after = len(lines) - (found[-1] + len(pattern) - 1)
+        return (f"all its lines match (at line {where}), but with less trailing than "
+                f"leading context it must end at the end of the file, and {after} more "
+                "line(s) follow there: the file grew after the patch was made; refresh it")
+    if hunk.prefix_context < hunk.suffix_context and hunk.first_line() <= 1:
+        return (f"all its lines match (at line {where}), but with less leading than "
+                "trailing context it must start at line 1 of the file: lines were added "
+                "before it; refresh the patch")
+    return ""

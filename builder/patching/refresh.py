@@ -1,11 +1,14 @@
 """Refresh: regenerate every patch of a series against a target's upstream.
 
-After a refresh each patch applies to that upstream with zero fuzz and exact line
-numbers. The patch's header (message, authorship) and the series metadata are kept; the
-output is deterministic: ``a/`` ``b/`` paths, no timestamps, files sorted, hunk section
-headers by git's default rule (the nearest earlier line that starts with a letter, ``_``
-or ``$``). A patch that needed fuzz is only refreshed with ``accept_fuzz``, and the
-report shows every such hunk before and after: a refresh can bake a wrong placement in.
+After a refresh each patch applies to that upstream with zero fuzz and exact line numbers.
+The patch's header (message, authorship), the series metadata and everything the patch
+means are kept: modes (a created script stays ``100755``), renames and copies, and paths
+C-quoted exactly as git writes them, so ``git apply`` and GNU patch read the result as
+they read the original. The output is deterministic: ``a/`` ``b/`` paths, no timestamps,
+files sorted, hunk section headers by git's default rule (the nearest earlier line that
+starts with a letter, ``_`` or ``$``). A patch that needed fuzz is only refreshed with
+``accept_fuzz``, and the report shows every such hunk before and after: a refresh can bake
+a wrong placement in.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from builder.patching.apply import (
     replay_series,
 )
 from builder.patching.hunks import HunkStatus
-from builder.patching.patchfile import Operation
+from builder.patching.patchfile import Operation, quote_path
 from builder.patching.series import Series, select_series
 from builder.source.fetch import (
     SourceResult,
@@ -99,25 +102,51 @@ def _lines(data: bytes | None) -> list[str]:
     return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
 
 
+def _git_mode(mode: int | None) -> str:
+    """git's file mode for permission bits: ``100755`` when the owner may execute, else
+    ``100644`` (git records nothing finer; ``ce_mode_from_stat`` in git's read-cache.c)."""
+    return "100755" if mode is not None and mode & 0o100 else "100644"
+
+
+def _quote_two(prefix: str, path: str) -> str:
+    """``prefix + path`` as git writes it in a diff header (quoted as one name)."""
+    return quote_path(prefix + path)
+
+
 def render_file_diff(path: str, before: bytes | None, after: bytes | None,
-                     prefixes: tuple[str, str]) -> str:
-    """A git-style unified diff of one file with 3 lines of context, no timestamps.
+                     prefixes: tuple[str, str], *, old_path: str | None = None,
+                     old_mode: int | None = None, new_mode: int | None = None,
+                     copy: bool = False) -> str:
+    """A git-style diff of one file with 3 lines of context, no timestamps, as git
+    writes it: C-quoted paths, a tab after a name with a space on ``---``/``+++``
+    lines, ``new file mode`` / ``deleted file mode`` / ``old mode`` + ``new mode``,
+    ``rename from/to`` or ``copy from/to``; no ``---``/``+++`` lines when the content is
+    unchanged (a pure rename, copy or mode change, or an empty file created).
 
     Args:
-        path: the repository path.
+        path: the repository path (after the change; the deleted path for a deletion).
         before: the old content (``None``: the file is created).
         after: the new content (``None``: the file is deleted).
         prefixes: ``("a/", "b/")`` for strip level 1, ``("", "")`` for 0.
+        old_path: for a rename or copy, the path it comes from.
+        old_mode: permission bits before (``None``: not known or absent).
+        new_mode: permission bits after.
+        copy: ``old_path`` stays (a copy), rather than going away (a rename).
     """
     old, new = _lines(before), _lines(after)
     a, b = prefixes
-    head = [f"diff --git {a}{path} {b}{path}\n"]
+    source = old_path or path
+    head = [f"diff --git {_quote_two(a, source)} {_quote_two(b, path)}\n"]
     if before is None:
-        head.append("new file mode 100644\n")
+        head.append(f"new file mode {_git_mode(new_mode)}\n")
     elif after is None:
-        head.append("deleted file mode 100644\n")
-    head.append(f"--- {'/dev/null' if before is None else a + path}\n")
-    head.append(f"+++ {'/dev/null' if after is None else b + path}\n")
+        head.append(f"deleted file mode {_git_mode(old_mode)}\n")
+    elif old_mode is not None and new_mode is not None and \
+            _git_mode(old_mode) != _git_mode(new_mode):
+        head.append(f"old mode {_git_mode(old_mode)}\nnew mode {_git_mode(new_mode)}\n")
+    if old_path is not None and old_path != path:
+        verb = "copy" if copy else "rename"
+        head.append(f"{verb} from {quote_path(old_path)}\n{verb} to {quote_path(path)}\n")
     body: list[str] = []
     for line in list(difflib.unified_diff(old, new, n=3, lineterm="\n"))[2:]:
         if line.startswith("@@"):
@@ -127,7 +156,18 @@ def render_file_diff(path: str, before: bytes | None, after: bytes | None,
         body.append(line)
         if not line.endswith("\n"):
             body.append("\n\\ No newline at end of file\n")
+    if body:
+        minus = "/dev/null" if before is None else _quote_two(a, source)
+        plus = "/dev/null" if after is None else _quote_two(b, path)
+        head.append(f"--- {minus}{_tab(source if before is not None else '')}\n")
+        head.append(f"+++ {plus}{_tab(path if after is not None else '')}\n")
     return "".join(head + body)
+
+
+def _tab(name: str) -> str:
+    # git ends a ---/+++ name that has a space with a tab, so that GNU patch reads the
+    # whole name (builtin_diff in git's diff.c).
+    return "\t" if " " in name else ""
 
 
 def _prefixes(step: PatchStep) -> tuple[str, str]:
@@ -140,15 +180,32 @@ def _prefixes(step: PatchStep) -> tuple[str, str]:
 
 
 def _new_text(step: PatchStep) -> str:
-    for file_patch in step.parsed.files:
-        if file_patch.operation in (Operation.RENAME, Operation.COPY) or \
-                (file_patch.new_mode is not None and file_patch.operation == Operation.MODIFY):
-            raise BuilderError(f"cannot refresh {step.entry.name}: it renames, copies or "
-                               f"changes the mode of {file_patch.path}",
-                               "refresh that patch by hand")
+    """The refreshed patch: the header verbatim, then one git diff per file the patch
+    changes, sorted by path, keeping renames, copies and modes."""
     prefixes = _prefixes(step)
-    diffs = [render_file_diff(path, step.before[path], step.after[path], prefixes)
-             for path in sorted(step.after) if step.before[path] != step.after[path]]
+    moves = {fp.new_path: fp for fp in step.parsed.files
+             if fp.operation in (Operation.RENAME, Operation.COPY) and fp.old_path
+             and fp.new_path and fp.old_path != fp.new_path}
+    gone = {fp.old_path for fp in moves.values() if fp.operation == Operation.RENAME
+            and step.after.get(fp.old_path or "") is None}
+    diffs = []
+    for path in sorted(step.after):
+        before, after = step.before[path], step.after[path]
+        mode_before, mode_after = step.modes_before.get(path), step.modes_after.get(path)
+        move = moves.get(path)
+        if path in gone and before is not None and after is None:
+            continue  # written as the rename's source
+        if move is not None and move.old_path is not None and before is None and \
+                after is not None and step.before.get(move.old_path) is not None:
+            source = move.old_path
+            diffs.append(render_file_diff(
+                path, step.before[source], after, prefixes, old_path=source,
+                old_mode=step.modes_before.get(source), new_mode=mode_after,
+                copy=source not in gone))
+        elif before != after or (before is not None and after is not None and
+                                 _git_mode(mode_before) != _git_mode(mode_after)):
+            diffs.append(render_file_diff(path, before, after, prefixes,
+                                          old_mode=mode_before, new_mode=mode_after))
     header = step.parsed.header
     if header and not header.endswith("\n"):
         header += "\n"
@@ -311,6 +368,6 @@ def run_refresh(options: Options, *, accept_fuzz: bool = False,
                     f"{entry.name} also applies to {', '.join(others)}: refreshing it in place "
                     f"for {target.name} could break them",
                     "write a copy with --output-dir DIR and give it its own series entry "
-                    "with a narrower version range (README: Refresh)")
+                    "with a narrower version range (docs/patches.md: Refresh)")
     return refresh_series(source, series, accept_fuzz=accept_fuzz, output_dir=output_dir,
                           only=name)

@@ -21,8 +21,10 @@ Checks, in order (``name``: what passes):
    by FlashInfer and loads for this GPU's arch; known-answer tests (norm, activation,
    sampling) match torch; nothing was compiled at run time.
 5. ``moe-autotune``: ``cutlass_fused_moe`` (bf16, fp8 from sm_89) inside ``autotune()``
-   matches a torch reference with the default and the tuned tactic; skipped tactics are
-   warnings; the default/tuned time ratio is reported.
+   matches a torch reference with the default and the tuned tactic, and really tunes: it
+   fails when no tactic was profiled or a tactic was skipped for a module missing from the
+   jit-cache; tactics skipped for the hardware are warnings; the profiled count, the chosen
+   tactic and the default/tuned time ratio (only when tuning happened) are reported.
 6. ``server``: SGLang serves a model with ``--moe-runner-backend flashinfer_cutlass``, logs
    its autotune, answers ``/health`` and one ``/generate`` (host mode, ``--model`` only).
 

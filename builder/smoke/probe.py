@@ -95,6 +95,108 @@ def count_warnings(lines: Iterable[str]) -> dict[str, int]:
     return counts
 
 
+# What FlashInfer's autotuner logs per tactic (flashinfer/autotuner.py, 0.6.3): a debug line
+# for each tactic it timed (line 603), one for the (runner, tactic) it chose per shape
+# profile (line 534), and the "Skipping tactic" warning (line 497) quoting the exception.
+# MissingJITCacheError's text (flashinfer/jit/core.py, 0.6.3, line 291) is what a tactic
+# fails with when FLASHINFER_DISABLE_JIT=1 and a module it needs, for example the autotuner's
+# own trtllm_utils (delay_kernel), is not in the jit-cache: then nothing is tuned at all.
+PROFILED_PREFIX = "[Autotuner]: profiling "
+CHOSEN_PREFIX = "[Autotuner]: profiling chosen runner: "
+MISSING_MODULE = "the required module is not found in the JIT cache"
+SKIP_CAUSES = ("missing_module", "hardware", "other")
+
+
+def skip_cause(line: str) -> str | None:
+    """Why the autotuner skipped a tactic on this log line (``None``: not a skip line).
+
+    ``missing_module``: a module is missing from the jit-cache with JIT disabled (the
+    build's fault: the check fails); ``hardware``: a CUTLASS TMA warp-specialised grouped
+    GEMM that cannot initialise on this GPU, e.g. SM120's ~99 KiB of shared memory (a
+    warning); ``other``: any other exception (a warning).
+    """
+    if WARNING_PATTERNS["skipped_tactic"] not in line:
+        return None
+    if MISSING_MODULE in line:
+        return "missing_module"
+    if WARNING_PATTERNS["tma_ws_init_failed"] in line:
+        return "hardware"
+    return "other"
+
+
+def autotune_summary(lines: Iterable[str]) -> dict[str, Any]:
+    """What one ``autotune()`` pass did, from the autotuner's log lines (debug level).
+
+    Returns:
+        ``profiled`` (tactics timed), ``chosen`` (the tactics picked, in order; the
+        default tactic when nothing is tuned is -1) and ``skipped`` (count per cause of
+        :data:`SKIP_CAUSES`).
+    """
+    profiled = 0
+    chosen: list[str] = []
+    skipped = dict.fromkeys(SKIP_CAUSES, 0)
+    for line in lines:
+        cause = skip_cause(line)
+        if cause is not None:
+            skipped[cause] += 1
+        elif CHOSEN_PREFIX in line:
+            # "... chosen runner: <runner repr> TACTIC for (cache key)"
+            head = line.split(CHOSEN_PREFIX, 1)[1].split(" for ", 1)[0]
+            chosen.append(head.rsplit(" ", 1)[-1])
+        elif PROFILED_PREFIX in line and ", avg_time " in line:
+            profiled += 1
+    return {"profiled": profiled, "chosen": chosen, "skipped": skipped}
+
+
+def moe_verdict(variants: list[dict[str, Any]]) -> tuple[str, str]:
+    """Check 5's status and detail from its variants' results and autotune summaries.
+
+    Fails when a variant's numbers are wrong, when a variant's autotune profiled no
+    tactic (it tuned nothing), or when any tactic was skipped for a module missing from
+    the jit-cache. Skips the hardware causes stay warnings. The default/tuned time ratio
+    is reported only for a variant that really tuned.
+
+    Args:
+        variants: per variant ``ok`` (bool, or None: not run), ``autotune`` (from
+            :func:`autotune_summary`), timings and errors as :func:`check_moe` records.
+
+    Returns:
+        ``(status, detail)``.
+    """
+    parts, failures, warned = [], [], False
+    for v in variants:
+        name = v["variant"]
+        if v["ok"] is None:
+            parts.append(f"{name} not run")
+            continue
+        if v["ok"] is False:
+            failures.append(f"{name}: " + (v.get("error") or
+                            f"error default {v['default_error']:.3g}, tuned "
+                            f"{v['tuned_error']:.3g} > {v['tolerance']:g}"))
+            continue
+        tuned = v.get("autotune") or {"profiled": 0, "chosen": [], "skipped": {}}
+        skipped = tuned["skipped"]
+        if skipped.get("missing_module"):
+            failures.append(f"{name}: {skipped['missing_module']} tactics skipped because a "
+                            "module is missing from the jit-cache with JIT disabled (the "
+                            "autotuner's trtllm_utils?): nothing was tuned")
+            continue
+        if not tuned["profiled"]:
+            failures.append(f"{name}: autotune profiled no tactic: nothing was tuned")
+            continue
+        ratio = v.get("default_over_tuned")
+        parts.append(f"{name}: {tuned['profiled']} tactics profiled, chosen "
+                     f"{'/'.join(tuned['chosen']) or '?'} vs default -1"
+                     + (f", default/tuned {ratio:.2f}x" if ratio else ""))
+        hardware, other = skipped.get("hardware", 0), skipped.get("other", 0)
+        if hardware or other:
+            warned = True
+            parts[-1] += f" ({hardware} skipped for the hardware, {other} for other causes)"
+    if failures:
+        return FAILED, "; ".join(failures)
+    return (WARNING if warned else PASSED), "; ".join(parts)
+
+
 _ARCH = re.compile(r"^(?:sm_(?P<sm>\d{2,3})|(?P<major>\d+)\.(?P<minor>\d))(?P<suffix>[af]?)$")
 
 
@@ -510,12 +612,22 @@ def _captured(logger: logging.Logger) -> Iterator[list[str]]:
         def emit(self, record: logging.LogRecord) -> None:
             lines.extend(record.getMessage().splitlines())
 
+    # The autotuner's per-tactic lines are debug records: lower the logger's level for the
+    # capture, and raise its own handlers to where the logger was so they print no more.
+    level = logger.level
+    raised = [(h, h.level) for h in logger.handlers if h.level < level]
+    for h, _ in raised:
+        h.setLevel(level)
     handler = Collect(level=logging.DEBUG)
     logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
     try:
         yield lines
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(level)
+        for h, old in raised:
+            h.setLevel(old)
 
 
 def _error_text(exc: BaseException) -> str:
@@ -828,7 +940,10 @@ def _moe_variant(kind: str, case: MoeCase) -> dict[str, Any]:
 
 def check_moe(capability: tuple[int, int] | None, mode: str,
               no_gpu: str = "no CUDA device") -> dict[str, Any]:
-    """Check 5: ``cutlass_fused_moe`` under ``autotune()`` matches torch; warnings counted.
+    """Check 5: ``cutlass_fused_moe`` under ``autotune()`` matches torch and really tunes.
+
+    Each variant's autotuner log is summarised (:func:`autotune_summary`) and judged by
+    :func:`moe_verdict`.
 
     Args:
         capability: the GPU's compute capability (None: no GPU).
@@ -858,34 +973,25 @@ def check_moe(capability: tuple[int, int] | None, mode: str,
     variants: list[dict[str, Any]] = []
     kinds = ["bf16"] + (["fp8"] if capability >= (8, 9) else [])
     case = moe_case()
-    with _captured(logger) as lines:
-        for kind in kinds:
+    lines: list[str] = []
+    for kind in kinds:
+        with _captured(logger) as captured:
             try:
-                variants.append(_moe_variant(kind, case))
+                variant = _moe_variant(kind, case)
             except Exception as exc:
-                variants.append({"variant": kind, "ok": False, "error": _error_text(exc),
-                                 "trace": traceback.format_exc(limit=3)})
+                variant = {"variant": kind, "ok": False, "error": _error_text(exc),
+                           "trace": traceback.format_exc(limit=3)}
+        variant["autotune"] = autotune_summary(captured)
+        variants.append(variant)
+        lines += captured
     if capability[0] in (10, 11, 12):
         variants.append({"variant": "nvfp4", "ok": None,
                          "error": "not run: the nvfp4 variant is not written yet"})
     warnings = count_warnings(lines)
-    failed = [v for v in variants if v["ok"] is False]
     data = {"module": module, "variants": variants, "warnings": warnings,
             "warning_lines": [line for line in lines if classify_line(line)][:20]}
-    summary = ", ".join(
-        f"{v['variant']} " + (f"default/tuned {v['default_over_tuned']:.2f}x"
-                              if v.get("default_over_tuned") else "not run")
-        for v in variants)
-    if failed:
-        return _result(name, FAILED, "; ".join(
-            f"{v['variant']}: " + (v.get("error") or
-                                   f"error default {v['default_error']:.3g}, tuned "
-                                   f"{v['tuned_error']:.3g} > {v['tolerance']:g}")
-            for v in failed), **data)
-    if any(warnings.values()):
-        return _result(name, WARNING, f"{summary}; warnings: " + ", ".join(
-            f"{k} {n}" for k, n in warnings.items() if n), **data)
-    return _result(name, PASSED, summary, **data)
+    status, detail = moe_verdict(variants)
+    return _result(name, status, detail, **data)
 
 
 def _capability() -> tuple[tuple[int, int] | None, str]:

@@ -6,7 +6,10 @@ sizes, our provenance record from sglang's ``.dist-info``, the ``WHEEL`` tags pi
 installed, and for every hunk our patches changed the installed file's line at the
 hunk's ``changed_line``. It passes when the version and the provenance equal the wheel's,
 every patched line equals that line in the wheel, and every extra (kernel) wheel is
-installed at its version. This is the release gate until the GPU smoke test takes over
+installed at its version; and the SM120 launch profile is in the image as its labels say
+(same sha256) and the launcher ``sglang-sm120-serve`` runs (a dry run: it prints
+``python -m sglang.launch_server`` with the profile's arguments, then the test's). This is
+the release gate until the GPU smoke test takes over
 (:mod:`builder.release.run` takes any gate of the same shape).
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import zipfile
 from dataclasses import dataclass
 from typing import Any
@@ -25,15 +29,27 @@ from packaging.utils import parse_wheel_filename
 
 from builder.core.errors import BuilderError
 from builder.core.layout import Layout
-from builder.image.build import ImageResult
+from builder.image.build import LABEL_NS, ImageResult
+from builder.image.profile import LAUNCHER_PATH, PROFILE_PATH
 from builder.kernels.preflight import Check
 from builder.wheel.build import PROVENANCE_FILE, WheelResult
 
 # Runs inside the image; standard library only. Input and output are JSON.
 _PROBE = r"""
-import importlib.metadata as md, json, os
+import hashlib, importlib.metadata as md, json, os, subprocess
 spec = json.loads(os.environ["SM120_SMOKE"])
-out = {"dists": {}, "lines": [], "provenance": None, "wheel_tags": []}
+out = {"dists": {}, "lines": [], "provenance": None, "wheel_tags": [],
+       "profile_sha256": None, "launcher": None}
+try:
+    with open(spec["profile"], "rb") as handle:
+        out["profile_sha256"] = hashlib.sha256(handle.read()).hexdigest()
+except OSError:
+    pass
+if os.access(spec["launcher"], os.X_OK):
+    done = subprocess.run([spec["launcher"], *spec["launcher_args"]], capture_output=True,
+                          text=True, env={**os.environ, "SGLANG_SM120_DRY_RUN": "1"})
+    out["launcher"] = {"status": done.returncode, "stdout": done.stdout,
+                       "stderr": done.stderr[-2000:]}
 for name in spec["dists"]:
     try:
         dist = md.distribution(name)
@@ -178,6 +194,36 @@ def _run_probe(client: docker.DockerClient, ref: str, spec: dict[str, Any],
             api.remove_container(container, force=True)
 
 
+_SMOKE_ARGS = ("--model-path", "/sm120-smoke/model")
+
+
+def _launch_checks(image: ImageResult, found: dict[str, Any]) -> list[Check]:
+    """The launch profile (by sha256, against the label) and the launcher's dry run."""
+    expected = image.labels.get(f"{LABEL_NS}.launch-profile.sha256")
+    got = found.get("profile_sha256")
+    checks = [Check("launch profile", bool(expected) and got == expected,
+                    "no launch profile label on the image" if not expected else
+                    f"missing at {image.labels[f'{LABEL_NS}.launch-profile']}" if got is None
+                    else f"sha256 {got}" + ("" if got == expected else
+                                            f", the label says {expected}"))]
+    launcher = found.get("launcher")
+    if launcher is None:
+        checks.append(Check("launcher", False, f"{LAUNCHER_PATH} missing or not executable"))
+        return checks
+    lines = launcher["stdout"].strip().splitlines()
+    argv = shlex.split(lines[-1]) if launcher["status"] == 0 and lines else []
+    wanted = image.profile.options() if image.profile else []
+    missing = [option for option in wanted if option not in argv]
+    ok = argv[1:3] == ["-m", "sglang.launch_server"] and \
+        tuple(argv[-len(_SMOKE_ARGS):]) == _SMOKE_ARGS and not missing
+    detail = shlex.join(argv) if ok else \
+        f"exit {launcher['status']}: {launcher['stderr'].strip()[-300:]}" \
+        if launcher["status"] != 0 else f"printed {lines[-1] if lines else ''!r}" + \
+        (f", without {', '.join(missing)}" if missing else "")
+    checks.append(Check("launcher", ok, detail))
+    return checks
+
+
 def static_smoke(client: docker.DockerClient, image: ImageResult, *,
                  reference: str | None = None, timeout: int = 300) -> StaticSmokeReport:
     """Run the static smoke test in a container of ``reference`` (default: the image ID).
@@ -200,7 +246,10 @@ def static_smoke(client: docker.DockerClient, image: ImageResult, *,
     hunks = _hunk_lines(wheel)
     dists = ["sglang", *(w.name for w in image.extra_wheels)]
     spec = {"dists": dists, "provenance_file": PROVENANCE_FILE,
-            "lines": [{"path": p, "line": n} for p, n in hunks]}
+            "lines": [{"path": p, "line": n} for p, n in hunks],
+            "profile": image.labels.get(f"{LABEL_NS}.launch-profile", PROFILE_PATH),
+            "launcher": image.labels.get(f"{LABEL_NS}.launcher", LAUNCHER_PATH),
+            "launcher_args": list(_SMOKE_ARGS)}
     output = _run_probe(client, ref, spec, timeout)
     try:
         found = json.loads(output.decode().strip().splitlines()[-1])
@@ -234,5 +283,6 @@ def static_smoke(client: docker.DockerClient, image: ImageResult, *,
         got = dist["version"] if dist else "not installed"
         checks.append(Check(f"{extra.name} version", got == extra.version,
                             f"{got} (expected {extra.version})"))
+    checks += _launch_checks(image, found)
     return StaticSmokeReport(ref, tuple(checks), found["dists"], tuple(lines),
                              installed.path.name if installed else None)

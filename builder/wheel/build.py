@@ -44,7 +44,7 @@ from builder.core.cache import (
     sha256_json,
     sha256_tree,
 )
-from builder.core.config import Pin, Target, WheelPin
+from builder.core.config import Pin, Target, WheelPin, local_version
 from builder.core.errors import BuilderError
 from builder.core.layout import Layout
 from builder.core.lock import VersionLock, lock_path
@@ -480,7 +480,7 @@ def run_wheels(options: Options) -> list[WheelResult]:
                                f"{source.upstream_version}: the wheel would be upstream's "
                                "under our label", "check the series' version ranges for "
                                "this target", report=patched.report)
-        version = f"{source.upstream_version}+{target.local_label}"
+        version = local_version(source.upstream_version, target.local_label)
         results.append(build_wheel(patched, version=version, cache=options.cache,
                                    dist_dir=options.dist_dir, target=target.name,
                                    reporter=options.reporter, notes=notes))

@@ -1,0 +1,323 @@
+"""Resolve an image tag to its digest through the registry's HTTP API, without pulling.
+
+The OCI distribution spec (``spec.md``, "Pulling manifests"): ``GET
+/v2/<name>/manifests/<reference>`` with the manifest media types the client takes in
+``Accept``; the registry answers the manifest (or, for a multi-platform image, the image
+index / Docker manifest list) and its digest in ``Docker-Content-Digest``, which is the
+sha256 of the body (checked here). Authentication as Docker's registry token spec
+(``docs/spec/auth/token.md`` of distribution): a ``401`` with ``WWW-Authenticate: Bearer
+realm=…,service=…,scope=…`` sends the client to the realm for a token (with ``docker
+login``'s credentials when there are some); ``Basic`` challenges take the credentials
+directly. Credentials come from Docker's own configuration (``$DOCKER_CONFIG/config.json``
+with its credential helpers), read by docker-py's :mod:`docker.auth`.
+
+Registries on 127.0.0.0/8 and ``localhost`` are reached over plain HTTP, as the Docker
+Engine does (they are insecure registries by default); every other one over HTTPS.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import docker.auth
+import docker.errors
+import requests
+
+from builder.core.errors import BuilderError
+
+INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
+               "application/vnd.docker.distribution.manifest.list.v2+json")
+MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json",
+                  "application/vnd.docker.distribution.manifest.v2+json")
+ACCEPT = ", ".join(INDEX_TYPES + MANIFEST_TYPES)
+DOCKER_HUB_API = "registry-1.docker.io"
+_CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
+
+
+@dataclass(frozen=True)
+class ImageName:
+    """A tagged image name split as the Docker Engine splits it.
+
+    Attributes:
+        registry: the registry host as written (``docker.io`` when none is).
+        repository: its path there (``library/`` added for Docker Hub's official images).
+        tag: the tag.
+    """
+
+    registry: str
+    repository: str
+    tag: str
+
+    @staticmethod
+    def parse(name: str) -> ImageName:
+        """Split ``[REGISTRY/]PATH:TAG`` (docker-py's rules for the registry part).
+
+        Raises:
+            BuilderError: no tag, or a digest instead of one.
+        """
+        if "@" in name:
+            raise BuilderError(f"{name!r} already names a digest",
+                               "write the tag in the pins file's name; the digest goes in "
+                               "its digest key")
+        path, colon, tag = name.rpartition(":")
+        if not colon or "/" in tag or not tag:
+            raise BuilderError(f"image name {name!r} has no tag", "write it as NAME:TAG")
+        registry, repository = docker.auth.resolve_repository_name(path)
+        if registry in ("docker.io", "index.docker.io") and "/" not in repository:
+            repository = f"library/{repository}"
+        return ImageName(registry, repository, tag)
+
+    @property
+    def base_url(self) -> str:
+        """``scheme://host`` of the registry's API."""
+        host = DOCKER_HUB_API if self.registry in ("docker.io", "index.docker.io") \
+            else self.registry
+        return f"{'http' if _loopback(host) else 'https'}://{host}"
+
+
+def _loopback(host: str) -> bool:
+    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    name = name.strip("[]")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What a tag points at now.
+
+    Attributes:
+        digest: the manifest for ``platform`` (the tag's own digest when it is a single
+            manifest).
+        index_digest: the index / manifest list the tag points at, ``""`` if none.
+        platform: ``os/architecture`` of ``digest`` (``""`` when a single manifest does
+            not say; the image config has it, not read here).
+        media_type: the media type the tag's manifest was served as.
+    """
+
+    digest: str
+    index_digest: str
+    platform: str
+    media_type: str
+
+
+class RegistryClient:
+    """One repository's manifests, with the registry's authentication handled.
+
+    Args:
+        name: the image name (its registry and repository).
+        timeout: seconds per HTTP request.
+        docker_config: folder of Docker's ``config.json`` (``None``: ``$DOCKER_CONFIG`` or
+            ``~/.docker``).
+    """
+
+    def __init__(self, name: ImageName, *, timeout: float = 30,
+                 docker_config: str | None = None) -> None:
+        self.name = name
+        self.timeout = timeout
+        self.session = requests.Session()
+        self.session.headers["User-Agent"] = "sglang-sm120-builder"
+        self._authorization: str | None = None
+        config_path = f"{docker_config}/config.json" if docker_config else None
+        try:
+            auth = docker.auth.load_config(config_path).resolve_authconfig(name.registry)
+        except docker.errors.DockerException as exc:
+            raise BuilderError(f"cannot read Docker's credentials for {name.registry}: {exc}",
+                               "check ~/.docker/config.json (docker login)") from None
+        self.credentials: tuple[str, str] | None = None
+        # docker-py's keys: username/password from "auth", Username/Secret from helpers.
+        auth = {k.lower(): v for k, v in (auth or {}).items()}
+        user, secret = auth.get("username"), auth.get("password") or auth.get("secret")
+        if user:
+            self.credentials = (str(user), str(secret or ""))
+
+    def _where(self) -> str:
+        return f"{self.name.registry}/{self.name.repository}"
+
+    def _send(self, method: str, url: str, headers: dict[str, str]) -> requests.Response:
+        if self._authorization:
+            headers = {**headers, "Authorization": self._authorization}
+        try:
+            return self.session.request(method, url, headers=headers, timeout=self.timeout)
+        except requests.RequestException as exc:
+            raise BuilderError(f"registry {self.name.registry} is not reachable: "
+                               f"{type(exc).__name__}: {exc}",
+                               "check the network (and a proxy)"
+                               ) from None
+
+    def _authenticate(self, challenge: str) -> None:
+        scheme, _, rest = challenge.partition(" ")
+        params = dict(_CHALLENGE.findall(rest))
+        if scheme.lower() == "basic":
+            if not self.credentials:
+                raise BuilderError(f"registry {self.name.registry} needs a login",
+                                   f"docker login {self.name.registry}")
+            self._authorization = requests.auth._basic_auth_str(*self.credentials)
+            return
+        if scheme.lower() != "bearer" or "realm" not in params:
+            raise BuilderError(f"registry {self.name.registry} asks for an authentication "
+                               f"this client does not speak: {challenge!r}",
+                               "use docker-py / the Docker CLI to resolve this image")
+        query = {"service": params.get("service", ""),
+                 "scope": params.get("scope", f"repository:{self.name.repository}:pull")}
+        try:
+            answer = self.session.get(params["realm"], params=query, timeout=self.timeout,
+                                      auth=self.credentials)
+        except requests.RequestException as exc:
+            raise BuilderError(f"the token service of {self.name.registry} "
+                               f"({params['realm']}) is not reachable: {exc}",
+                               "check the network") from None
+        if answer.status_code in (401, 403):
+            raise BuilderError(f"the token service of {self.name.registry} refused "
+                               f"{'the credentials' if self.credentials else 'anonymous pull'}"
+                               f" (HTTP {answer.status_code})",
+                               f"docker login {self.name.registry} with an account that "
+                               "may pull it")
+        try:
+            body = answer.json()
+            token = body.get("token") or body.get("access_token")
+        except (ValueError, AttributeError):
+            token = None
+        if answer.status_code != 200 or not isinstance(token, str) or not token:
+            raise BuilderError(f"the token service of {self.name.registry} gave no token "
+                               f"(HTTP {answer.status_code})", "try again later")
+        self._authorization = f"Bearer {token}"
+
+    def manifest(self, reference: str, method: str = "GET") -> tuple[requests.Response, str]:
+        """Fetch (``GET``) or check (``HEAD``) a manifest by tag or digest.
+
+        Args:
+            reference: a tag or ``sha256:…``.
+            method: ``GET`` or ``HEAD``.
+
+        Returns:
+            the response and its digest (checked against the body on ``GET``).
+
+        Raises:
+            BuilderError: unreachable, refused, not found, or a body that does not match
+                its digest.
+        """
+        url = f"{self.name.base_url}/v2/{self.name.repository}/manifests/{reference}"
+        headers = {"Accept": ACCEPT}
+        response = self._send(method, url, headers)
+        if response.status_code == 401 and "WWW-Authenticate" in response.headers:
+            self._authenticate(response.headers["WWW-Authenticate"])
+            response = self._send(method, url, headers)
+        what = f"{self._where()}:{reference}" if not reference.startswith("sha256:") \
+            else f"{self._where()}@{reference}"
+        if response.status_code in (401, 403):
+            whose = f"user {self.credentials[0]!r}" if self.credentials else "anonymous pull"
+            raise BuilderError(f"registry {self.name.registry} refused {whose} access to "
+                               f"{what} (HTTP {response.status_code})",
+                               f"docker login {self.name.registry} with an account that may "
+                               "pull it")
+        if response.status_code == 404:
+            raise BuilderError(f"{what} does not exist in its registry (HTTP 404)",
+                               "check the tag in the pins file (upstream may have renamed it)")
+        if response.status_code != 200:
+            raise BuilderError(f"registry {self.name.registry} answered HTTP "
+                               f"{response.status_code} for {what}", "try again later")
+        digest = response.headers.get("Docker-Content-Digest", "")
+        if method == "GET":
+            actual = "sha256:" + hashlib.sha256(response.content).hexdigest()
+            if digest and digest != actual:
+                raise BuilderError(f"registry {self.name.registry} served {what} with digest "
+                                   f"{digest} but its body hashes to {actual}",
+                                   "a proxy may be rewriting it; try again")
+            digest = actual
+        if not digest:
+            raise BuilderError(f"registry {self.name.registry} sent no digest for {what}",
+                               "resolve it with GET")
+        return response, digest
+
+    def blob_json(self, digest: str) -> dict[str, Any]:
+        """A small JSON blob (an image config) by digest, checked against it.
+
+        Raises:
+            BuilderError: refused, missing, not JSON, or not matching its digest.
+        """
+        if not digest.startswith("sha256:"):
+            raise BuilderError(f"{self._where()}: a manifest without a config digest",
+                               "the registry's manifest is malformed")
+        url = f"{self.name.base_url}/v2/{self.name.repository}/blobs/{digest}"
+        response = self._send("GET", url, {})
+        if response.status_code != 200:
+            raise BuilderError(f"registry {self.name.registry} answered HTTP "
+                               f"{response.status_code} for the config blob {digest} of "
+                               f"{self._where()}", "try again later")
+        if "sha256:" + hashlib.sha256(response.content).hexdigest() != digest:
+            raise BuilderError(f"{self._where()}: config blob {digest} does not match its "
+                               "digest", "a proxy may be rewriting it; try again")
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise BuilderError(f"{self._where()}: config blob {digest} is not JSON",
+                               "the registry's manifest is malformed")
+        return data
+
+
+def _platform(entry: dict[str, Any]) -> str:
+    platform = entry.get("platform") or {}
+    text = f"{platform.get('os', '')}/{platform.get('architecture', '')}"
+    return text + (f"/{platform['variant']}" if platform.get("variant") else "")
+
+
+def resolve(name: str, *, platform: str = "linux/amd64", timeout: float = 30,
+            docker_config: str | None = None) -> Resolution:
+    """Resolve ``name`` (``[REGISTRY/]PATH:TAG``) to digests, pulling nothing.
+
+    Args:
+        name: the tagged image name.
+        platform: the platform whose manifest to pick from an image index.
+        timeout: seconds per HTTP request.
+        docker_config: folder of Docker's ``config.json`` (``None``: Docker's default).
+
+    Returns:
+        the :class:`Resolution`.
+
+    Raises:
+        BuilderError: the registry is unreachable or refuses, the tag does not exist, the
+            index has no manifest for ``platform``, or the answer is not a manifest.
+    """
+    image = ImageName.parse(name)
+    client = RegistryClient(image, timeout=timeout, docker_config=docker_config)
+    response, digest = client.manifest(image.tag)
+    media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise BuilderError(f"{name}: the registry's answer is not a JSON manifest",
+                           "check the registry address")
+    media_type = body.get("mediaType") or media_type
+    if media_type not in INDEX_TYPES and "manifests" not in body:
+        # A single manifest: its platform is in the image config it points at.
+        config = body.get("config") or {}
+        found = _platform({"platform": client.blob_json(str(config.get("digest", "")))})
+        if found.split("/")[:2] != platform.split("/")[:2]:
+            raise BuilderError(f"{name} is a single-platform image for {found}, not "
+                               f"{platform}", "pin the tag of the platform the build uses")
+        return Resolution(digest, "", found, media_type)
+    matches = [entry for entry in body.get("manifests", [])
+               if isinstance(entry, dict) and _platform(entry) == platform]
+    if not matches:
+        offered = sorted({_platform(e) for e in body.get("manifests", [])
+                          if isinstance(e, dict)})
+        raise BuilderError(f"{name} is a multi-platform image without {platform} (it has "
+                           f"{', '.join(offered) or 'none'})",
+                           "pin another tag, or the build's platform")
+    chosen = str(matches[0].get("digest", ""))
+    # The platform manifest must exist too: an index may list one the registry lost.
+    client.manifest(chosen, "HEAD")
+    return Resolution(chosen, digest, platform, media_type)
