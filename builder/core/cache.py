@@ -6,9 +6,9 @@ leaves an entry that a later build would trust (rename is atomic within one file
 
 In use: a process that touches the cache holds a shared ``flock`` on ``<root>/.in-use``
 until it exits, and a lookup that finds an entry sets the entry folder's modification
-time (its last use). :func:`prune_cache` and :func:`clean_cache` take that lock
-exclusively and refuse while any build holds it, so no entry a running build may read
-is ever removed; they move an entry to a temporary name before deleting it, so a killed
+time (its last use). :func:`prune_cache` (also what ``cache clean`` runs) takes that lock
+exclusively and refuses while any build holds it, so no entry a running build may read
+is ever removed; it moves an entry to a temporary name before deleting it, so a killed
 prune never leaves a partial entry a later build would trust.
 """
 
