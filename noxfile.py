@@ -1,10 +1,13 @@
 """nox sessions: build (the default target's wheel into dist/), kernels, image, release,
-smoke, tests, lint, docs, benchmark, and the CI helpers plan, matrix, upstream.
+smoke, tests, lint, docs, benchmark, and the CI helpers plan, matrix, upstream, bump, propose.
 
 Thin by design: each session installs the builder and calls its CLI or pytest.
 """
 
 from __future__ import annotations
+
+import json
+import os
 
 import nox
 
@@ -74,6 +77,7 @@ def benchmark(session: nox.Session) -> None:
     session.install(".")
     session.run("python", "benchmarks/bench_startup.py")
     session.run("python", "benchmarks/bench_wheel.py", *session.posargs)
+    session.run("python", "benchmarks/bench_unpack.py")
     session.run("python", "benchmarks/bench_matrix.py")
     session.run("python", "benchmarks/bench_repack.py")
     session.run("python", "benchmarks/bench_kernels.py")
@@ -113,6 +117,45 @@ def pin_images_check(session: nox.Session) -> None:
     resolved (``nox -s pin-images-check``; fix with ``python -m builder pin-images``)."""
     session.install(".")
     session.run("python", "-m", "builder", "pin-images", "--check", *session.posargs)
+
+
+@nox.session
+def bump(session: nox.Session) -> None:
+    """Pin the newest upstream release (``bump --latest``). With a new one, targets.toml
+    gains its target, pr-body.md holds the pull request body, and GitHub Actions gets the
+    outputs ``new=true`` and ``version=X`` (ci/upstream.yml)."""
+    session.install(".")
+    out = session.run("python", "-m", "builder", "bump", "--latest", "--json",
+                      "--body-file", "pr-body.md", *session.posargs, silent=True)
+    report = json.loads(str(out))
+    new = report["status"] in ("added", "replaced")
+    session.log(f"bump --latest: {report['status']} {report['version']}")
+    if "GITHUB_OUTPUT" in os.environ:
+        with open(os.environ["GITHUB_OUTPUT"], "a") as outputs:
+            outputs.write(f"new={'true' if new else 'false'}\nversion={report['version']}\n")
+
+
+@nox.session(python=False)
+def propose(session: nox.Session) -> None:
+    """Open a pull request with the new target (``nox -s propose -- VERSION``), unless one
+    for that release is open already. Needs git, the GitHub CLI and ``GH_TOKEN``."""
+    (version,) = session.posargs
+    branch = f"bump/sglang-{version}"
+    listed = session.run("gh", "pr", "list", "--head", branch, "--state", "open", "--json",
+                         "number", silent=True, external=True)
+    if json.loads(str(listed)):
+        session.log(f"a pull request for {branch} is open already")
+        return
+    session.run("gh", "auth", "setup-git", external=True)
+    session.run("git", "switch", "-c", branch, external=True)
+    session.run("git", "add", "targets.toml", external=True)
+    session.run("git", "-c", "user.name=github-actions[bot]", "-c",
+                "user.email=41898282+github-actions[bot]@users.noreply.github.com",
+                "commit", "-m", f"targets: pin SGLang {version} (python -m builder bump --latest)",
+                external=True)
+    session.run("git", "push", "--force", "origin", branch, external=True)
+    session.run("gh", "pr", "create", "--head", branch, "--title",
+                f"Pin SGLang {version}", "--body-file", "pr-body.md", external=True)
 
 
 @nox.session

@@ -53,13 +53,17 @@ def test_targets_lists_the_shipped_targets() -> None:
     assert data["default"] == "sglang-0.5.9"
     names = [t["name"] for t in data["targets"]]
     assert names == ["sglang-0.5.9", "sglang-0.5.7", "sglang-0.5.10.post1", "sglang-0.5.11",
-                     "sglang-0.5.12.post1"]
+                     "sglang-0.5.12.post1", "sglang-0.5.16", "sglang-0.5.23"]
     for target in data["targets"][:3]:  # released with an sdist: built from it
         assert target["prefer"] == "sdist"
         assert {s["kind"] for s in target["sources"]} == {"sdist", "git"}
+    tags = {"sglang-0.5.11": ["cp311", "cp312"], "sglang-0.5.12.post1": ["cp311", "cp312"],
+            # written by bump: every CPython manylinux x86_64 wheel upstream publishes
+            "sglang-0.5.16": ["cp310", "cp311", "cp312", "cp313"],
+            "sglang-0.5.23": ["cp311", "cp312", "cp313"]}
     for target in data["targets"][3:]:  # wheels only upstream: repacked
         assert target["prefer"] == "wheel"
-        assert [s["filename"].split("-")[2] for s in target["sources"]] == ["cp311", "cp312"]
+        assert [s["filename"].split("-")[2] for s in target["sources"]] == tags[target["name"]]
 
 
 def test_patch_report_table_and_dry_run(sdists: dict[str, Path], tmp_path: Path) -> None:

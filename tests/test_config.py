@@ -27,7 +27,12 @@ def test_shipped_files_parse() -> None:
     series = load_series(REPO / "patches" / "series.toml")
     assert [e.name for e in series.entries] == [
         "0001-enable-flashinfer-cutlass-autotune.patch",
-        "0001-enable-flashinfer-cutlass-autotune-0.5.11.patch"]
+        "0001-enable-flashinfer-cutlass-autotune-0.5.11.patch",
+        "0002-sm12x-nvfp4-moe-auto-flashinfer-cutlass.patch",
+        "0003-sm12x-dsa-backends-tilelang.patch",
+        "0003-sm12x-dsa-backends-tilelang-0.5.23.patch"]
+    assert [str(t.upstream_version) for t in targets.targets.values()][-2:] == [
+        "0.5.16", "0.5.23"]  # written by python -m builder bump
 
 
 @pytest.mark.parametrize(("extra", "message"), [

@@ -16,6 +16,8 @@ from builder.patching.matrix import Column, check_matrix
 from builder.source.fetch import fetch_pin
 
 SEED = "0001-enable-flashinfer-cutlass-autotune.patch"
+MOE = "0002-sm12x-nvfp4-moe-auto-flashinfer-cutlass.patch"
+DSA = "0003-sm12x-dsa-backends-tilelang.patch"
 SEED_0511 = "0001-enable-flashinfer-cutlass-autotune-0.5.11.patch"
 
 
@@ -52,6 +54,12 @@ def test_matrix_on_real_releases(matrix) -> None:  # type: ignore[no-untyped-def
     # obsolete, never a failure and never a change.
     assert cells[SEED_0511, "0.5.13"] == "obsolete"
     assert cells[SEED_0511, "0.5.16"] == "obsolete"
+    # The SM12x patches: made on 0.5.16, the MoE one also covers 0.5.13.
+    assert cells[MOE, "0.5.13"] == "offset -250"
+    assert cells[MOE, "0.5.16"] == "clean"
+    assert cells[MOE, "0.5.12.post1"] == "not-applicable"
+    assert cells[DSA, "0.5.16"] == "clean"
+    assert cells[DSA, "0.5.13"] == "not-applicable"
     for report in matrix.reports:
         assert report.ok
         assert all(i.holds for i in report.intents)
@@ -76,8 +84,16 @@ def test_check_command_on_the_targets(shared_cache: Path) -> None:
     data = json.loads(done.stdout)
     assert [c["target"] for c in data["columns"]] == [
         "sglang-0.5.9", "sglang-0.5.7", "sglang-0.5.10.post1", "sglang-0.5.11",
-        "sglang-0.5.12.post1"]
+        "sglang-0.5.12.post1", "sglang-0.5.16", "sglang-0.5.23"]
     assert data["broken_targets"] == []
+    cells = {p["name"]: p["cells"] for p in data["patches"]}
+    # the whole series over every target, the two written by bump included
+    assert cells[MOE]["0.5.16"]["text"] == "clean"
+    assert cells[MOE]["0.5.23"]["text"] == "offset 681"
+    assert cells[DSA]["0.5.16"]["text"] == "clean"
+    assert cells["0003-sm12x-dsa-backends-tilelang-0.5.23.patch"]["0.5.23"]["text"] == "clean"
+    assert all(cell["intents_hold"] is not False for row in cells.values()
+               for cell in row.values())
 
 
 def test_check_exits_1_when_a_target_would_break(sdists: dict[str, Path],
@@ -116,6 +132,6 @@ def test_check_commits_are_judged_at_their_version(upstream_repo, tmp_path: Path
     done = run_cli("check", "--json", "--git-url", str(upstream_repo.path), "--commits",
                    f"{commit}=0.5.10.post1", cache=tmp_path / "cache")
     assert done.returncode == 0, done.stderr
-    (seed, _) = json.loads(done.stdout)["patches"]
+    seed = json.loads(done.stdout)["patches"][0]
     cell = seed["cells"][f"{commit[:12]} (0.5.10.post1)"]
     assert cell["text"] == "fuzz 1 (allowed up to 1)"

@@ -117,7 +117,9 @@ def test_series_is_all_or_nothing(unpacked: dict[str, Path], tmp_path: Path) -> 
         shutil.copy(shipped, tmp_path)
     series_file = tmp_path / "series.toml"
     series_file.write_text(SERIES.read_text().replace(
-        'file = "0001', f'file = "{tmp_path}/0001') + f"""
+        'file = "0001', f'file = "{tmp_path}/0001').replace(
+        'file = "0002', f'file = "{tmp_path}/0002').replace(
+        'file = "0003', f'file = "{tmp_path}/0003') + f"""
 [[patch]]
 file = "0002-broken.patch"
 sha256 = "{patch_sha(broken)}"
@@ -128,7 +130,9 @@ versions = ">=0.5"
     with pytest.raises(BuilderError, match=r"patch 0002-broken\.patch failed") as caught:
         apply_series(local_source(tree), load_series(series_file), in_place=True)
     statuses = [p["status"] for p in caught.value.report.to_json()["patches"]]
-    assert statuses == ["applied", "not-applicable", "failed"]
+    # the seed patch, its 0.5.11 copy and the three SM12x patches (not for 0.5.9), then ours
+    assert statuses == ["applied", "not-applicable", "not-applicable", "not-applicable",
+                        "not-applicable", "failed"]
     assert {p: p.read_bytes() for p in tree.rglob("*.py")} == snapshot
 
 
@@ -148,7 +152,7 @@ def test_version_outside_range_is_not_applicable(unpacked: dict[str, Path],
                                                  tmp_path: Path) -> None:
     series_file = tmp_path / "series.toml"
     series_file.write_text(SERIES.read_text().replace(
-        'file = "0001', f'file = "{REPO}/patches/0001').replace(
+        'file = "0', f'file = "{REPO}/patches/0').replace(
         'versions = ">=0.5.7,<0.5.11"', 'versions = ">=0.6"'))
     report, changes = plan_series(local_source(unpacked["0.5.9"]), load_series(series_file))
     assert report.patches[0].status == PatchStatus.NOT_APPLICABLE and changes.files == {}

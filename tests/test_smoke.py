@@ -707,7 +707,9 @@ def test_release_gate_refuses_failed_or_other_artifacts(installed: tuple[Path, P
 
 def test_intent_patterns_map_repository_paths_to_installed_ones() -> None:
     series = load_series(REPO / "patches" / "series.toml")
-    assert intent_patterns(series) == ["sglang/srt/model_executor/*.py"]
+    assert intent_patterns(series) == [
+        "sglang/srt/arg_groups/*.py", "sglang/srt/layers/quantization/modelopt_quant.py",
+        "sglang/srt/model_executor/*.py"]
 
 
 def test_bad_input_is_refused_before_anything_runs(tmp_path: Path) -> None:

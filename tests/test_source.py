@@ -100,7 +100,7 @@ def test_unsafe_archives_are_refused(tmp_path: Path, kind: str) -> None:
     sha = hashlib.sha256(archive.read_bytes()).hexdigest()
     pin = SdistPin("pkg", "1.0", sha, url=archive.as_uri())
     cache = Cache(tmp_path / "cache")
-    with pytest.raises(BuilderError, match=r"unsafe archive|one top-level folder"):
+    with pytest.raises(BuilderError, match=r"unsafe archive|is a link"):
         fetch_source(_target(pin, version="1.0"), cache=cache)
     assert not (tmp_path / "evil.txt").exists()
     assert not cache.lookup("source", f"sdist-{sha}")

@@ -102,28 +102,73 @@ def json_index(release_files: dict[str, Path],
         yield f"{url}/simple"
 
 
-def test_shipped_series_on_the_releases_after_the_newest_target(json_index: str,
-                                                                tmp_path: Path) -> None:
-    done = run_cli("upstream", "--json", "--index-url", json_index, cache=tmp_path / "cache")
+def _project_0512(root: Path, wheel: Path, series: str | None = None) -> Path:
+    """A project whose newest (only) target is 0.5.12.post1, with the shipped series (or
+    ``series``)."""
+    (root / "patches").mkdir(parents=True)
+    for patch in (REPO / "patches").glob("*.patch"):
+        (root / "patches" / patch.name).write_bytes(patch.read_bytes())
+    (root / "patches" / "series.toml").write_text(
+        series or (REPO / "patches" / "series.toml").read_text())
+    source = (f'kind = "wheel"\nproject = "sglang"\nversion = "0.5.12.post1"\n'
+              f'filename = "{wheel.name}"\nsha256 = "{ALL["0.5.12.post1"].sha256}"\n'
+              f'url = "{wheel.as_uri()}"')
+    (root / "targets.toml").write_text('default = "t"\n'
+                                       + target_toml("t", "0.5.12.post1", source))
+    return root
+
+
+MOE = "0002-sm12x-nvfp4-moe-auto-flashinfer-cutlass.patch"
+DSA = "0003-sm12x-dsa-backends-tilelang.patch"
+
+
+def test_shipped_series_on_the_releases_after_the_newest_target(
+        json_index: str, release_files: dict[str, Path], tmp_path: Path) -> None:
+    project = _project_0512(tmp_path / "p", release_files["0.5.12.post1"])
+    done = run_cli("upstream", "--json", "--index-url", json_index, cwd=project,
+                   cache=tmp_path / "cache")
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
-    assert report["newest_target"] == "0.5.12.post1"  # the newest in targets.toml
+    assert report["newest_target"] == "0.5.12.post1"
     assert report["new_versions"] == ["0.5.13", "0.5.16"]
     assert report["needs_refresh"] is False
     # 0.5.13 enabled the backend upstream; 0.5.16 moved the function: the 0.5.11 copy
-    # is obsolete on both, the 0.5.9 patch does not cover them, so nothing is patched.
+    # is obsolete on both. The SM12x patches apply there, so both are patched.
     assert [(f["patch"], f["version"], f["action"]) for f in report["findings"]] == [
         (SEED_0511, "0.5.13", "obsolete"), (SEED_0511, "0.5.16", "obsolete")]
-    assert report["unpatched"] == ["0.5.13", "0.5.16"]
+    assert report["unpatched"] == []
     cells = {p["name"]: p["cells"] for p in report["matrix"]["patches"]}
     assert cells[SEED]["0.5.13"]["status"] == "not-applicable"
     assert cells[SEED_0511]["0.5.16"] == {"status": "obsolete", "text": "obsolete",
                                           "intents_hold": True}
+    assert cells[MOE]["0.5.13"]["text"] == "offset -250"
+    assert cells[MOE]["0.5.16"] == {"status": "clean", "text": "clean", "intents_hold": True}
+    assert cells[DSA]["0.5.13"]["status"] == "not-applicable"
+    assert cells[DSA]["0.5.16"]["status"] == "clean"
 
 
-def test_markdown_report_for_a_job_summary(json_index: str, tmp_path: Path) -> None:
+def test_a_release_no_patch_changes_ships_upstreams_wheel(
+        json_index: str, release_files: dict[str, Path], tmp_path: Path) -> None:
+    # The series as it was before the SM12x patches: nothing changes 0.5.13 or 0.5.16.
+    shipped = (REPO / "patches" / "series.toml").read_text()
+    series = shipped.split(f'\n[[patch]]\nfile = "{MOE}"')[0]
+    project = _project_0512(tmp_path / "p", release_files["0.5.12.post1"], series)
+    json_done = run_cli("upstream", "--json", "--index-url", json_index, cwd=project,
+                        cache=tmp_path / "cache")
     done = run_cli("upstream", "--format", "markdown", "--index-url", json_index,
-                   cache=tmp_path / "cache")
+                   cwd=project, cache=tmp_path / "cache")
+    assert json_done.returncode == 0 and done.returncode == 0, done.stderr
+    assert json.loads(json_done.stdout)["unpatched"] == ["0.5.13", "0.5.16"]
+    assert ("### Nothing to patch (a target pinned to it ships upstream's own wheel)\n\n"
+            "- 0.5.13\n- 0.5.16") in done.stdout
+    assert "would be refused" not in done.stdout
+
+
+def test_markdown_report_for_a_job_summary(json_index: str, release_files: dict[str, Path],
+                                           tmp_path: Path) -> None:
+    project = _project_0512(tmp_path / "p", release_files["0.5.12.post1"])
+    done = run_cli("upstream", "--format", "markdown", "--index-url", json_index,
+                   cwd=project, cache=tmp_path / "cache")
     assert done.returncode == 0, done.stderr
     text = done.stdout
     assert text.startswith(f"## Upstream check: `sglang` on {json_index}\n")
@@ -184,7 +229,7 @@ def test_no_newer_release(release_files: dict[str, Path], tmp_path: Path) -> Non
         done = run_cli("upstream", "--format", "markdown", "--index-url", f"{url}/simple",
                        cache=tmp_path / "cache")
     assert done.returncode == 0, done.stderr
-    assert "No release newer than the newest target (0.5.12.post1)." in done.stdout
+    assert "No release newer than the newest target (0.5.23)." in done.stdout  # targets.toml
 
 
 def test_unreachable_index_is_one_clear_error(tmp_path: Path) -> None:

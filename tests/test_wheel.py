@@ -92,8 +92,9 @@ print(json.dumps({{"version": dist.version, "record": record, "line": runner[184
     assert seen["line"] == '            "flashinfer_cutlass",'
     record = seen["record"]
     assert record["upstream"]["sha256"] == RELEASES["0.5.9"].sha256
-    patch, later = record["patches"]
-    assert later["status"] == "not-applicable"  # the copy refreshed for 0.5.11
+    patch, *later = record["patches"]
+    # the copy refreshed for 0.5.11 and the SM12x patches (0.5.13 on)
+    assert {p["status"] for p in later} == {"not-applicable"} and len(later) == 4
     assert patch["name"] == "0001-enable-flashinfer-cutlass-autotune.patch"
     seed = REPO / "patches" / patch["name"]
     assert patch["sha256"] == hashlib.sha256(seed.read_bytes()).hexdigest()

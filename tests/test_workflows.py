@@ -186,6 +186,9 @@ def test_permissions_are_minimal_and_secrets_only_in_publish() -> None:
             allowed = {"contents": "read"}
             if (path.name, name) == ("build.yml", "kernels"):
                 allowed["id-token"] = "write"  # OIDC for the sccache bucket
+            if (path.name, name) == ("upstream.yml", "pull-request"):
+                # its own branch and pull request, with the new target (bump --latest)
+                allowed = {"contents": "write", "pull-requests": "write"}
             assert job["permissions"] == allowed, (path.name, name)
             uses_secrets = "secrets." in json.dumps(job)
             assert uses_secrets == ((path.name, name) == ("build.yml", "publish")), \
@@ -231,12 +234,23 @@ def test_pull_requests_and_schedule() -> None:
     assert set(upstream["on"]) == {"schedule", "workflow_dispatch"}
     (cron,) = upstream["on"]["schedule"]
     assert len(cron["cron"].split()) == 5
-    (job,) = upstream["jobs"].values()
-    runs = [step["run"] for step in job["steps"] if "run" in step]
+    jobs = upstream["jobs"]
+    assert set(jobs) == {"upstream", "bump", "pull-request"}
+    runs = [step["run"] for step in jobs["upstream"]["steps"] if "run" in step]
     assert runs[-2:] == ['nox -s upstream >> "$GITHUB_STEP_SUMMARY"',
                          "nox -s pin-images-check"]
     # The pin check reports even when the series check failed first.
-    assert job["steps"][-1]["if"] == "${{ !cancelled() }}"
+    assert jobs["upstream"]["steps"][-1]["if"] == "${{ !cancelled() }}"
+    # bump --latest daily; a new release becomes a pull request, written by a job that
+    # runs nothing but the proposal, only when bump wrote a target
+    assert len(cron["cron"].split()) == 5 and cron["cron"].split()[2:] == ["*", "*", "*"]
+    bump = jobs["bump"]
+    assert any(s.get("run") == "nox -s bump" for s in bump["steps"])
+    proposal = jobs["pull-request"]
+    assert proposal["needs"] == "bump"
+    assert proposal["if"] == "needs.bump.outputs.new == 'true'"
+    assert proposal["steps"][-1]["run"] == 'nox -s propose -- "$VERSION"'
+    assert proposal["steps"][-1]["env"]["GH_TOKEN"] == "${{ github.token }}"
 
 
 # --- the matrix comes from plan --json ----------------------------------------------------

@@ -18,9 +18,9 @@ obsolete   its intent checks already hold upstream, or upstream carries the chan
 not-reached an earlier patch failed, so this one was not tried
 ========== ===========================================================================
 
-A release on which no patch changes anything (every one obsolete or outside its
-version range) is listed too: a target pinned to it would be refused ("no patch of the
-series applies").
+A release on which no patch changes anything (every one obsolete, already applied or
+outside its version range) is listed too: a target pinned to it ships upstream's own
+wheel, sha256-pinned and unrenamed (:func:`builder.wheel.build.upstream_wheel`).
 """
 
 from __future__ import annotations
@@ -80,6 +80,8 @@ class UpstreamReport:
     Attributes:
         project: the index project (``sglang``).
         index_url: the simple index asked.
+        index_origin: where that index came from (``--index-url``, ``PIP_INDEX_URL``,
+            ``pip config (...)`` or pip's default).
         newest_target: the newest upstream version any target pins.
         new_versions: releases newer than it that were checked, oldest first.
         skipped: newer releases left out (yanked; pre-releases unless asked for).
@@ -96,6 +98,7 @@ class UpstreamReport:
     matrix: Matrix | None
     findings: tuple[Finding, ...]
     unpatched: tuple[str, ...]
+    index_origin: str = "--index-url"
 
     @property
     def needs_refresh(self) -> bool:
@@ -106,7 +109,8 @@ class UpstreamReport:
     def to_json(self) -> dict[str, Any]:
         """Return JSON-ready data (the matrix as :meth:`builder.patching.matrix.Matrix.to_json`)."""
         return {"project": self.project, "index_url": self.index_url,
-                "newest_target": self.newest_target, "new_versions": list(self.new_versions),
+                "index_origin": self.index_origin, "newest_target": self.newest_target,
+                "new_versions": list(self.new_versions),
                 "skipped": [{"version": s.version, "reason": s.reason} for s in self.skipped],
                 "needs_refresh": self.needs_refresh,
                 "findings": [f.to_json() for f in self.findings],
@@ -138,7 +142,7 @@ class UpstreamReport:
             ("Applies only with allowed fuzz (a refreshed copy is better)",
              self._by_action("fuzz")),
             ("Became obsolete (can end its version range)", self._by_action("obsolete")),
-            ("Nothing to patch (a target pinned to it would be refused)",
+            ("Nothing to patch (a target pinned to it ships upstream's own wheel)",
              [f"- {version}" for version in self.unpatched]),
         ]
         for title, items in sections:
@@ -238,12 +242,13 @@ def run_upstream(options: Options, *, pre: bool = False) -> UpstreamReport:
     targets = load_targets(options.targets_file)
     project = targets.get(None).sdist_project
     newest = max(t.upstream_version for t in targets.targets.values())
-    options.reporter.info(f"Listing {project} on {options.index_url}")
-    versions, skipped = newer_releases(list_releases(project, options.index_url), newest,
+    index = options.index
+    options.reporter.info(f"Listing {project} on {index}")
+    versions, skipped = newer_releases(list_releases(project, index.url), newest,
                                        pre=pre)
     matrix = run_check(options, versions=[str(v) for v in versions]) if versions else None
     findings, unpatched = assess(matrix) if matrix else ((), ())
-    return UpstreamReport(project=project, index_url=options.index_url,
+    return UpstreamReport(project=project, index_url=index.url, index_origin=index.origin,
                           newest_target=str(newest),
                           new_versions=tuple(str(v) for v in versions),
                           skipped=tuple(skipped), matrix=matrix, findings=findings,

@@ -4,6 +4,7 @@ scheduled check)."""
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +13,11 @@ from rich.table import Table
 
 from builder.cli.common import (
     common,
+    index_url_arg,
     matrix_table,
     options,
 )
 from builder.core.errors import BuilderError
-from builder.core.options import DEFAULT_INDEX_URL
 from builder.core.progress import Reporter
 
 
@@ -39,9 +40,7 @@ def add_commands(commands: Any) -> None:
                     "which patches need a refresh and which became obsolete. Exits 1 when "
                     "the series would break on a newer release.")
     common(upstream, target=False)
-    upstream.add_argument("--index-url", default=DEFAULT_INDEX_URL,
-                          help="simple index to list and fetch releases from "
-                               "(default: %(default)s)")
+    index_url_arg(upstream, "simple index to list and fetch releases from")
     upstream.add_argument("--pre", action="store_true",
                           help="also check pre-releases and development releases")
     upstream.add_argument("--series", type=Path, metavar="FILE",
@@ -49,6 +48,46 @@ def add_commands(commands: Any) -> None:
     upstream.add_argument("--format", choices=("table", "markdown"), default="table",
                           help="human output: tables, or Markdown for a CI job summary")
     upstream.set_defaults(handler=_cmd_upstream)
+
+    bump = commands.add_parser(
+        "bump", help="pin an upstream release as a new target in targets.toml",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Add a [[target]] for an SGLang release, from the package index: its "
+                    "sdist, else its CPython manylinux x86_64 wheels, with sha256; the CUDA "
+                    "lane of its torch pin (read from that torch wheel's METADATA on the "
+                    "index); the SM120 arch of its FlashInfer pin (12.0a up to 0.6.6, 12.0f "
+                    "from 0.6.7); the local label. Then runs the compatibility matrix on it "
+                    "and says which patches apply, need a refresh, or are obsolete. An "
+                    "existing target is never overwritten without --replace; the file keeps "
+                    "its comments and order and is replaced atomically.",
+        epilog="examples:\n"
+               "  python -m builder bump 0.5.23\n"
+               "  python -m builder bump --latest --format markdown > body.md   # CI\n"
+               "  python -m builder bump 0.5.16 --dry-run --json\n"
+               "  python -m builder bump 0.5.23 --replace --local-label sm120.2")
+    common(bump, target=False)
+    bump.add_argument("version", nargs="?", metavar="VERSION",
+                      help="the upstream release (PEP 440), e.g. 0.5.23")
+    bump.add_argument("--latest", action="store_true",
+                      help="the newest release on the index; exits 0 with nothing written "
+                           "when a target has it already")
+    bump.add_argument("--pre", action="store_true",
+                      help="with --latest, also consider pre-releases")
+    index_url_arg(bump, "simple index to read")
+    bump.add_argument("--local-label", default="sm120.1", metavar="LABEL",
+                      help="our PEP 440 local label (default: %(default)s)")
+    bump.add_argument("--cuda-lane", metavar="X.Y",
+                      help="the CUDA lane, instead of reading torch's wheel on the index")
+    bump.add_argument("--replace", action="store_true",
+                      help="overwrite an existing target of the same name or version")
+    bump.add_argument("--dry-run", action="store_true",
+                      help="work it all out and print it; write nothing")
+    bump.add_argument("--format", choices=("table", "markdown"), default="table",
+                      help="human output: tables, or Markdown for a pull request body")
+    bump.add_argument("--body-file", type=Path, metavar="FILE",
+                      help="also write the Markdown pull request body to FILE when a target "
+                           "was written (ci/upstream.yml)")
+    bump.set_defaults(handler=_cmd_bump)
 
 
 def _cmd_plan(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
@@ -86,7 +125,7 @@ def _cmd_upstream(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any
                 table.add_row(finding.patch, finding.version, finding.action, finding.detail)
             for version in report.unpatched:
                 table.add_row("(every patch)", version, "nothing to patch",
-                              "a target pinned to it would be refused")
+                              "a target pinned to it ships upstream's own wheel")
             reporter.result(table)
         if report.matrix is not None:
             reporter.result(matrix_table(report.matrix))
@@ -96,4 +135,36 @@ def _cmd_upstream(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any
         raise BuilderError(f"the series needs a refresh for {', '.join(broken)}",
                            "python -m builder refresh --target NAME after pinning the release "
                            "(docs/patches.md: Refresh)", report=report)
+    return report.to_json()
+
+
+def _cmd_bump(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.ci.bump import run_bump
+
+    if bool(args.version) == bool(args.latest):
+        raise BuilderError("give a VERSION or --latest (one of them)",
+                           "python -m builder bump 0.5.23, or bump --latest")
+    if args.cuda_lane is not None and not re.fullmatch(r"\d+\.\d+", args.cuda_lane):
+        raise BuilderError(f"--cuda-lane {args.cuda_lane!r} is not like 13.0",
+                           "write CUDA's major.minor")
+    report = run_bump(options(args, reporter), args.version, latest=args.latest,
+                      pre=args.pre, local_label=args.local_label, cuda_lane=args.cuda_lane,
+                      replace=args.replace, dry_run=args.dry_run)
+    if args.body_file is not None and report.status in ("added", "replaced"):
+        args.body_file.write_text(report.to_markdown())
+    if args.format == "markdown":
+        reporter.raw(report.to_markdown())
+    elif report.target is None:
+        reporter.result(f"up to date: no release newer than {report.version}")
+    else:
+        target = report.target
+        reporter.result(f"{report.status}: {target.name} ({target.upstream_version}+"
+                        f"{target.local_label}) in {report.targets_file}; CUDA "
+                        f"{target.cuda_lane} (torch {target.torch}), arch "
+                        f"{', '.join(target.arch_list)} (FlashInfer {target.flashinfer}), "
+                        f"{len(target.sources)} source(s)")
+        if report.matrix is not None:
+            reporter.result(matrix_table(report.matrix))
+        for finding in report.findings:
+            reporter.result(f"{finding.action}: {finding.patch}: {finding.detail}")
     return report.to_json()

@@ -13,12 +13,8 @@ from rich.table import Table
 from builder.core.cache import default_cache_root
 from builder.core.config import SOURCE_KINDS
 from builder.core.errors import BuilderError
-from builder.core.options import (
-    DEFAULT_INDEX_URL,
-    TARGETS_FILE,
-    Options,
-    find_targets_file,
-)
+from builder.core.options import TARGETS_FILE, Options, find_targets_file
+from builder.core.pipconfig import pip_index
 
 if TYPE_CHECKING:
     from builder.image.run import ImageOptions
@@ -60,13 +56,33 @@ def source_args(parser: argparse.ArgumentParser) -> None:
                             "'prefer')")
     group.add_argument("--git-url", metavar="URL",
                        help="clone the git pin's commit from this URL or path instead")
-    group.add_argument("--index-url", default=DEFAULT_INDEX_URL,
-                       help="simple index where sdists are found by sha256 "
-                            "(default: %(default)s)")
+    index_url_arg(group, "simple index where sdists and wheels are found by sha256")
     group.add_argument("--source-dir", type=Path, metavar="DIR",
                        help="use this SGLang checkout or unpacked sdist instead of fetching")
     group.add_argument("--upstream-version", metavar="VERSION",
                        help="the upstream version of --source-dir (default: its PKG-INFO)")
+
+
+class PipIndexDefault:
+    """``--index-url``'s default: the index pip is configured with, asked only when
+    ``--help`` prints it (so other commands never start pip)."""
+
+    def __str__(self) -> str:
+        return str(pip_index())
+
+
+def index_url_arg(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+                  what: str) -> None:
+    """Add ``--index-url`` whose default follows pip's configuration."""
+    parser.add_argument("--index-url", metavar="URL", default=PipIndexDefault(),
+                        help=f"{what} (default: the index pip uses: PIP_INDEX_URL, else "
+                             "index-url in pip.conf, else PyPI; here: %(default)s)")
+
+
+def given_index_url(args: argparse.Namespace) -> str | None:
+    """The ``--index-url`` the user gave, ``None`` for pip's configured default."""
+    value = getattr(args, "index_url", None)
+    return value if isinstance(value, str) else None
 
 
 def series_args(parser: argparse.ArgumentParser) -> None:
@@ -140,7 +156,7 @@ def options(args: argparse.Namespace, reporter: Reporter) -> Options:
     return Options(
         targets_file=args.targets_file, target=getattr(args, "target", None),
         cache_dir=args.cache_dir or default_cache_root(),
-        index_url=getattr(args, "index_url", DEFAULT_INDEX_URL),
+        index_url=given_index_url(args),
         source=getattr(args, "source", None), git_url=getattr(args, "git_url", None),
         source_dir=getattr(args, "source_dir", None),
         upstream_version=getattr(args, "upstream_version", None),

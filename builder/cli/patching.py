@@ -12,6 +12,7 @@ from rich.table import Table
 from builder.cli.common import (
     comma_list,
     common,
+    index_url_arg,
     matrix_table,
     options,
     series_args,
@@ -19,7 +20,6 @@ from builder.cli.common import (
 )
 from builder.core.config import load_targets
 from builder.core.errors import BuilderError
-from builder.core.options import DEFAULT_INDEX_URL
 from builder.core.progress import Reporter
 
 if TYPE_CHECKING:
@@ -67,8 +67,7 @@ def add_matrix_commands(commands: Any) -> argparse.ArgumentParser:
                        "each optionally =VERSION (default: the default target's version)")
     check.add_argument("--git-url", metavar="URL", help="repository of --commits "
                        "(default: the default target's git URL)")
-    check.add_argument("--index-url", default=DEFAULT_INDEX_URL,
-                       help="simple index for --versions (default: %(default)s)")
+    index_url_arg(check, "simple index for --versions")
     check.add_argument("--series", type=Path, metavar="FILE",
                        help="series to check (default: the default target's)")
     check.add_argument("--format", choices=("table", "markdown"), default="table",

@@ -57,6 +57,8 @@ def _cmd_wheel(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     results = run_wheels(options(args, reporter))
     render_report(PatchReport.from_json(results[0].provenance), reporter.out)
     for result in results:
-        how = "from cache" if result.cached else "built"
+        how = ("upstream's own wheel: no patch changes this release"
+               if result.provenance.get("wheel") == "upstream"
+               else "from cache" if result.cached else "built")
         reporter.result(f"{result.path} ({how}, sha256 {result.sha256})", style="bold")
     return {"wheels": [result.describe() for result in results]}

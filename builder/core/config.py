@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import BuilderError
@@ -272,11 +272,23 @@ FORMAT_HINT = ("see docs/patches.md (Adding a patch, Pinning a new release) for 
                "format")
 
 
+def is_integer(value: Any) -> bool:
+    """True for a TOML integer; a TOML boolean (Python's ``bool`` is an ``int``) is not one."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def require(table: dict[str, Any], key: str, kind: type, where: str) -> Any:
+    """Return ``table[key]`` if it is present and of type ``kind``.
+
+    ``kind=int`` refuses booleans: ``strip = true`` is a mistake, not the number 1.
+
+    Raises:
+        BuilderError: the key is missing or holds another type.
+    """
     if key not in table:
         raise BuilderError(f"{where}: missing key {key!r}", FORMAT_HINT)
     value = table[key]
-    if not isinstance(value, kind):
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         noun = {str: "a string", int: "an integer", list: "an array"}.get(kind, kind.__name__)
         raise BuilderError(f"{where}: {key!r} must be {noun}, got {value!r}",
                            FORMAT_HINT)
@@ -317,6 +329,22 @@ def specifier(text: str, where: str) -> SpecifierSet:
                            "write it like '>=0.5.7,<0.5.11'") from None
 
 
+def normalized_version(text: str, where: str) -> str:
+    """``text`` as a PEP 440 normalized version (``0.5.10-post1`` -> ``0.5.10.post1``).
+
+    File names are built from pins (the sdist spec and PEP 427 use the normalized form),
+    so a pin's spelling never reaches a file name.
+
+    Raises:
+        BuilderError: ``text`` is not a PEP 440 version.
+    """
+    try:
+        return str(Version(text))
+    except InvalidVersion:
+        raise BuilderError(f"{where}: version {text!r} is not a PEP 440 version",
+                           "write it like 0.5.9 or 0.5.10.post1") from None
+
+
 def _parse_source(table: Any, where: str) -> Pin:
     if not isinstance(table, dict):
         raise BuilderError(f"{where}: expected a table, got {table!r}",
@@ -333,13 +361,22 @@ def _parse_source(table: Any, where: str) -> Pin:
         if url is not None and not isinstance(url, str):
             raise BuilderError(f"{where}: 'url' must be a string", "quote the URL")
         project = require(table, "project", str, where)
-        version = require(table, "version", str, where)
+        version = normalized_version(require(table, "version", str, where), where)
         if kind == "sdist":
             return SdistPin(project=project, version=version, sha256=sha, url=url)
         filename = require(table, "filename", str, where)
         if not filename.endswith(".whl"):
             raise BuilderError(f"{where}: wheel filename {filename!r} does not end in .whl",
                                "copy the wheel's file name from the index")
+        try:  # PEP 427 file name: {name}-{version}(-{build})?-{python}-{abi}-{platform}.whl
+            file_name, file_version, _, _ = parse_wheel_filename(filename)
+        except (InvalidWheelFilename, InvalidVersion):
+            raise BuilderError(f"{where}: {filename!r} is not a valid wheel file name",
+                               "copy the wheel's file name from the index") from None
+        if file_name != canonicalize_name(project) or file_version != Version(version):
+            raise BuilderError(f"{where}: wheel {filename} is {file_name} {file_version}, "
+                               f"but the pin says {project} {version}",
+                               "make the pin's project and version match the file name")
         return WheelPin(project=project, version=version, filename=filename, sha256=sha,
                         url=url)
     if kind == "git":
@@ -414,7 +451,7 @@ def _parse_target(table: dict[str, Any], base: Path, where: str) -> Target:
         raise BuilderError(f"{where}: kernels.groups must be a non-empty list of names",
                            "e.g. groups = [\"norm\", \"fused_moe_sm120\"]")
     if head_dims is not None and (not isinstance(head_dims, list) or not head_dims or
-                                  not all(isinstance(h, int) and h > 0 for h in head_dims)):
+                                  not all(is_integer(h) and h > 0 for h in head_dims)):
         raise BuilderError(f"{where}: kernels.head_dims must be a non-empty list of "
                            "positive integers", "e.g. head_dims = [64, 128]")
     return Target(name=name, upstream_version=upstream, local_label=label,

@@ -12,10 +12,12 @@ from pathlib import Path
 from builder.core.cache import Cache, default_cache_root
 from builder.core.config import SourceKind, Target, load_targets
 from builder.core.errors import BuilderError
+from builder.core.pipconfig import PYPI_SIMPLE_URL, IndexChoice, resolve_index
 from builder.core.progress import Reporter
 
-#: pip's default index (PEP 503/691 simple API).
-DEFAULT_INDEX_URL = "https://pypi.org/simple"
+#: pip's own default index (PEP 503/691 simple API); a run's default is pip's configured
+#: index (:func:`builder.core.pipconfig.pip_index`), which is this unless pip names another.
+DEFAULT_INDEX_URL = PYPI_SIMPLE_URL
 TARGETS_FILE = "targets.toml"
 
 
@@ -52,7 +54,8 @@ class Options:
         targets_file: the targets file.
         target: the target's name (``None``: the default target).
         cache_dir: the cache root.
-        index_url: simple index to find sdists on.
+        index_url: simple index to find sdists on (``--index-url``); ``None``: the one
+            pip is configured with (see :attr:`index`).
         source: ``sdist`` or ``git`` (``None``: the target's preference).
         git_url: replacement URL or path for the target's git pin.
         source_dir: an existing tree to use instead of fetching.
@@ -68,7 +71,7 @@ class Options:
     targets_file: Path = Path("targets.toml")
     target: str | None = None
     cache_dir: Path = field(default_factory=default_cache_root)
-    index_url: str = DEFAULT_INDEX_URL
+    index_url: str | None = None
     source: SourceKind | None = None
     git_url: str | None = None
     source_dir: Path | None = None
@@ -79,6 +82,11 @@ class Options:
     max_fuzz: int = 0
     dist_dir: Path = Path("dist")
     reporter: Reporter = field(default_factory=lambda: Reporter(quiet=True))
+
+    @property
+    def index(self) -> IndexChoice:
+        """The index this run uses and where the choice came from (asks pip lazily)."""
+        return resolve_index(self.index_url)
 
     @property
     def cache(self) -> Cache:

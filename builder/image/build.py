@@ -221,6 +221,9 @@ def image_labels(target: Target, wheels: Sequence[WheelResult],
         labels[f"{LABEL_NS}.launch-profile"] = PROFILE_PATH
         labels[f"{LABEL_NS}.launch-profile.sha256"] = profile.sha256
         labels[f"{LABEL_NS}.launcher"] = LAUNCHER_PATH
+    if provenance.get("wheel") == "upstream":
+        # no patch changes this release: the sglang wheel is upstream's own, unrenamed
+        labels[f"{LABEL_NS}.sglang-wheel"] = "upstream"
     return labels
 
 

@@ -147,3 +147,48 @@ def kernel_label(local_label: str, lane: str) -> str:
     """The kernel wheel's local label: ours plus the CUDA lane (``sm120.1.cu130``), like
     FlashInfer's own ``+cu129`` jit-cache wheels, so two lanes never share a version."""
     return f"{local_label}.cu{lane.replace('.', '')}"
+
+
+#: The distributions whose exact pin in a torch wheel's METADATA names the CUDA it was
+#: built with: ``cuda-toolkit[...]==13.0.2`` (torch >= 2.11 on PyPI),
+#: ``nvidia-cuda-runtime-cu12==12.8.90`` (earlier releases), ``nvidia-cuda-runtime``.
+_TORCH_CUDA_PINS = ("cuda-toolkit", "nvidia-cuda-runtime", "nvidia-cuda-runtime-cu12",
+                    "nvidia-cuda-runtime-cu13")
+_LINUX_X86_64 = {"platform_system": "Linux", "sys_platform": "linux",
+                 "platform_machine": "x86_64", "python_version": "3.12", "extra": ""}
+
+
+def torch_cuda_lane(requirements: list[str]) -> str | None:
+    """The CUDA lane (``13.0``) a torch wheel was built for, from its ``Requires-Dist``.
+
+    PyPI's Linux torch wheels pin NVIDIA's runtime wheels exactly (the lines above,
+    read from the torch 2.11.0 and 2.14.1 wheels' METADATA on PyPI, 2026-11-30); the
+    lane is that version's ``major.minor``.
+
+    Args:
+        requirements: the wheel's ``Requires-Dist`` values.
+
+    Returns:
+        ``"major.minor"``, or ``None`` when no such pin applies on Linux x86_64 (a CPU
+        or ROCm build).
+    """
+    for line in requirements:
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(requirement.name) not in _TORCH_CUDA_PINS:
+            continue
+        if requirement.marker is not None and not requirement.marker.evaluate(_LINUX_X86_64):
+            continue
+        pinned = _exact(requirement)
+        if pinned is not None and len(pinned.release) >= 2:
+            return f"{pinned.release[0]}.{pinned.release[1]}"
+    return None
+
+
+def exact_torch(pins: KernelPins) -> Version | None:
+    """The torch version SGLang pins with ``==`` (``None`` if it pins none exactly)."""
+    if pins.torch is None:
+        return None
+    return _exact(Requirement(pins.torch))

@@ -16,7 +16,15 @@ declare checks, evaluated after the whole series (and, for reports, before it):
 
 ``file`` is a repository path, or an ``fnmatch`` pattern (``*`` also crosses ``/``)
 for code that upstream moves between files: a check holds when it holds in one of the
-matching files (``regex-absent``: in all of them).
+matching files (``regex-absent``: in all of them; a ``function``-scoped
+``literal-contains``: in every matching file that defines the function, so a stale copy
+elsewhere can neither pass nor hide the check).
+
+Only code in effect counts: of several definitions of one function in the same scope
+(a class body, a module, a function), the last one is the one Python keeps; earlier ones
+are dead and are not judged. A regular expression is compiled when the series is loaded
+and runs under a time bound (:data:`REGEX_TIMEOUT_S`, with the ``regex`` package's
+``timeout``): a pattern that backtracks catastrophically is an error, not a hang.
 """
 
 from __future__ import annotations
@@ -24,9 +32,13 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal, Protocol
 
 from builder.core.errors import BuilderError
+
+#: Seconds one intent regex may run on one file before the check is an error.
+REGEX_TIMEOUT_S = 5.0
 
 IntentKind = Literal["literal-contains", "regex-present", "regex-absent"]
 INTENT_KINDS: tuple[IntentKind, ...] = ("literal-contains", "regex-present", "regex-absent")
@@ -95,6 +107,8 @@ class IntentCheck:
         paths = reader.glob_repo_paths(self.file)
         if not paths:
             return IntentOutcome(False, f"no file matches {self.file}")
+        if self.kind == "literal-contains" and self.function:
+            return self._every_definition(reader, paths)
         if self.kind != "regex-absent":
             outcomes = []
             for path in paths:
@@ -114,13 +128,43 @@ class IntentCheck:
                 return IntentOutcome(False, f"{path}: {outcome.detail}")
         return IntentOutcome(True, f"pattern absent from {len(paths)} files")
 
+    def _every_definition(self, reader: RepoReader, paths: list[str]) -> IntentOutcome:
+        """A function-scoped check over several files: it must hold in each that defines
+        the function (a stale copy in another file is not taken as proof)."""
+        judged: list[tuple[str, IntentOutcome]] = []
+        for path in paths:
+            text = reader.read_repo_path(path)
+            if text is None or not any(name in text for name in self.function):
+                continue
+            try:
+                defined = any(node.name in self.function
+                              for node in live_definitions(ast.parse(text)))
+            except SyntaxError:
+                defined = True  # let evaluate() say where it does not parse
+            if defined:
+                judged.append((path, self.evaluate(text)))
+        if not judged:
+            return IntentOutcome(False, f"function {' or '.join(self.function)} not found "
+                                        f"in {self.file}")
+        failed = [f"{path}: {o.detail}" for path, o in judged if not o.holds]
+        if failed:
+            return IntentOutcome(False, "; ".join(failed[:3]))
+        return IntentOutcome(True, "; ".join(f"{path}: {o.detail}" for path, o in judged))
+
     def evaluate(self, text: str | None) -> IntentOutcome:
         """Evaluate the check on one file's text (``None``: the file does not exist)."""
         if text is None:
             return IntentOutcome(False, f"{self.file} does not exist")
         if self.kind == "regex-present" or self.kind == "regex-absent":
             assert self.pattern is not None
-            found = re.search(self.pattern, text, re.MULTILINE)
+            try:
+                found = compile_pattern(self.pattern).search(text, timeout=REGEX_TIMEOUT_S)
+            except TimeoutError:
+                raise BuilderError(
+                    f"intent regex /{self.pattern}/ on {self.file} ran longer than "
+                    f"{REGEX_TIMEOUT_S:g} s (catastrophic backtracking)",
+                    "rewrite the pattern without nested repetition such as (a+)+ or "
+                    "(.*)*; anchor it, or match a literal line") from None
             line = text.count("\n", 0, found.start()) + 1 if found else 0
             if self.kind == "regex-present":
                 return IntentOutcome(bool(found), f"matches at line {line}" if found
@@ -137,9 +181,7 @@ class IntentCheck:
                                         f"{exc.msg}")
         scopes: list[ast.AST]
         if self.function:
-            scopes = [node for node in ast.walk(tree)
-                      if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-                      and node.name in self.function]
+            scopes = [node for node in live_definitions(tree) if node.name in self.function]
             if not scopes:
                 return IntentOutcome(False, f"function {' or '.join(self.function)} "
                                             "not found")
@@ -203,6 +245,65 @@ class IntentCheck:
         return names
 
 
+_Def = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def live_definitions(tree: ast.AST) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """Every function definition in ``tree`` that is in effect.
+
+    A ``def`` followed, in the same statement list, by another ``def`` of the same name
+    is dead: executing the later one rebinds the name (Python's language reference,
+    "Function definitions"). Definitions in separate branches (``if``/``else``,
+    ``try``/``except``) are each kept, since either may run.
+
+    Args:
+        tree: a parsed module.
+
+    Returns:
+        The live definitions, in source order; dead ones and everything nested in them
+        are left out.
+    """
+    live: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
+
+    def visit_block(statements: list[ast.stmt]) -> None:
+        last = {node.name: index for index, node in enumerate(statements)
+                if isinstance(node, _Def)}
+        for index, node in enumerate(statements):
+            if isinstance(node, _Def):
+                if last[node.name] != index:
+                    continue  # overridden later in this block: dead code
+                live.append(node)
+            visit(node)
+
+    def visit(node: ast.AST) -> None:
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(node, name, None)
+            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                visit_block(block)
+        for handler in getattr(node, "handlers", []) or []:
+            visit_block(handler.body)
+        for case in getattr(node, "cases", []) or []:
+            visit_block(case.body)
+
+    visit(tree)
+    return sorted(live, key=lambda n: (n.lineno, n.col_offset))
+
+
+@lru_cache(maxsize=256)
+def compile_pattern(pattern: str) -> Any:
+    """Compile an intent regex (multiline mode) with the ``regex`` package.
+
+    ``regex`` accepts Python's ``re`` syntax and adds a ``timeout`` to each match, which
+    ``re`` lacks (https://pypi.org/project/regex/).
+
+    Raises:
+        regex.error: the pattern does not compile.
+    """
+    import regex
+
+    return regex.compile(pattern, regex.MULTILINE)
+
+
 def _terminal_name(node: ast.AST) -> str | None:
     """``x`` for ``x`` and ``a.b.x``; ``None`` for anything else."""
     if isinstance(node, ast.Name):
@@ -242,9 +343,11 @@ def parse_intent_check(table: dict[str, Any], where: str) -> IntentCheck:
     if not isinstance(pattern, str):
         raise BuilderError(f"{where}: {kind} needs 'pattern'",
                            "a Python regular expression, matched in multiline mode")
+    import regex
+
     try:
-        re.compile(pattern)
-    except re.error as exc:
+        compile_pattern(pattern)
+    except regex.error as exc:
         raise BuilderError(f"{where}: bad regular expression {pattern!r}: {exc}",
                            "TOML strings need doubled backslashes, or use '...' literals"
                            ) from None

@@ -17,6 +17,7 @@ from packaging.version import Version
 from builder.core.config import (
     SHA256,
     Target,
+    is_integer,
     known_keys,
     read_toml,
     require,
@@ -121,7 +122,7 @@ def _parse_entry(table: dict[str, Any], base: Path, where: str) -> SeriesEntry:
     if strip < 0:
         raise BuilderError(f"{where}: strip level must be >= 0", "1 for a/ b/ prefixes")
     max_fuzz = table.get("max_fuzz", 0)
-    if not isinstance(max_fuzz, int) or not 0 <= max_fuzz <= 3:
+    if not is_integer(max_fuzz) or not 0 <= max_fuzz <= 3:
         raise BuilderError(f"{where}: max_fuzz must be an integer from 0 to 3",
                            "GNU patch's fuzz is at most the context size, usually 3")
     versions = specifier(require(table, "versions", str, where), where)

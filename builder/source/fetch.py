@@ -7,41 +7,41 @@ verified against the pin), or a folder the user already has (``--source-dir``).
 
 from __future__ import annotations
 
-import calendar
+import email.message
+import email.parser
 import hashlib
 import json
 import os
 import shutil
-import stat
-import tarfile
-import urllib.error
-import urllib.parse
-import urllib.request
 import zipfile
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import git
+import requests
 from packaging.utils import (
     InvalidSdistFilename,
     InvalidWheelFilename,
-    canonicalize_name,
     parse_sdist_filename,
     parse_wheel_filename,
 )
 from packaging.version import InvalidVersion, Version
+from remotezip import RemoteZip, RemoteZipError
 
 from builder.core.cache import Cache, sha256_file, sha256_tree
 from builder.core.config import GitPin, Pin, SdistPin, SourceKind, Target, WheelPin
 from builder.core.errors import BuilderError
 from builder.core.layout import Layout
-from builder.core.options import DEFAULT_INDEX_URL, Options, select_target
+from builder.core.options import Options, select_target
+from builder.core.pipconfig import IndexChoice, resolve_index
 from builder.core.progress import Reporter
+from builder.source.archive import check_wheel, read_metadata, unpack_sdist, unzip_wheel
+from builder.source.download import download
+from builder.source.index import project_files
 
-_TIMEOUT_S = 60
-_JSON_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
+#: Bumped when the unpack rule changes, so older cache entries are unpacked again.
+UNPACK_RULE = 2
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,10 @@ class SourceResult:
         tree_sha256: digest of the tree's files when it was unpacked into the cache
             (``None`` for ``--source-dir``); the wheel stage checks it before building.
         archive: the verified downloaded file (sdist or released wheel), if any.
+        index: the simple index the archive is looked up on and where that choice came
+            from (``None`` when the pin has its own URL, or for git and ``--source-dir``).
+        fresh: the tree was unpacked by this process just now (its ``tree_sha256`` was
+            computed from it, so checking it again before a build proves nothing).
     """
 
     tree: Path
@@ -71,17 +75,20 @@ class SourceResult:
     key: str
     tree_sha256: str | None = None
     archive: Path | None = None
+    index: IndexChoice | None = None
+    fresh: bool = False
 
     def describe(self) -> dict[str, Any]:
         """Return JSON-ready data."""
         return {"tree": str(self.tree), "layout": self.layout.kind,
                 "pin": self.pin.describe() if self.pin else None,
                 "upstream_version": str(self.upstream_version),
-                "source_date_epoch": self.source_date_epoch, "key": self.key}
+                "source_date_epoch": self.source_date_epoch, "key": self.key,
+                "index": self.index.describe() if self.index else None}
 
 
 def fetch_source(target: Target, *, cache: Cache, kind: SourceKind | None = None,
-                 index_url: str = DEFAULT_INDEX_URL, git_url: str | None = None,
+                 index_url: str | None = None, git_url: str | None = None,
                  reporter: Reporter | None = None) -> SourceResult:
     """Fetch and unpack the target's upstream source into the cache.
 
@@ -89,7 +96,8 @@ def fetch_source(target: Target, *, cache: Cache, kind: SourceKind | None = None
         target: the build target.
         cache: the cache to use.
         kind: ``sdist``, ``wheel`` or ``git`` (default: the target's preferred kind).
-        index_url: PEP 503/691 simple index used to find an sdist by its sha256.
+        index_url: PEP 503/691 simple index used to find an sdist by its sha256
+            (default: the one pip is configured with, see :mod:`builder.core.pipconfig`).
         git_url: use this URL or path instead of the pin's (a mirror of the same history).
         reporter: progress output.
 
@@ -108,7 +116,7 @@ def fetch_source(target: Target, *, cache: Cache, kind: SourceKind | None = None
 
 
 def fetch_pin(pin: Pin, version: Version, *, cache: Cache,
-              index_url: str = DEFAULT_INDEX_URL,
+              index_url: str | None = None,
               reporter: Reporter | None = None) -> SourceResult:
     """Fetch and unpack one pinned source (see :func:`fetch_source`).
 
@@ -164,191 +172,81 @@ def _pkg_info_version(package_root: Path) -> str | None:
     pkg_info = package_root / "PKG-INFO"
     if not pkg_info.is_file():
         return None
-    for line in pkg_info.read_text(errors="replace").splitlines():
-        if line.startswith("Version:"):
-            return line.split(":", 1)[1].strip()
-    return None
+    try:
+        return str(read_metadata(pkg_info.read_bytes(), str(pkg_info)).version)
+    except BuilderError:
+        return None
 
 
 # --- sdist and released wheel ---------------------------------------------------------
 
-def _fetch_archive(pin: SdistPin | WheelPin, cache: Cache, index_url: str,
+def _fetch_archive(pin: SdistPin | WheelPin, cache: Cache, index_url: str | None,
                    reporter: Reporter) -> SourceResult:
-    """An sdist or a released wheel, verified and unpacked (both have the sdist layout)."""
+    """An sdist or a released wheel, verified and unpacked (both have the sdist layout).
+
+    The archive's own claims are checked against the pin (:mod:`builder.source.archive`)
+    before its tree is used; the tree is unpacked into ``<entry>/tree`` so the entry's
+    own ``source.json`` never sits inside it.
+    """
     archive = _download_pinned(pin, cache, index_url, reporter)
     key = f"{pin.kind}-{pin.sha256}"
     entry = cache.lookup("source", key)
+    if entry is not None and json.loads((entry / "source.json").read_text()).get(
+            "rule") != UNPACK_RULE:
+        shutil.rmtree(entry)  # unpacked by an older, laxer rule: unpack again
+        entry = None
+    fresh = entry is None
     if entry is None:
         reporter.info(f"Unpacking {archive.name}")
         with cache.building("source", key) as tmp:
             if isinstance(pin, SdistPin):
-                top, newest = _safe_extract(archive, tmp)
+                unpacked = unpack_sdist(archive, tmp / "tree", pin.project, pin.version)
+                newest, digest = unpacked.newest, unpacked.tree_sha256
             else:
-                top, newest = "tree", _safe_unzip(archive, tmp / "tree")
+                check_wheel(archive, pin.project, pin.version)
+                newest = unzip_wheel(archive, tmp / "tree")
+                digest = sha256_tree(tmp / "tree")
             (tmp / "source.json").write_text(json.dumps(
-                {"top": top, "source_date_epoch": newest,
-                 "tree_sha256": sha256_tree(tmp / top)}))
+                {"top": "tree", "rule": UNPACK_RULE, "source_date_epoch": newest,
+                 "tree_sha256": digest}))
         entry = cache.entry("source", key)
     meta = json.loads((entry / "source.json").read_text())
-    return SourceResult(tree=entry / meta.get("top", "tree"), layout=Layout("sdist"), pin=pin,
+    return SourceResult(tree=entry / "tree", layout=Layout("sdist"), pin=pin,
                         upstream_version=Version(pin.version),
                         source_date_epoch=int(meta["source_date_epoch"]), key=key,
-                        tree_sha256=meta.get("tree_sha256"), archive=archive)
+                        tree_sha256=meta.get("tree_sha256"), archive=archive,
+                        index=None if pin.url else resolve_index(index_url), fresh=fresh)
 
 
-def _safe_unzip(archive: Path, destination: Path) -> int:
-    """Extract a wheel, refusing absolute paths, ``..`` and symlinks; return newest mtime.
-
-    Every name is checked before anything is written, so a refused archive leaves
-    nothing behind.
-    """
-    try:
-        with zipfile.ZipFile(archive) as wheel:
-            infos = wheel.infolist()
-            for info in infos:
-                parts = info.filename.split("/")
-                mode = info.external_attr >> 16
-                if info.filename.startswith("/") or ".." in parts or "\\" in info.filename \
-                        or stat.S_ISLNK(mode):
-                    raise BuilderError(f"unsafe archive {archive.name}: member "
-                                       f"{info.filename!r}", "refusing to unpack it")
-            for info in infos:
-                if info.is_dir():
-                    continue
-                target = destination / info.filename
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(wheel.read(info))
-                if (info.external_attr >> 16) & 0o111:
-                    target.chmod(0o755)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise BuilderError(f"cannot unpack {archive.name}: {exc}",
-                           "the download may be damaged") from None
-    stamps = [calendar.timegm((*i.date_time, 0, 0, 0)) for i in infos]
-    return max(stamps, default=0)
-
-
-def _download_pinned(pin: SdistPin | WheelPin, cache: Cache, index_url: str,
+def _download_pinned(pin: SdistPin | WheelPin, cache: Cache, index_url: str | None,
                      reporter: Reporter) -> Path:
-    """Return the cached archive, downloading and verifying it first if needed."""
+    """Return the cached archive, downloading (resumably) and verifying it first if needed."""
     entry = cache.lookup("downloads", pin.sha256)
     if entry is not None:
         archive = entry / pin.filename
         if archive.is_file() and sha256_file(archive) == pin.sha256:
             return archive
         shutil.rmtree(entry)  # damaged entry: never trust it, fetch again
-    url = pin.url or _find_on_index(pin, index_url)
+    url = pin.url or _find_on_index(pin, resolve_index(index_url).url)
+    # The partial file lives outside the entry being built, so an interrupted download
+    # survives for the next run to resume (builder.source.download).
+    partial = cache.root / "partial" / f"{pin.sha256}.{pin.filename}.part"
     with cache.building("downloads", pin.sha256) as tmp:
-        archive = tmp / pin.filename
-        actual = _download(url, archive, reporter)
-        if actual != pin.sha256:
-            raise BuilderError(
-                f"sha256 mismatch for {pin.filename} from {url}: got {actual}, "
-                f"pinned {pin.sha256}",
-                "the file changed upstream or the pin is wrong; nothing was unpacked")
+        download(url, tmp / pin.filename, pin.sha256, partial, reporter)
     return cache.entry("downloads", pin.sha256) / pin.filename
-
-
-def _open(url: str, accept: str | None = None) -> Any:
-    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
-    try:
-        return urllib.request.urlopen(request, timeout=_TIMEOUT_S)
-    except urllib.error.HTTPError as exc:
-        raise BuilderError(f"{url} answered HTTP {exc.code} {exc.reason}",
-                           "check the URL, the index URL (--index-url) and the pin") from None
-    except ValueError:
-        raise BuilderError(f"{url!r} is not a URL",
-                           "give an https://, http:// or file:// URL") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise BuilderError(f"could not reach {url}: {reason}",
-                           "check the network, or pass --index-url for a reachable index"
-                           ) from None
-
-
-def _download(url: str, destination: Path, reporter: Reporter) -> str:
-    """Stream ``url`` into ``destination``; return the hex sha256 of what was received."""
-    digest = hashlib.sha256()
-    with _open(url) as response, destination.open("wb") as out:
-        length = response.headers.get("Content-Length")
-        with reporter.download(f"Downloading {destination.name}",
-                               int(length) if length else None) as bar:
-            while chunk := response.read(1 << 16):
-                out.write(chunk)
-                digest.update(chunk)
-                bar.advance(bar.task_ids[0], len(chunk))
-    return digest.hexdigest()
-
-
-class _AnchorParser(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.links: list[tuple[str, str, bool]] = []  # (file name, href, yanked)
-        self._href: str | None = None
-        self._yanked = False
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self._href = dict(attrs).get("href")
-            self._yanked = any(name == "data-yanked" for name, _ in attrs)  # PEP 592
-
-    def handle_data(self, data: str) -> None:
-        if self._href is not None:
-            self.links.append((data.strip(), self._href, self._yanked))
-            self._href = None
-
-
-class _IndexFile(NamedTuple):
-    name: str
-    url: str
-    sha256: str
-    yanked: bool
-
-
-def _index_listing(project: str, index_url: str) -> tuple[str, list[_IndexFile]]:
-    """The project page's URL and its files (PEP 691 JSON or PEP 503 HTML, PEP 592 yanks)."""
-    page_url = f"{index_url.rstrip('/')}/{canonicalize_name(project)}/"
-    with _open(page_url, _JSON_ACCEPT) as response:
-        body = response.read().decode("utf-8", "replace")
-        content_type = response.headers.get("Content-Type", "")
-    files: list[_IndexFile] = []
-    if "json" in content_type:
-        try:
-            items = json.loads(body).get("files", [])
-        except (json.JSONDecodeError, AttributeError):
-            raise BuilderError(f"{page_url} sent a JSON page that is not a PEP 691 project "
-                               "page", "check --index-url") from None
-        for item in items:
-            url = urllib.parse.urljoin(page_url, item["url"])
-            files.append(_IndexFile(item["filename"], url,
-                                    item.get("hashes", {}).get("sha256", ""),
-                                    bool(item.get("yanked", False))))
-    else:
-        parser = _AnchorParser()
-        parser.feed(body)
-        for name, href, yanked in parser.links:
-            url = urllib.parse.urljoin(page_url, href)
-            fragment = urllib.parse.urlparse(url).fragment
-            sha = fragment.split("=", 1)[1] if fragment.startswith("sha256=") else ""
-            files.append(_IndexFile(name, url.split("#", 1)[0], sha, yanked))
-    return page_url, files
-
-
-def _index_files(project: str, index_url: str) -> tuple[str, list[tuple[str, str, str]]]:
-    """The project page's URL and its files as (name, url, sha256) (PEP 691 or PEP 503)."""
-    page_url, files = _index_listing(project, index_url)
-    return page_url, [(f.name, f.url, f.sha256) for f in files]
 
 
 def _find_on_index(pin: SdistPin | WheelPin, index_url: str) -> str:
     """Find the URL of the file with the pinned sha256 on a simple index."""
-    page_url, files = _index_files(pin.project, index_url)
-    for name, url, sha in files:
-        if sha == pin.sha256:
-            if name != pin.filename:
-                raise BuilderError(f"sha256 {pin.sha256} on {page_url} belongs to {name}, "
-                                   f"not {pin.filename}", "fix the pin in the targets file")
-            return url
-    same_name = [f"{n} (sha256 {s or 'not listed'})" for n, _, s in files if n == pin.filename]
+    page_url, files = project_files(pin.project, index_url)
+    for item in files:
+        if item.sha256 == pin.sha256:
+            if item.name != pin.filename:
+                raise BuilderError(f"sha256 {pin.sha256} on {page_url} belongs to {item.name},"
+                                   f" not {pin.filename}", "fix the pin in the targets file")
+            return item.url
+    same_name = [f"{f.name} (sha256 {f.sha256 or 'not listed'})" for f in files
+                 if f.name == pin.filename]
     raise BuilderError(
         f"sha256 mismatch: no file on {page_url} has the pinned sha256 {pin.sha256}"
         + (f"; the index has {same_name[0]}" if same_name else
@@ -356,45 +254,49 @@ def _find_on_index(pin: SdistPin | WheelPin, index_url: str) -> str:
         "the release may have been replaced or the pin is wrong; check it before re-pinning")
 
 
-def find_release(project: str, version: str, index_url: str = DEFAULT_INDEX_URL
+def find_release(project: str, version: str, index_url: str | None = None
                  ) -> SdistPin | WheelPin:
     """Pin a release by what the index lists now (for ``check --versions``).
 
-    Prefers the sdist; without one (SGLang from 0.5.11 on) a pure-Python wheel, else
-    the alphabetically first ``x86_64`` wheel (the Python files are the same in all).
-    The sha256 is the index's, verified on download.
+    Ranks each file on its own (PEP 592: a yanked file is the last choice, whatever else
+    of the release is live): a live sdist, then a live pure-Python wheel, then a live
+    ``x86_64`` wheel, then any other live wheel, then the yanked files in the same
+    order. The sha256 is the index's, verified on download.
+
+    Args:
+        project: the project name.
+        version: the release (any PEP 440 spelling).
+        index_url: the simple index (default: pip's, see :mod:`builder.core.pipconfig`).
 
     Raises:
         BuilderError: the index is unreachable or lists no usable file for ``version``.
     """
-    page_url, files = _index_files(project, index_url)
+    page_url, files = project_files(project, resolve_index(index_url).url)
     wanted = Version(version)
-    sdists, wheels = [], []
-    for name, url, sha in sorted(files):
-        if not sha:
+    normalized = str(wanted)
+    ranked: list[tuple[tuple[int, int, str], SdistPin | WheelPin]] = []
+    for item in files:
+        if not item.sha256:
             continue
-        if name.endswith(".tar.gz"):
-            try:
-                if Version(name[:-len(".tar.gz")].rsplit("-", 1)[1]) == wanted:
-                    sdists.append(SdistPin(project, version, sha, url))
-            except (IndexError, InvalidVersion):
-                continue
-        elif name.endswith(".whl"):
-            try:
-                _, file_version, _, tags = parse_wheel_filename(name)
-            except InvalidWheelFilename:
-                continue
-            if file_version == wanted:
-                rank = 0 if any(t.abi == "none" and t.platform == "any" for t in tags) else \
-                    1 if "x86_64" in name else 2
-                wheels.append((rank, WheelPin(project, version, name, sha, url)))
-    if sdists:
-        return sdists[0]
-    if wheels:
-        return min(wheels, key=lambda item: (item[0], item[1].filename))[1]
+        try:
+            if item.name.endswith(".whl"):
+                _, file_version, _, tags = parse_wheel_filename(item.name)
+                kind = 1 if any(t.abi == "none" and t.platform == "any" for t in tags) else \
+                    2 if "x86_64" in item.name else 3
+                pin: SdistPin | WheelPin = WheelPin(project, normalized, item.name,
+                                                    item.sha256, item.url)
+            else:
+                _, file_version = parse_sdist_filename(item.name)
+                kind = 0
+                pin = SdistPin(project, normalized, item.sha256, item.url)
+        except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+            continue
+        if file_version == wanted:
+            ranked.append(((int(item.yanked), kind, item.name), pin))
+    if ranked:
+        return min(ranked, key=lambda pair: pair[0])[1]
     raise BuilderError(f"{page_url} lists no sdist or wheel (with a sha256) for {version}",
                        "check the version number")
-
 
 
 @dataclass(frozen=True)
@@ -412,7 +314,7 @@ class IndexRelease:
     yanked: bool
 
 
-def list_releases(project: str, index_url: str = DEFAULT_INDEX_URL) -> list[IndexRelease]:
+def list_releases(project: str, index_url: str | None = None) -> list[IndexRelease]:
     """List a project's releases from its page on a simple index (for ``upstream``).
 
     Versions are read from the sdist and wheel file names (PEP 691 JSON or PEP 503 HTML
@@ -421,7 +323,7 @@ def list_releases(project: str, index_url: str = DEFAULT_INDEX_URL) -> list[Inde
 
     Args:
         project: the project name (any spelling; normalised per PEP 503).
-        index_url: the simple index's root URL.
+        index_url: the simple index's root URL (default: pip's).
 
     Returns:
         The releases, oldest first.
@@ -429,7 +331,7 @@ def list_releases(project: str, index_url: str = DEFAULT_INDEX_URL) -> list[Inde
     Raises:
         BuilderError: the index is unreachable or answers with an error.
     """
-    _, files = _index_listing(project, index_url)
+    _, files = project_files(project, resolve_index(index_url).url)
     found: dict[Version, list[bool]] = {}
     for item in files:
         try:
@@ -443,30 +345,63 @@ def list_releases(project: str, index_url: str = DEFAULT_INDEX_URL) -> list[Inde
     return [IndexRelease(version, len(yanks), all(yanks))
             for version, yanks in sorted(found.items())]
 
-def _safe_extract(archive: Path, destination: Path) -> tuple[str, int]:
-    """Extract with tarfile's ``data`` filter (PEP 706).
+# Range requests for a remote wheel's METADATA (seconds per request).
+_TIMEOUT_S = 60
 
-    Returns the single top folder's name and the newest member's mtime (the release time).
 
-    The filter refuses absolute paths, ``..`` components, links pointing outside the
-    destination, and device files; a refused member aborts the whole extraction.
+def release_files(project: str, version: str | Version,
+                  index_url: str | None = None) -> list[tuple[str, str, str, bool]]:
+    """The files a simple index lists for one release (for ``bump``).
+
+    Args:
+        project: the project name (any spelling; normalised per PEP 503).
+        version: the release; files are matched by the version in their names.
+        index_url: the simple index's root URL (default: pip's, see
+            :mod:`builder.core.pipconfig`).
+
+    Returns:
+        ``(file name, URL, sha256 or "", yanked)`` per sdist or wheel of that release,
+        sorted by file name.
+
+    Raises:
+        BuilderError: the index is unreachable or answers with an error.
+    """
+    wanted = Version(str(version))
+    found = []
+    for item in project_files(project, resolve_index(index_url).url)[1]:
+        try:
+            file_version = (parse_wheel_filename(item.name)[1] if item.name.endswith(".whl")
+                            else parse_sdist_filename(item.name)[1])
+        except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+            continue
+        if file_version == wanted:
+            found.append((item.name, item.url, item.sha256, item.yanked))
+    return sorted(found)
+
+
+def remote_wheel_metadata(url: str) -> email.message.Message:
+    """A wheel's ``METADATA``, read with HTTP range requests (the central directory and
+    one member), not the whole file: a torch wheel is over 500 MB.
+
+    Args:
+        url: the wheel's URL (the server must honour ``Range``, as PyPI's does).
+
+    Raises:
+        BuilderError: the server is unreachable, ignores ranges, or the file is not a
+            wheel with a ``.dist-info/METADATA``.
     """
     try:
-        with tarfile.open(archive) as tar:
-            members = tar.getmembers()
-            tops = {m.name.split("/", 1)[0] for m in members if m.name not in (".", "")}
-            if len(tops) != 1:
-                raise BuilderError(f"{archive.name} does not hold one top-level folder "
-                                   f"(found {sorted(tops)[:5]})", "this is not an sdist")
-            tar.extractall(destination, filter="data")
-            newest = int(max((m.mtime for m in members), default=0))
-    except tarfile.FilterError as exc:
-        raise BuilderError(f"unsafe archive {archive.name}: {exc}",
-                           "refusing to unpack it; nothing was extracted") from None
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        raise BuilderError(f"cannot unpack {archive.name}: {exc}",
-                           "the download may be damaged") from None
-    return tops.pop(), newest
+        with RemoteZip(url, timeout=_TIMEOUT_S) as wheel:
+            names = [n for n in wheel.namelist()
+                     if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+            if len(names) != 1:
+                raise BuilderError(f"{url} is not a wheel with one .dist-info/METADATA",
+                                   "check the index's file listing")
+            return email.parser.BytesParser().parsebytes(wheel.read(names[0]))
+    except (RemoteZipError, OSError, zipfile.BadZipFile, requests.RequestException) as exc:
+        raise BuilderError(f"could not read the METADATA of {url}: {exc}",
+                           "the index must serve files with HTTP range requests (PyPI "
+                           "does); or pass --cuda-lane") from None
 
 
 # --- git ---------------------------------------------------------------------------------

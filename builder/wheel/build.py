@@ -17,7 +17,6 @@ install with ``importlib.metadata.distribution("sglang").read_text(PROVENANCE_FI
 
 from __future__ import annotations
 
-import email.parser
 import json
 import os
 import shutil
@@ -53,6 +52,7 @@ from builder.core.progress import Reporter
 from builder.patching.apply import PatchResult, PatchStatus, apply_series, read_series
 from builder.patching.patchfile import ParsedPatch
 from builder.patching.series import Series, select_series
+from builder.source.archive import read_metadata
 from builder.source.fetch import (
     fetch_pin,
     obtain_source,
@@ -235,7 +235,7 @@ def _metadata_version(wheel: Path) -> str:
             raise BuilderError(f"{wheel.name} has {len(names)} METADATA files",
                                "the build backend produced a broken wheel; see its log")
         metadata = archive.read(names[0])
-    return str(email.parser.BytesParser().parsebytes(metadata)["Version"])
+    return str(read_metadata(metadata, f"{wheel.name}: METADATA").version)
 
 
 def _add_provenance(built: Path, destination: Path, record: dict[str, Any],
@@ -278,7 +278,9 @@ def verify_tree(patched: PatchResult) -> None:
         BuilderError: the source's or the patched tree's files no longer match the digest
             recorded when the cache entry was made (someone edited the cache).
     """
-    for tree, recorded in ((patched.source.tree, patched.source.tree_sha256),
+    # A source tree this process unpacked moments ago was hashed as it was written.
+    source_recorded = None if patched.source.fresh else patched.source.tree_sha256
+    for tree, recorded in ((patched.source.tree, source_recorded),
                            (patched.tree, patched.tree_sha256)):
         if recorded is not None and \
                 sha256_tree(tree, exclude=frozenset({".git"})) != recorded:
@@ -432,6 +434,40 @@ def lock_wheel(options: Options, target: Target, series: Series,
     return lock, digest
 
 
+UPSTREAM_PROVENANCE_SUFFIX = ".sm120-provenance.json"
+
+
+def upstream_wheel(patched: PatchResult, pin: WheelPin, *, target: str | None,
+                   dist_dir: Path,
+                   notes: Mapping[str, Mapping[str, str]] | None = None) -> WheelResult:
+    """Ship upstream's released wheel unchanged, for a release no patch changes.
+
+    Every patch of the series is obsolete, already applied or outside its range there,
+    so a repack would be upstream's files under our label. Instead the wheel is
+    upstream's own: the downloaded file, sha256-checked against the pin, its name and
+    version untouched (``0.5.23``, no local label). Nothing can be added inside it, so
+    the provenance record (the same schema, with ``"wheel": "upstream"``) is written
+    beside it as ``<wheel file name>.sm120-provenance.json``.
+
+    Raises:
+        BuilderError: the cached download no longer matches the pin's sha256.
+    """
+    archive = patched.source.archive
+    if archive is None or sha256_file(archive) != pin.sha256:
+        raise BuilderError(f"the download of {pin.filename} does not match its pin "
+                           f"{pin.sha256}", "delete it from the cache and run again")
+    version = str(patched.source.upstream_version)
+    record = {**_provenance(patched, version, target, {}, notes), "wheel": "upstream"}
+    destination = dist_dir / pin.filename
+    atomic_copy(archive, destination)
+    sidecar = dist_dir / (pin.filename + UPSTREAM_PROVENANCE_SUFFIX)
+    temporary = sidecar.with_name(sidecar.name + ".tmp")
+    temporary.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    temporary.replace(sidecar)
+    return WheelResult(path=destination, version=version, sha256=sha256_file(destination),
+                       provenance=record, key=f"upstream-{pin.sha256}", cached=True)
+
+
 def run_wheel(options: Options) -> WheelResult:
     """Source, patch and wheel stages for the selected target's first pin of its kind."""
     return run_wheels(options)[0]
@@ -444,8 +480,9 @@ def run_wheels(options: Options) -> list[WheelResult]:
     platform and Python tag: each is patched and repacked. Otherwise one wheel is built.
 
     Raises:
-        BuilderError: any stage refused; or no patch of the series applies to this
-            upstream version (the wheel would be upstream's under our label); or, for
+        BuilderError: any stage refused; or no patch of the series changes this
+            upstream version and its source is not a released wheel (for a released
+            wheel, upstream's own file is shipped: :func:`upstream_wheel`); or, for
             released wheels, a patch touches compiled code or a build file; or the
             version lock records other content for this version (:func:`lock_wheel`).
     """
@@ -474,12 +511,17 @@ def run_wheels(options: Options) -> list[WheelResult]:
             source = fetch_pin(pin, target.upstream_version, cache=options.cache,
                                index_url=options.index_url, reporter=options.reporter)
         patched = apply_series(source, series, cache=options.cache)
-        if not any(p.status not in (PatchStatus.NOT_APPLICABLE, PatchStatus.NOT_REACHED)
-                   for p in patched.report.patches):
-            raise BuilderError(f"no patch of the series applies to upstream "
+        if not any(p.status == PatchStatus.APPLIED for p in patched.report.patches):
+            # Nothing to change: the honest wheel is upstream's own (docs/upstream.md).
+            if isinstance(pin, WheelPin):
+                results.append(upstream_wheel(patched, pin, target=target.name,
+                                              dist_dir=options.dist_dir, notes=notes))
+                continue
+            raise BuilderError(f"no patch of the series changes upstream "
                                f"{source.upstream_version}: the wheel would be upstream's "
-                               "under our label", "check the series' version ranges for "
-                               "this target", report=patched.report)
+                               "under our label", "pin the release's own wheels (python -m "
+                               "builder bump does), which are then shipped unchanged; or "
+                               "check the series' version ranges", report=patched.report)
         version = local_version(source.upstream_version, target.local_label)
         results.append(build_wheel(patched, version=version, cache=options.cache,
                                    dist_dir=options.dist_dir, target=target.name,

@@ -21,10 +21,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.utils import parse_wheel_filename
+from packaging.utils import canonicalize_name, parse_wheel_filename
 from wheel.wheelfile import WheelFile
 
 from builder.core.errors import BuilderError
+from builder.source.archive import read_metadata
 
 # Files a patch may not change on this path: compiled code, or sources and build files
 # of compiled code that a released wheel does not carry.
@@ -107,14 +108,25 @@ def _dist_info(archive: zipfile.ZipFile, wheel: Path) -> str:
 
 
 def _new_metadata(data: bytes, version: str) -> bytes:
-    head, sep, body = data.decode("utf-8").partition("\n\n")
-    lines = head.split("\n")
-    found = [i for i, line in enumerate(lines) if line.startswith("Version:")]
-    if len(found) != 1:
-        raise BuilderError("the wheel's METADATA has no single Version field",
-                           "this is not a valid wheel")
-    lines[found[0]] = f"Version: {version}"
-    return ("\n".join(lines) + sep + body).encode("utf-8")
+    """METADATA with its ``Version`` header set to ``version``, every other byte kept.
+
+    The file is email headers (core metadata spec): it is read with ``packaging``'s
+    parser first, so CRLF endings, continuation lines and a body that happens to hold a
+    ``Version:`` line are understood; then the one ``Version`` header line of the header
+    block (which ends at the first empty line) is replaced, keeping its line ending.
+    """
+    read_metadata(data, "the wheel's METADATA")  # refuses a missing or doubled Version
+    lines = data.splitlines(keepends=True)
+    out: list[bytes] = []
+    in_headers = True
+    for line in lines:
+        if in_headers and line in (b"\n", b"\r\n", b"\r"):
+            in_headers = False
+        elif in_headers and line[:8].lower() == b"version:":
+            ending = line[len(line.rstrip(b"\r\n")):]
+            line = f"Version: {version}".encode() + ending
+        out.append(line)
+    return b"".join(out)
 
 
 def repack_wheel(original: Path, tree: Path, version: str, provenance_name: str,
@@ -142,7 +154,10 @@ def repack_wheel(original: Path, tree: Path, version: str, provenance_name: str,
     tags = original.name[:-len(".whl")].split("-")[-3:]
     with zipfile.ZipFile(original) as source:
         old_info = _dist_info(source, original)
-        dist = old_info[:-len(".dist-info")].rsplit("-", 1)[0]
+        # Output names use the normalized distribution name (PEP 503 normalization,
+        # then PEP 427's escaping of "-"), whatever the spelling inside the wheel.
+        dist = canonicalize_name(old_info[:-len(".dist-info")].rsplit("-", 1)[0]
+                                 ).replace("-", "_")
         new_info = f"{dist}-{version}.dist-info"
         old_data, new_data = old_info[:-len(".dist-info")] + ".data", f"{dist}-{version}.data"
         destination = out_dir / f"{dist}-{version}-{'-'.join(tags)}.whl"

@@ -1,0 +1,156 @@
+"""Downloads that survive a flaky network: retried, resumed by HTTP range, verified.
+
+One ``requests`` session with urllib3's ``Retry`` (exponential backoff on connection
+errors, read errors and HTTP 429/5xx, honouring ``Retry-After``) serves the index pages
+and the files. A file is streamed into a partial file in the cache
+(``<cache>/partial/<sha256>.part``); when the connection drops mid-file the next attempt
+asks for the rest with ``Range: bytes=N-`` (RFC 9110 section 14) and appends, or starts
+over when the server ignores the range (HTTP 200). The whole file's sha256 is compared
+with the pin at the end: a mismatch removes the partial file and fails.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+import urllib.request
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from builder.core.cache import sha256_file
+from builder.core.errors import BuilderError
+from builder.core.progress import Reporter
+
+#: Seconds to wait to connect and between two reads.
+TIMEOUT_S = 60
+#: Attempts at one file when the connection drops mid-body (each resumes).
+RESUME_ATTEMPTS = 6
+_CHUNK = 1 << 16
+
+
+@lru_cache(maxsize=1)
+def session() -> Any:
+    """The process's retrying ``requests.Session`` (imported lazily: it is slow to load).
+
+    Returns:
+        A session whose HTTP(S) adapters retry 5 times with backoff (0.5 s, 1 s, 2 s, ...)
+        on connection errors and on HTTP 429, 500, 502, 503 and 504.
+    """
+    import requests
+    from requests.adapters import HTTPAdapter
+    from urllib3.util.retry import Retry
+
+    retry = Retry(total=5, connect=5, read=5, status=5, backoff_factor=0.5,
+                  status_forcelist=(429, 500, 502, 503, 504),
+                  allowed_methods=frozenset({"GET", "HEAD"}),
+                  respect_retry_after_header=True, raise_on_status=False)
+    client = requests.Session()
+    adapter = HTTPAdapter(max_retries=retry)
+    client.mount("http://", adapter)
+    client.mount("https://", adapter)
+    client.headers["User-Agent"] = "sglang-sm120-builder"
+    return client
+
+
+def unreachable(url: str, exc: BaseException) -> BuilderError:
+    """The one error for a URL that could not be reached after the retries."""
+    reason = getattr(exc, "reason", None) or exc
+    return BuilderError(f"could not reach {url}: {reason}",
+                        "check the network, or pass --index-url for a reachable index")
+
+
+def download(url: str, destination: Path, sha256: str, partial: Path,
+             reporter: Reporter) -> None:
+    """Fetch ``url`` into ``destination``, resuming ``partial`` and checking ``sha256``.
+
+    Args:
+        url: ``https://``, ``http://`` or ``file://``.
+        destination: the final file (written only once the digest matched).
+        sha256: the pinned hex sha256.
+        partial: where the bytes collect meanwhile; kept across runs when a download is
+            interrupted, so the next run resumes it.
+        reporter: progress output.
+
+    Raises:
+        BuilderError: the URL is unreachable or answers with an error after the retries,
+            or the file's sha256 is not ``sha256`` (the partial file is removed).
+    """
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    scheme = urllib.parse.urlparse(url).scheme
+    if scheme == "file":
+        _copy_local(url, partial, reporter)
+    elif scheme in ("http", "https"):
+        _fetch_http(url, partial, reporter)
+    else:
+        raise BuilderError(f"{url!r} is not a URL", "give an https://, http:// or file:// URL")
+    actual = sha256_file(partial)
+    if actual != sha256:
+        partial.unlink(missing_ok=True)
+        raise BuilderError(f"sha256 mismatch for {destination.name} from {url}: got {actual},"
+                           f" pinned {sha256}",
+                           "the file changed upstream or the pin is wrong; nothing was "
+                           "unpacked")
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    partial.replace(destination)
+
+
+def _copy_local(url: str, partial: Path, reporter: Reporter) -> None:
+    path = Path(urllib.request.url2pathname(urllib.parse.urlparse(url).path))
+    try:
+        with path.open("rb") as source, partial.open("wb") as out, \
+                reporter.download(f"Copying {path.name}", path.stat().st_size) as bar:
+            while chunk := source.read(_CHUNK):
+                out.write(chunk)
+                bar.advance(bar.task_ids[0], len(chunk))
+    except OSError as exc:
+        raise BuilderError(f"cannot read {url}: {exc.strerror or exc}",
+                           "check the pin's url") from None
+
+
+def _fetch_http(url: str, partial: Path, reporter: Reporter) -> None:
+    import requests
+
+    last: BaseException | None = None
+    for attempt in range(RESUME_ATTEMPTS):
+        if attempt:
+            time.sleep(min(0.25 * 2 ** (attempt - 1), 4.0))
+        have = partial.stat().st_size if partial.is_file() else 0
+        headers = {"Range": f"bytes={have}-"} if have else {}
+        try:
+            with session().get(url, headers=headers, stream=True, timeout=TIMEOUT_S) as r:
+                if r.status_code == 416 and have:  # the partial file is already complete
+                    return
+                if r.status_code >= 400:
+                    raise BuilderError(f"{url} answered HTTP {r.status_code} {r.reason}",
+                                       "check the URL, the index URL (--index-url) and "
+                                       "the pin")
+                resumed = r.status_code == 206 and _range_start(r) == have
+                if r.status_code == 206 and not resumed:  # not the range we asked for
+                    partial.unlink(missing_ok=True)
+                    last = BuilderError(f"{url} answered a range we did not ask for", "")
+                    continue
+                mode = "ab" if resumed else "wb"  # HTTP 200: the range was ignored
+                length = r.headers.get("Content-Length")
+                total = (int(length) + (have if resumed else 0)) if length else None
+                label = f"{'Resuming' if resumed else 'Downloading'} {partial.name[:-5]}"
+                with partial.open(mode) as out, reporter.download(label, total) as bar:
+                    if resumed:
+                        bar.advance(bar.task_ids[0], have)
+                    for chunk in r.iter_content(_CHUNK):
+                        out.write(chunk)
+                        bar.advance(bar.task_ids[0], len(chunk))
+            return
+        except (requests.exceptions.ChunkedEncodingError,
+                requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+            last = exc  # dropped mid-file or unreachable: try again from where it stopped
+    assert last is not None
+    raise unreachable(url, last)
+
+
+def _range_start(response: Any) -> int | None:
+    """The first byte of a 206 answer's ``Content-Range: bytes START-END/TOTAL``."""
+    value = response.headers.get("Content-Range", "")
+    unit, _, rest = value.partition(" ")
+    start = rest.split("-", 1)[0]
+    return int(start) if unit == "bytes" and start.isdigit() else None

@@ -1,0 +1,225 @@
+"""``bump`` against a real simple index on 127.0.0.1 (PEP 691 JSON, HTTP range requests)
+serving the real SGLang 0.5.13 and 0.5.16 wheels and a torch wheel whose METADATA is the
+header of PyPI's torch 2.11.0 wheel (tests/data/torch-2.11.0-METADATA): what it writes
+into targets.toml, what it refuses, and the matrix it reports."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import io
+import json
+import os
+import re
+import threading
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import MATRIX_RELEASES, REPO, run_cli
+
+from builder.core.config import WheelPin, load_targets
+
+TORCH_WHEEL = "torch-2.11.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+PEP691 = "application/vnd.pypi.simple.v1+json"
+HEAD = """# A hand-written file: this comment, the order and the spacing must survive.
+default = "sglang-0.5.12"
+
+[[target]]
+name = "sglang-0.5.12"   # aligned comment
+upstream_version = "0.5.12.post1"
+local_label = "sm120.1"
+series = "{series}"
+prefer = "wheel"
+cuda_lane = "13.0"
+arch_list = ["12.0f"]
+
+[[target.source]]
+kind = "wheel"
+project = "sglang"
+version = "0.5.12.post1"
+filename = "sglang-0.5.12.post1-cp311-cp311-manylinux_2_34_x86_64.whl"
+sha256 = "{sha}"
+"""
+
+
+def _handler(root: Path, ranges: bool) -> type[http.server.SimpleHTTPRequestHandler]:
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        """Static files; ``index.html`` as PEP 691 JSON; ``Range: bytes=`` honoured (as
+        PyPI's file host does) unless ``ranges`` is false."""
+
+        def guess_type(self, path: str | os.PathLike[str]) -> str:
+            return PEP691 if str(path).endswith("index.html") else "application/octet-stream"
+
+        def send_head(self) -> io.BytesIO | None:  # type: ignore[override]
+            spec = self.headers.get("Range")
+            path = Path(self.translate_path(self.path))
+            if not ranges or not spec or not path.is_file():
+                return super().send_head()  # type: ignore[return-value]
+            data = path.read_bytes()
+            first, last = re.fullmatch(r"bytes=(\d*)-(\d*)", spec).groups()  # type: ignore[union-attr]
+            start = len(data) - int(last) if not first else int(first)
+            end = len(data) - 1 if not first or not last else min(int(last), len(data) - 1)
+            start = max(start, 0)
+            self.send_response(206)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+            self.send_header("Content-Length", str(end - start + 1))
+            self.end_headers()
+            return io.BytesIO(data[start:end + 1])
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    return functools.partial(Handler, directory=str(root))  # type: ignore[return-value]
+
+
+def _serve(root: Path, ranges: bool) -> tuple[http.server.ThreadingHTTPServer, str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(root, ranges))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/simple"
+
+
+def _page(root: Path, project: str, files: list[tuple[str, str]]) -> None:
+    page = root / "simple" / project
+    page.mkdir(parents=True)
+    page.joinpath("index.html").write_text(json.dumps({
+        "meta": {"api-version": "1.1"}, "name": project,
+        "files": [{"filename": name, "url": f"../../files/{name}", "hashes": {"sha256": sha},
+                   "yanked": False} for name, sha in files]}))
+
+
+def _build_index(root: Path, matrix_files: dict[str, Path]) -> None:
+    import hashlib
+
+    (root / "files").mkdir(parents=True)
+    listed = []
+    for version in ("0.5.13", "0.5.16"):
+        wheel = matrix_files[version]
+        (root / "files" / wheel.name).symlink_to(wheel)
+        listed.append((wheel.name, MATRIX_RELEASES[version].sha256))
+    _page(root, "sglang", listed)
+    torch = root / "files" / TORCH_WHEEL
+    with zipfile.ZipFile(torch, "w", zipfile.ZIP_DEFLATED) as out:
+        out.writestr("torch/__init__.py", "")
+        out.writestr("torch/lib/padding.bin", os.urandom(300_000))  # ranges must matter
+        out.writestr("torch-2.11.0.dist-info/METADATA",
+                     (REPO / "tests/data/torch-2.11.0-METADATA").read_text())
+    _page(root, "torch", [(TORCH_WHEEL, hashlib.sha256(torch.read_bytes()).hexdigest())])
+
+
+@pytest.fixture(scope="module")
+def index_root(matrix_files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+               ) -> Path:
+    root = tmp_path_factory.mktemp("index")
+    _build_index(root, matrix_files)
+    return root
+
+
+@pytest.fixture
+def index(index_root: Path) -> Iterator[str]:
+    server, url = _serve(index_root, ranges=True)
+    yield url
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "targets.toml").write_text(HEAD.format(
+        series=REPO / "patches" / "series.toml",
+        sha=MATRIX_RELEASES["0.5.12.post1"].sha256))
+    return root
+
+
+def _bump(project: Path, cache: Path, *args: str) -> tuple[int, dict]:
+    done = run_cli("bump", *args, "--json", cwd=project, cache=cache)
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_bump_writes_the_target_from_the_index(index: str, project: Path,
+                                               tmp_path: Path) -> None:
+    before = (project / "targets.toml").read_text()
+    code, report = _bump(project, tmp_path / "cache", "0.5.16", "--index-url", index)
+    assert code == 0, report
+    assert report["status"] == "added"
+    after = (project / "targets.toml").read_text()
+    assert after.startswith(before)  # comments, order and spacing kept
+    target = load_targets(project / "targets.toml").get("sglang-0.5.16")
+    assert str(target.upstream_version) == "0.5.16" and target.local_label == "sm120.1"
+    assert target.prefer == "wheel"
+    assert target.cuda_lane == "13.0"  # torch 2.11.0 pins cuda-toolkit==13.0.2
+    assert target.arch_list == ("12.0f",)  # FlashInfer 0.6.14 >= 0.6.7
+    assert target.sources == (WheelPin("sglang", "0.5.16",
+                                       "sglang-0.5.16-cp311-cp311-manylinux_2_34_x86_64.whl",
+                                       MATRIX_RELEASES["0.5.16"].sha256),)
+    assert "# torch 2.11.0 is built for CUDA 13.0" in after
+    assert report["target"]["flashinfer_python"] == "0.6.14"
+    assert report["target"]["python_tags"] == ["cp311"]
+    cells = {p["name"]: p["cells"]["0.5.16"]["status"] for p in report["matrix"]["patches"]}
+    assert cells["0002-sm12x-nvfp4-moe-auto-flashinfer-cutlass.patch"] == "clean"
+    assert cells["0003-sm12x-dsa-backends-tilelang.patch"] == "clean"
+    assert cells["0001-enable-flashinfer-cutlass-autotune-0.5.11.patch"] == "obsolete"
+    assert [(f["patch"], f["action"]) for f in report["findings"]] == [
+        ("0001-enable-flashinfer-cutlass-autotune-0.5.11.patch", "obsolete")]
+    assert report["unpatched"] is False
+
+
+def test_an_existing_target_is_never_overwritten_silently(index: str, project: Path,
+                                                          tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    assert _bump(project, cache, "0.5.16", "--index-url", index)[0] == 0
+    written = (project / "targets.toml").read_bytes()
+    done = run_cli("bump", "0.5.16", "--index-url", index, cwd=project, cache=cache)
+    assert done.returncode == 1
+    assert "already has a target for 0.5.16" in done.stderr and "--replace" in done.stderr
+    assert (project / "targets.toml").read_bytes() == written
+    code, report = _bump(project, cache, "0.5.16", "--index-url", index, "--replace",
+                         "--local-label", "sm120.2")
+    assert code == 0 and report["status"] == "replaced"
+    targets = load_targets(project / "targets.toml")
+    assert [t.local_label for t in targets.targets.values()
+            if str(t.upstream_version) == "0.5.16"] == ["sm120.2"]
+
+
+def test_latest_pins_the_newest_release_once(index: str, project: Path,
+                                             tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    code, report = _bump(project, cache, "--latest", "--index-url", index, "--dry-run")
+    assert code == 0 and report["status"] == "dry-run" and report["version"] == "0.5.16"
+    assert "sglang-0.5.16" not in (project / "targets.toml").read_text()  # dry run
+    assert _bump(project, cache, "--latest", "--index-url", index)[1]["status"] == "added"
+    written = (project / "targets.toml").read_bytes()
+    code, report = _bump(project, cache, "--latest", "--index-url", index)
+    assert code == 0 and report["status"] == "up-to-date" and report["target"] is None
+    assert (project / "targets.toml").read_bytes() == written
+
+
+def test_an_index_without_ranges_is_one_clear_error(index_root: Path, project: Path,
+                                                    tmp_path: Path) -> None:
+    server, url = _serve(index_root, ranges=False)
+    try:
+        before = (project / "targets.toml").read_bytes()
+        done = run_cli("bump", "0.5.16", "--index-url", url, cwd=project,
+                       cache=tmp_path / "cache")
+        assert done.returncode == 1
+        assert "could not read the METADATA of" in done.stderr
+        assert "--cuda-lane" in done.stderr
+        assert (project / "targets.toml").read_bytes() == before
+        code, report = _bump(project, tmp_path / "cache", "0.5.16", "--index-url", url,
+                             "--cuda-lane", "13.0")
+        assert code == 0 and report["target"]["cuda_lane"] == "13.0"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_bad_arguments(project: Path, tmp_path: Path) -> None:
+    for args, message in ((("0.5.16", "--latest"), "give a VERSION or --latest"),
+                          (("not-a-version",), "is not a PEP 440 version"),
+                          (("0.5.16", "--cuda-lane", "13"), "is not like 13.0")):
+        done = run_cli("bump", *args, cwd=project, cache=tmp_path / "cache")
+        assert done.returncode == 1 and message in done.stderr, done.stderr
