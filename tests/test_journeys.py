@@ -258,7 +258,9 @@ def test_a_patch_made_in_an_unpacked_sdist_is_applied_and_stored_in_repository_l
     series = (root / "patches" / "series.toml").read_text()
     assert 'file = "0002-log.patch"' in series and 'versions = ">=0.5.9,<0.5.10"' in series
     report = ok(run_cli("patch", "--dry-run", "--json", cwd=root, cache=cache))["report"]
-    assert [p["status"] for p in report["patches"]] == ["applied", "not-applicable", "applied"]
+    status = {p["name"]: p["status"] for p in report["patches"]}
+    assert status[SHIPPED] == "applied" and status["0002-log.patch"] == "applied"
+    assert list(status)[-1] == "0002-log.patch"  # appended at the end of the series
 
 
 # ---------------------------------------------------------------- 5. refresh one patch
@@ -295,8 +297,8 @@ def test_refresh_patch_rewrites_that_patch_alone(sdists: dict[str, Path], cache:
     done = ok(run_cli("refresh", "--patch", str(patches / "0002-log.patch"), "--json",
                       cwd=root, cache=cache))
     status = {p["name"]: p["status"] for p in done["patches"]}
-    assert status == {SHIPPED: "kept", "0001-enable-flashinfer-cutlass-autotune-0.5.11.patch":
-                      "not-applicable", "0002-log.patch": "refreshed"}
+    assert status[SHIPPED] == "kept" and status["0002-log.patch"] == "refreshed"
+    assert set(status.values()) <= {"kept", "refreshed", "not-applicable"}
     assert (patches / SHIPPED).read_bytes() == before[SHIPPED]
     assert (patches / "0002-log.patch").read_bytes() != before["0002-log.patch"]
     series_text = (patches / "series.toml").read_text()
