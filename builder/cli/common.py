@@ -13,7 +13,7 @@ from rich.table import Table
 from builder.core.cache import default_cache_root
 from builder.core.config import SOURCE_KINDS
 from builder.core.errors import BuilderError
-from builder.core.options import Options
+from builder.core.options import TARGETS_FILE, Options, find_targets_file
 from builder.core.pipconfig import pip_index
 
 if TYPE_CHECKING:
@@ -37,8 +37,10 @@ def count(limit: int) -> Callable[[str], int]:
 def common(parser: argparse.ArgumentParser, *, target: bool = True) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object on stdout and no progress")
-    parser.add_argument("--targets-file", type=Path, default=Path("targets.toml"),
-                        help="the targets file (default: %(default)s)")
+    parser.add_argument("--targets-file", type=Path, default=None, metavar="FILE",
+                        help="the targets file; its series paths are relative to it "
+                             "(default: targets.toml in this folder or the nearest one "
+                             "above)")
     parser.add_argument("--cache-dir", type=Path, default=None,
                         help="cache root (default: $SGLANG_SM120_CACHE or "
                              f"{default_cache_root()})")
@@ -91,6 +93,10 @@ def series_args(parser: argparse.ArgumentParser) -> None:
                        help="apply just this patch (unpinned, for trying one out)")
     group.add_argument("--strip", type=count(20), default=1, metavar="N",
                        help="strip level for --patch (default: %(default)s)")
+    group.add_argument("--layout", choices=("auto", "git", "sdist"), default="auto",
+                       help="paths of --patch: git (a/python/sglang/...), sdist "
+                            "(a/sglang/..., made in an unpacked sdist or wheel) or auto "
+                            "(default: told from the paths)")
     group.add_argument("--max-fuzz", type=count(3), default=0, metavar="N",
                        help="fuzz allowed for --patch (default: %(default)s)")
 
@@ -123,6 +129,29 @@ def comma_list(text: str | None) -> list[str]:
     return [item.strip() for item in (text or "").split(",") if item.strip()]
 
 
+def resolve_project_paths(args: argparse.Namespace) -> None:
+    """Fill in the paths whose default is the project's: the targets file (found from
+    the current folder upward) and the image files beside it.
+
+    Raises:
+        BuilderError: no targets file was given and none is found.
+    """
+    if "targets_file" in args and args.targets_file is None:
+        try:
+            args.targets_file = find_targets_file()
+        except BuilderError:
+            # Not every command reads it (smoke on a runner): the stage that does fails
+            # then, naming the file.
+            args.targets_file = Path(TARGETS_FILE)
+    root = args.targets_file.parent if getattr(args, "targets_file", None) else Path()
+    for name, default in (("pins_file", "images/pins.toml"),
+                          ("dockerfile", "images/Dockerfile"),
+                          ("profiles_dir", "images/profiles"),
+                          ("gate_series", "patches/series.toml")):
+        if name in args and getattr(args, name) is None:
+            setattr(args, name, root / default)
+
+
 def options(args: argparse.Namespace, reporter: Reporter) -> Options:
     return Options(
         targets_file=args.targets_file, target=getattr(args, "target", None),
@@ -147,13 +176,15 @@ def image_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--kernel-wheel", type=Path, action="append", default=[],
                        metavar="WHEEL", help="also install this wheel (repeatable; e.g. "
                        "the flashinfer_jit_cache kernel wheel)")
-    group.add_argument("--pins-file", type=Path, default=Path("images/pins.toml"),
-                       help="upstream base images by digest (default: %(default)s)")
-    group.add_argument("--dockerfile", type=Path, default=Path("images/Dockerfile"),
-                       help="the runtime image's Dockerfile (default: %(default)s)")
-    group.add_argument("--profiles-dir", type=Path, default=Path("images/profiles"),
-                       metavar="DIR", help="SM120 launch profiles, <target>.toml each "
-                                           "(default: %(default)s)")
+    group.add_argument("--pins-file", type=Path, default=None, metavar="FILE",
+                       help="upstream base images by digest (default: images/pins.toml "
+                            "beside the targets file)")
+    group.add_argument("--dockerfile", type=Path, default=None, metavar="FILE",
+                       help="the runtime image's Dockerfile (default: images/Dockerfile "
+                            "beside the targets file)")
+    group.add_argument("--profiles-dir", type=Path, default=None, metavar="DIR",
+                       help="SM120 launch profiles, <target>.toml each (default: "
+                            "images/profiles beside the targets file)")
     group.add_argument("--launch-profile", type=Path, metavar="FILE",
                        help="put this launch profile in the image instead of the target's")
     group.add_argument("--dist", type=Path, default=Path("dist"), metavar="DIR",

@@ -34,11 +34,14 @@ def add_commands(commands: Any) -> None:
                     "a check fails.")
     common(preflight)
     source_args(preflight)
-    preflight.add_argument("--nvcc", type=Path, default=Path("/usr/local/cuda/bin/nvcc"),
-                           help="nvcc to check (default: %(default)s)")
+    preflight.add_argument("--nvcc", type=Path, metavar="PATH",
+                           help="nvcc to check (default: as `kernels` finds it: one of the "
+                                "lane in $CUDA_HOME, on PATH or in /usr/local/cuda, else the "
+                                "first nvcc there)")
     preflight.add_argument("--include", type=Path, action="append", metavar="DIR",
                            help="where the cuBLAS/cuRAND headers may be (repeatable; default: "
-                                "the include folder beside nvcc)")
+                                "the toolkit's include folder and those of NVIDIA's PyPI "
+                                "wheels in this Python and --python)")
     preflight.add_argument("--cuda-lane", metavar="X.Y",
                            help="one of the target's CUDA lanes (default: its first)")
     preflight.add_argument("--python", type=Path, metavar="PY",
@@ -159,8 +162,7 @@ def _shard(text: str) -> Any:
 def _cmd_preflight(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     from builder.kernels.preflight import run_preflight
 
-    includes = args.include or [args.nvcc.resolve().parent.parent / "include"]
-    result = run_preflight(options(args, reporter), nvcc=args.nvcc, include_dirs=includes,
+    result = run_preflight(options(args, reporter), nvcc=args.nvcc, include_dirs=args.include,
                            python=args.python, lane=args.cuda_lane)
     reporter.result(f"{result.target}: FlashInfer {result.pins.flashinfer}, kernel wheels "
                     f"{' + '.join(result.wheels)} {result.kernel_version}, SM120 arch "
@@ -170,14 +172,16 @@ def _cmd_preflight(args: argparse.Namespace, reporter: Reporter) -> dict[str, An
     for column in ("check", "ok", "detail"):
         table.add_column(column, overflow="fold")
     for check in result.checks:
-        table.add_row(check.name, "yes" if check.ok else "NO", check.detail)
+        table.add_row(check.name, "yes" if check.ok else "NO",
+                      check.detail + (f"\nfix: {check.fix}" if check.fix else ""))
     reporter.result(table)
     if not result.ok:
         failed = [c for c in result.checks if not c.ok]
+        fixes = list(dict.fromkeys(c.fix for c in failed if c.fix))
         raise BuilderError(f"toolchain preflight failed: {failed[0].name}: {failed[0].detail}"
                            + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""),
-                           "see the table; fix the toolchain before compiling",
-                           report=result)
+                           "; ".join(fixes) or "see the table; fix the toolchain before "
+                           "compiling", report=result)
     return result.to_json()
 
 

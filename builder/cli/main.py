@@ -17,8 +17,8 @@ from typing import Any
 
 from rich.console import Console
 
-from builder.cli import ci, kernels, patching, release, smoke, wheel
-from builder.cli.common import comma_list
+from builder.cli import ci, kernels, patching, project, release, smoke, wheel
+from builder.cli.common import comma_list, resolve_project_paths
 from builder.core.errors import BuilderError
 from builder.core.progress import Reporter
 
@@ -39,6 +39,10 @@ examples:
   python -m builder image                          # the runtime OCI image on the pinned base
   python -m builder image --base-image NAME:TAG@sha256:...   # ... or on another base
   python -m builder release --registry 127.0.0.1:5000 --repository-url http://127.0.0.1:8080/
+  python -m builder publish-wheels --repository-url http://127.0.0.1:8080/ --gate build
+  python -m builder lock --check                   # one version, one content (versions.lock)
+  python -m builder label --target sglang-0.5.9 --bump
+  python -m builder cache prune --older-than 30
 
 Results go to stdout, progress and errors to stderr.
 exit status: 0 success, 1 the build refused or failed (one-line cause and a hint on
@@ -63,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     patching.finish_refresh(refresh)
     smoke.add_commands(commands)
     ci.add_commands(commands)
+    project.add_commands(commands)
     return parser
 
 
@@ -103,6 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Callable[[argparse.Namespace, Reporter], dict[str, Any]] = args.handler
     previous = signal.signal(signal.SIGTERM, _terminate)  # clean up as on Ctrl-C
     try:
+        resolve_project_paths(args)
         payload = handler(args, reporter)
     except BuilderError as exc:
         if args.json:

@@ -94,6 +94,9 @@ def finish_refresh(refresh: argparse.ArgumentParser) -> None:
     """The rest of ``refresh``'s arguments (after ``release`` in the original parser)."""
     refresh.add_argument("--series", type=Path, metavar="FILE",
                          help="refresh this series file instead of the target's")
+    refresh.add_argument("--patch", type=Path, metavar="FILE", dest="refresh_patch",
+                         help="refresh only this patch of the series (the patches before it "
+                              "are still applied first); the others are left as they are")
     refresh.add_argument("--dry-run", action="store_true", help="only report")
     refresh.set_defaults(handler=_cmd_refresh, patch=None, strip=1, max_fuzz=0)
 
@@ -232,10 +235,22 @@ def _print_failed_hunk(console: Console, patch: str, path: str, hunk: HunkResult
 
 
 def _cmd_patch(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    import tempfile
+
     from builder.patching.apply import run_patch
+    from builder.patching.canonical import canonical_patch
 
     in_place = args.source_dir is not None
-    result = run_patch(options(args, reporter), in_place=in_place, dry_run=args.dry_run)
+    with tempfile.TemporaryDirectory(prefix="sm120-patch-") as scratch:
+        if args.patch is not None:
+            # A patch made in an unpacked sdist (a/sglang/...) is applied as the
+            # repository-layout patch the series would store (a/python/sglang/...).
+            copy = Path(scratch) / args.patch.name
+            if canonical_patch(args.patch, args.strip, args.layout, copy) == "sdist":
+                reporter.info(f"{args.patch.name} is in the sdist layout (sglang/...): "
+                              "applied as python/sglang/...; `add-patch` stores it so")
+                args.patch = copy
+        result = run_patch(options(args, reporter), in_place=in_place, dry_run=args.dry_run)
     render_report(result.report, reporter.out)
     applied = any(p.status == "applied" for p in result.report.patches)
     where = ("nothing written (--dry-run)" if args.dry_run else
@@ -268,7 +283,8 @@ def _cmd_refresh(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]
     from builder.patching.refresh import run_refresh
 
     results = run_refresh(options(args, reporter), accept_fuzz=args.accept_fuzz,
-                          output_dir=args.output_dir, dry_run=args.dry_run)
+                          output_dir=args.output_dir, dry_run=args.dry_run,
+                          only=args.refresh_patch)
     table = Table(title="Refresh")
     for column in ("patch", "status", "old sha256", "new sha256", "written to"):
         table.add_column(column, overflow="fold")

@@ -30,7 +30,7 @@ resolved (--check) or a registry failed (the pins file is then unchanged), 2 bad
 
 
 def add_commands(commands: Any) -> None:
-    """Add ``pin-images``, ``image`` and ``release``."""
+    """Add ``pin-images``, ``image``, ``release`` and ``publish-wheels``."""
     pin = commands.add_parser(
         "pin-images", help="resolve the base images' tags to digests (images/pins.toml)",
         description="Resolve every base image in the pins file, upstream's runtime images "
@@ -86,10 +86,56 @@ def add_commands(commands: Any) -> None:
                          help="gpu: the smoke test on this runner's GPU, in the image "
                               "(default; `smoke`); static: only the provenance and patched "
                               "line read inside the image, no GPU (a dry run of publishing)")
-    release.add_argument("--gate-series", type=Path, default=Path("patches/series.toml"),
+    release.add_argument("--gate-series", type=Path, default=None,
                          metavar="FILE", help="series whose intent checks the gpu gate "
-                                              "verifies in the image (default: %(default)s)")
+                                              "verifies in the image (default: "
+                                              "patches/series.toml beside the targets file)")
     release.set_defaults(handler=_cmd_release, series=None, patch=None, strip=1, max_fuzz=0)
+
+    wheels = commands.add_parser(
+        "publish-wheels", help="wheel -> gate -> index: publish the wheel(s) alone, no Docker",
+        description="Build the target's wheel(s) and upload them to your index with "
+                    "release's checks: the index's simple page is read first (the same file "
+                    "with the same sha256 counts as published; the same name with other "
+                    "bytes is an error, never an overwrite), then twine uploads "
+                    "(TWINE_USERNAME / TWINE_PASSWORD or keyring) and the index must list "
+                    "our sha256. No Docker Engine is needed. The gate: --gate smoke (the "
+                    "default) takes the smoke test's report for this very wheel from a GPU "
+                    "runner; --gate build relies on the build's own checks (patches, intent "
+                    "checks, version lock).",
+        epilog=_PUBLISH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    common(wheels)
+    source_args(wheels)
+    wheels.add_argument("--repository-url", required=True, metavar="URL",
+                        help="where twine uploads the wheels (pypiserver: its root URL)")
+    wheels.add_argument("--publish-index-url", metavar="URL",
+                        help="the simple index of that repository (default: "
+                             "<repository-url>/simple/)")
+    wheels.add_argument("--gate", choices=("smoke", "build"), default="smoke",
+                        help="smoke: a passed smoke report for this wheel (--smoke-report; "
+                             "default); build: the build's own checks alone")
+    wheels.add_argument("--smoke-report", type=Path, metavar="FILE",
+                        help="the report of `smoke --mode host --sglang-wheel WHEEL --output "
+                             "FILE` run on a GPU runner")
+    wheels.add_argument("--dist", type=Path, default=Path("dist"), metavar="DIR",
+                        help="where the wheels go (default: %(default)s)")
+    wheels.set_defaults(handler=_cmd_publish_wheels, series=None, patch=None, strip=1,
+                        max_fuzz=0)
+
+
+_PUBLISH_EPILOG = """\
+examples:
+  # on the GPU runner: build, install, smoke-test the wheel, keep the report
+  python -m builder wheel --target sglang-0.5.9
+  pip install dist/sglang-0.5.9+sm120.1-py3-none-any.whl
+  python -m builder smoke --mode host --sglang-wheel dist/sglang-0.5.9+sm120.1-py3-none-any.whl \\
+      --output smoke.json
+  # then publish exactly that wheel
+  TWINE_USERNAME=... TWINE_PASSWORD=... python -m builder publish-wheels \\
+      --target sglang-0.5.9 --repository-url https://index.example/ --smoke-report smoke.json
+  # or on the build's own checks alone (no GPU proof)
+  python -m builder publish-wheels --repository-url http://127.0.0.1:8080/ --gate build
+"""
 
 
 def _cmd_pin_images(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
@@ -132,6 +178,17 @@ def _cmd_image(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
                  + f"layer added: {result.layer_size} bytes ({result.layers_added} layer); "
                  f"installed: {', '.join(result.requirements)}\n")
     return result.describe()
+
+
+def _cmd_publish_wheels(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.release.publish import Index
+    from builder.release.wheels import run_publish_wheels
+
+    index = Index.from_urls(args.repository_url, args.publish_index_url)
+    summary = run_publish_wheels(options(args, reporter), index, gate=args.gate,
+                                 smoke_report=args.smoke_report)
+    reporter.raw("".join(line + "\n" for line in summary.lines()))
+    return summary.to_json()
 
 
 def _cmd_release(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:

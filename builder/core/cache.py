@@ -3,10 +3,18 @@
 An entry is a directory named by the hash of its inputs. It is built in a temporary
 sibling directory and renamed into place only when complete, so a killed build never
 leaves an entry that a later build would trust (rename is atomic within one filesystem).
+
+In use: a process that touches the cache holds a shared ``flock`` on ``<root>/.in-use``
+until it exits, and a lookup that finds an entry sets the entry folder's modification
+time (its last use). :func:`prune_cache` (also what ``cache clean`` runs) takes that lock
+exclusively and refuses while any build holds it, so no entry a running build may read
+is ever removed; it moves an entry to a temporary name before deleting it, so a killed
+prune never leaves a partial entry a later build would trust.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -15,13 +23,35 @@ import shutil
 import signal
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from builder.core.errors import BuilderError
+
 _CHUNK = 1 << 20
+IN_USE_FILE = ".in-use"
+_HELD: dict[Path, int] = {}  # cache root -> the descriptor holding its shared lock
+_HELD_LOCK = threading.Lock()
+
+
+def hold_cache(root: Path) -> None:
+    """Mark the cache at ``root`` in use by this process until it exits (a shared
+    ``flock``, released by the kernel when the process ends, even when killed).
+
+    Waits while a prune or clean holds it exclusively.
+    """
+    key = root.resolve()
+    with _HELD_LOCK:
+        if key in _HELD:
+            return
+        key.mkdir(parents=True, exist_ok=True)
+        fd = os.open(key / IN_USE_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        _HELD[key] = fd
 
 
 def default_cache_root() -> Path:
@@ -86,9 +116,18 @@ class Cache:
         return self.root / kind / key
 
     def lookup(self, kind: str, key: str) -> Path | None:
-        """Return the entry's path if a complete entry exists, else ``None``."""
+        """Return the entry's path if a complete entry exists, else ``None``.
+
+        A hit records its use (the entry folder's modification time), which
+        ``cache prune --older-than`` reads.
+        """
+        hold_cache(self.root)
         path = self.entry(kind, key)
-        return path if path.is_dir() else None
+        if not path.is_dir():
+            return None
+        with suppress(OSError):  # a read-only cache still serves its entries
+            os.utime(path)
+        return path
 
     @contextmanager
     def building(self, kind: str, key: str) -> Iterator[Path]:
@@ -98,6 +137,7 @@ class Cache:
         If another process completed the same entry meanwhile, its entry is kept (same
         inputs give the same content) and ours is discarded.
         """
+        hold_cache(self.root)
         final = self.entry(kind, key)
         final.parent.mkdir(parents=True, exist_ok=True)
         _remove_orphans(final.parent)
@@ -206,3 +246,111 @@ def atomic_write_bytes(destination: Path, data: bytes, mode: int | None = None) 
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+# ---------------------------------------------------------------- seeing and pruning
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One complete cache entry.
+
+    Attributes:
+        kind: its folder (``downloads``, ``source``, ``patched``, ``wheel``, ``kernels``,
+            ``kernel-env`` ...).
+        key: its name (the hash of its inputs).
+        path: where it is.
+        size: bytes of its files.
+        last_used: when it was made or last found by a lookup (seconds since the epoch).
+    """
+
+    kind: str
+    key: str
+    path: Path
+    size: int
+    last_used: float
+
+    def to_json(self) -> dict[str, Any]:
+        """Return JSON-ready data."""
+        return {"kind": self.kind, "key": self.key, "path": str(self.path),
+                "size": self.size, "last_used": self.last_used}
+
+
+def _size(path: Path) -> int:
+    total = 0
+    for folder, _dirs, files in os.walk(path):
+        for name in files:
+            with suppress(OSError):
+                total += os.lstat(os.path.join(folder, name)).st_size
+    return total
+
+
+def cache_entries(root: Path) -> list[CacheEntry]:
+    """Every complete entry under ``root``, by kind and key (temporary folders of builds
+    in progress, and files such as logs, are not entries)."""
+    entries: list[CacheEntry] = []
+    if not root.is_dir():
+        return entries
+    for kind in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for path in sorted(kind.iterdir()):
+            if path.name.startswith(".") or not path.is_dir() or path.is_symlink():
+                continue
+            entries.append(CacheEntry(kind.name, path.name, path, _size(path),
+                                      path.stat().st_mtime))
+    return entries
+
+
+@contextmanager
+def _exclusive(root: Path) -> Iterator[None]:
+    """Hold the cache exclusively, or refuse at once if a build is using it."""
+    root.mkdir(parents=True, exist_ok=True)
+    if root.resolve() in _HELD:
+        raise BuilderError(f"this process is using the cache {root}", "")
+    fd = os.open(root / IN_USE_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BuilderError(f"the cache {root} is in use by a running build",
+                               "try again when it has finished; nothing was removed") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _remove(path: Path) -> None:
+    """Move an entry out of the way (atomically), then delete it."""
+    doomed = path.parent / f".{path.name[:16]}.{os.getpid()}.{_pid_namespace()}.del.tmp"
+    path.rename(doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def prune_cache(root: Path, *, older_than_days: float | None,
+                now: float | None = None) -> list[CacheEntry]:
+    """Remove the entries not used for ``older_than_days`` days (``None``: every entry),
+    and the temporary folders of builds that were killed.
+
+    Args:
+        root: the cache root.
+        older_than_days: the age, by last use, from which an entry goes.
+        now: the current time (seconds since the epoch; default: now).
+
+    Returns:
+        The entries removed.
+
+    Raises:
+        BuilderError: a running build holds the cache (then nothing is removed).
+    """
+    if not root.is_dir():
+        return []
+    limit = None if older_than_days is None else \
+        (now if now is not None else time.time()) - older_than_days * 86400
+    removed = []
+    with _exclusive(root):
+        for kind in (p for p in root.iterdir() if p.is_dir()):
+            _remove_orphans(kind)
+        for entry in cache_entries(root):
+            if limit is None or entry.last_used < limit:
+                _remove(entry.path)
+                removed.append(entry)
+    return removed

@@ -260,7 +260,9 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
             return tomllib.load(handle)
     except FileNotFoundError:
         raise BuilderError(f"{what} not found: {path}",
-                           "check the path, or run from the project's root folder") from None
+                           "check the path; the commands find targets.toml in the current "
+                           "folder or the nearest one above, or take --targets-file FILE "
+                           "(series paths are relative to the file naming them)") from None
     except tomllib.TOMLDecodeError as exc:
         raise BuilderError(f"{what} {path} is not valid TOML: {exc}",
                            "fix the syntax error at the position shown") from None

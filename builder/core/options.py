@@ -11,12 +11,39 @@ from pathlib import Path
 
 from builder.core.cache import Cache, default_cache_root
 from builder.core.config import SourceKind, Target, load_targets
+from builder.core.errors import BuilderError
 from builder.core.pipconfig import PYPI_SIMPLE_URL, IndexChoice, resolve_index
 from builder.core.progress import Reporter
 
 #: pip's own default index (PEP 503/691 simple API); a run's default is pip's configured
 #: index (:func:`builder.core.pipconfig.pip_index`), which is this unless pip names another.
 DEFAULT_INDEX_URL = PYPI_SIMPLE_URL
+TARGETS_FILE = "targets.toml"
+
+
+def find_targets_file(start: Path | None = None) -> Path:
+    """The project's targets file: ``targets.toml`` in ``start`` or the nearest folder above.
+
+    So the commands work from any folder inside the project (like git finding its
+    repository, or pip finding ``pyproject.toml``).
+
+    Args:
+        start: where to begin (default: the current folder).
+
+    Returns:
+        The absolute path of the first ``targets.toml`` found going up.
+
+    Raises:
+        BuilderError: no folder from ``start`` up to the filesystem root has one.
+    """
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / TARGETS_FILE
+        if candidate.is_file():
+            return candidate
+    raise BuilderError(f"no {TARGETS_FILE} in {here} or any folder above it",
+                       "run inside the project (a clone of sglang-sm120-builder), or pass "
+                       "--targets-file PATH")
 
 
 @dataclass(frozen=True)

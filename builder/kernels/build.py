@@ -52,6 +52,7 @@ from builder.kernels.toolchain import (
 
 DEFAULT_HEAD_DIMS = (128,)
 _DRIVER = Path(__file__).resolve().parent / "data" / "flashinfer_aot.py"
+DRIVER = _DRIVER  # the lock's digest (builder.kernels.run) covers it too
 _GROUP = re.compile(r"^(norm|activation|sampling|rope|page|attention|trtllm_utils|"
                     r"fused_moe_sm\d+[af]?|fp4_quantization_sm\d+[af]?|fp4_gemm_sm\d+[af]?)$")
 
@@ -518,9 +519,10 @@ def _toolchain(request: KernelRequest, env: PythonEnv, compiler: Path, work: Pat
     if failed:
         torch_hint = "; --build-torch torch==X (a CPU build is enough to compile)" \
             if any(c.name == "torch" for c in failed) else ""
+        fixes = "".join(f"; {c.fix}" for c in failed if c.fix and c.name != "torch")
         raise BuilderError("the toolchain cannot build these kernels: " + "; ".join(
             f"{c.name}: {c.detail}" for c in failed),
-            "fix the toolchain (see `python -m builder preflight`)" + torch_hint)
+            "fix the toolchain (see `python -m builder preflight`)" + fixes + torch_hint)
     return toolchain
 
 

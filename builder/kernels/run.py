@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from builder.core.cache import Cache
+from builder.core.cache import Cache, sha256_file, sha256_json
 from builder.core.errors import BuilderError
+from builder.core.lock import VersionLock, lock_path
 from builder.core.options import Options
 from builder.core.progress import Reporter
 from builder.kernels.build import (
+    DRIVER,
     KernelRequest,
     KernelResult,
     Sccache,
@@ -54,33 +56,69 @@ def build_environment(request: KernelRequest, kernel: KernelOptions, cache: Cach
                                extra_index_urls=indexes), nvcc
 
 
+def kernel_content_digest(request: KernelRequest) -> str:
+    """The sha256 of what decides a kernel wheel's content, for the version lock: the
+    request (FlashInfer and its lockstep pins, arch list, CUDA lane, module groups, head
+    dimensions, release time) and the driver that runs FlashInfer's spec functions.
+    nvcc's patch release is not in it (the lane is)."""
+    return sha256_json({"request": request.describe(), "driver": sha256_file(DRIVER)})
+
+
 def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult | ShardResult:
     """Build the target's kernel wheel on this machine or in a CUDA build container; with
     ``kernel.shard``, compile only that share of the steps into the sccache backend.
 
+    The kernel wheel's version is checked against the version lock first (a saved
+    ``--request`` is not: it is what a build container runs, checked on its host).
+
     Raises:
         BuilderError: see :func:`kernel_request` and :func:`builder.kernels.build.build_kernels`;
-            in container mode also :func:`builder.kernels.container.build_kernels_in_container`.
+            in container mode also :func:`builder.kernels.container.build_kernels_in_container`;
+            the version lock records other content for this kernel wheel's version.
     """
     if kernel.shard is not None and not kernel.sccache:
         raise BuilderError("a shard without --sccache compiles objects nobody can reuse",
                            "add --sccache, with the final job's shared backend "
                            "(SCCACHE_REDIS_ENDPOINT, SCCACHE_BUCKET ...)")
     request = kernel_request(options, kernel)
+    lock = None
+    if kernel.request_file is None and options.source_dir is None:
+        lock = VersionLock(lock_path(options.targets_file))
+        digest = kernel_content_digest(request)
+        lock.require("kernels", request.target, request.version, digest)
+    if kernel.mode == "host" and kernel.request_file is None and kernel.nvcc is None and \
+            kernel.environment == "managed" and request.lane.split(".")[0] == "12" and \
+            local_nvcc(request.lane) is None:
+        # PyPI has no CUDA 12 nvcc: name the lane this machine can build, if offered.
+        from builder.core.options import select_target
+        from builder.kernels.preflight import lane_fix
+        from builder.kernels.toolchain import nvcc_release
+
+        lanes = select_target(options).cuda_lanes
+        here = next((release[0] for lane in lanes if (found := local_nvcc(lane))
+                     and (release := nvcc_release(found))), None)
+        pypi = next((lane for lane in lanes if lane.split(".")[0] != "12"), None)
+        raise BuilderError(f"no nvcc for CUDA {request.lane} on this machine, and PyPI has "
+                           "none for CUDA 12", lane_fix(request.lane, here or pypi, lanes))
     cache = Cache(options.cache_dir)
     if kernel.mode == "container":
         from builder.kernels.container import build_kernels_in_container
 
-        return build_kernels_in_container(request, kernel, cache=cache,
-                                          dist_dir=options.dist_dir,
-                                          reporter=options.reporter)
-    env, nvcc = build_environment(request, kernel, cache, options.reporter)
-    sccache = None
-    if kernel.sccache:
-        sccache = Sccache(find_sccache(env), sccache_settings())
-    if kernel.shard is not None:
-        return compile_shard(request, env, kernel.shard, nvcc=nvcc, cache=cache,
-                             sccache=sccache, reporter=options.reporter, jobs=kernel.jobs,
-                             step_costs=kernel.step_costs)
-    return build_kernels(request, env, nvcc=nvcc, cache=cache, dist_dir=options.dist_dir,
-                         reporter=options.reporter, sccache=sccache, jobs=kernel.jobs)
+        result = build_kernels_in_container(request, kernel, cache=cache,
+                                            dist_dir=options.dist_dir,
+                                            reporter=options.reporter)
+    else:
+        env, nvcc = build_environment(request, kernel, cache, options.reporter)
+        sccache = None
+        if kernel.sccache:
+            sccache = Sccache(find_sccache(env), sccache_settings())
+        if kernel.shard is not None:  # no wheel: nothing to record in the lock
+            return compile_shard(request, env, kernel.shard, nvcc=nvcc, cache=cache,
+                                 sccache=sccache, reporter=options.reporter,
+                                 jobs=kernel.jobs, step_costs=kernel.step_costs)
+        result = build_kernels(request, env, nvcc=nvcc, cache=cache,
+                               dist_dir=options.dist_dir, reporter=options.reporter,
+                               sccache=sccache, jobs=kernel.jobs)
+    if lock is not None and isinstance(result, KernelResult):
+        lock.record("kernels", request.target, request.version, digest)
+    return result

@@ -237,8 +237,8 @@ def _covers(hunk_text: str, line: int) -> bool:
 
 
 def refresh_series(source: SourceResult, series: Series, *, accept_fuzz: bool = False,
-                   output_dir: Path | None = None, dry_run: bool = False
-                   ) -> tuple[RefreshedPatch, ...]:
+                   output_dir: Path | None = None, dry_run: bool = False,
+                   only: str | None = None) -> tuple[RefreshedPatch, ...]:
     """Regenerate each applicable patch of ``series`` against ``source``.
 
     Args:
@@ -249,6 +249,9 @@ def refresh_series(source: SourceResult, series: Series, *, accept_fuzz: bool = 
         output_dir: write refreshed patches here instead of over the originals (the
             series file is then left alone).
         dry_run: compute and report only.
+        only: refresh just the patch of this file name; the others are still applied
+            in order (the selected one is refreshed on top of them) but never rewritten,
+            and reported ``kept``.
 
     Returns:
         One entry per series entry.
@@ -267,6 +270,10 @@ def refresh_series(source: SourceResult, series: Series, *, accept_fuzz: bool = 
                                           step.sha256))
             continue
         outcome = step.outcome
+        if only is not None and outcome.name != only and outcome.status == PatchStatus.APPLIED:
+            results.append(RefreshedPatch(outcome.name, "kept", None, outcome.sha256,
+                                          outcome.sha256))
+            continue
         if outcome.status == PatchStatus.FAILED:
             needs = [h for f in outcome.files for h in f.hunks if h.fuzz and
                      h.status == HunkStatus.FAILED and "needs fuzz" in h.note]
@@ -309,9 +316,17 @@ def refresh_series(source: SourceResult, series: Series, *, accept_fuzz: bool = 
 
 
 def run_refresh(options: Options, *, accept_fuzz: bool = False,
-                output_dir: Path | None = None, dry_run: bool = False
-                ) -> tuple[RefreshedPatch, ...]:
+                output_dir: Path | None = None, dry_run: bool = False,
+                only: Path | None = None) -> tuple[RefreshedPatch, ...]:
     """Refresh the target's series against the target's upstream (see :mod:`refresh`).
+
+    Args:
+        options: the target, source and series options.
+        accept_fuzz: refresh hunks that needed fuzz too.
+        output_dir: write copies here instead of rewriting the series' patches.
+        dry_run: report only.
+        only: refresh just this patch of the series (a path or a file name); the others
+            are left byte for byte.
 
     Raises:
         BuilderError: in place, a refreshed patch also covers another target's version
@@ -326,9 +341,18 @@ def run_refresh(options: Options, *, accept_fuzz: bool = False,
             output_dir.resolve() == series.path.parent.resolve():
         raise BuilderError(f"--output-dir {output_dir} is the series' own folder",
                            "write copies elsewhere, or refresh in place without --output-dir")
+    name = None
+    if only is not None:
+        names = [e.name for e in series.entries]
+        matches = [e.name for e in series.entries
+                   if e.path == only.resolve() or e.name == only.name]
+        if not matches:
+            raise BuilderError(f"{only} is not a patch of the series {series.path}",
+                               f"its patches: {', '.join(names)}")
+        name = matches[0]
     source = obtain_source(options, target)
     planned = refresh_series(source, series, accept_fuzz=accept_fuzz, output_dir=output_dir,
-                             dry_run=True)
+                             dry_run=True, only=name)
     if dry_run:
         return planned
     if output_dir is None:
@@ -345,4 +369,5 @@ def run_refresh(options: Options, *, accept_fuzz: bool = False,
                     f"for {target.name} could break them",
                     "write a copy with --output-dir DIR and give it its own series entry "
                     "with a narrower version range (docs/patches.md: Refresh)")
-    return refresh_series(source, series, accept_fuzz=accept_fuzz, output_dir=output_dir)
+    return refresh_series(source, series, accept_fuzz=accept_fuzz, output_dir=output_dir,
+                          only=name)

@@ -24,9 +24,11 @@ from typing import Any
 
 import docker
 
+from builder.core.cache import sha256_file, sha256_json
 from builder.core.engine import connect
 from builder.core.errors import BuilderError
-from builder.core.options import Options
+from builder.core.lock import VersionLock, lock_path
+from builder.core.options import Options, select_target
 from builder.image.build import (
     ImageResult,
 )
@@ -150,6 +152,16 @@ class ReleaseSummary:
 
 
 
+def image_content_digest(image: ImageResult, dockerfile: Path) -> str:
+    """The sha256 of what decides an image's content, for the version lock: the sglang
+    and kernel wheels it installs (file names and sha256), its base (``name@digest``) and
+    the Dockerfile."""
+    return sha256_json({
+        "wheels": sorted((w.path.name, w.sha256) for w in image.wheels),
+        "extra_wheels": sorted((w.path.name, w.sha256) for w in image.extra_wheels),
+        "base": image.base.reference, "dockerfile": sha256_file(dockerfile)})
+
+
 def run_release(options: Options, image_options: ImageOptions, index: Index,
                 gate: SmokeGate = static_gate,
                 client: docker.DockerClient | None = None) -> ReleaseSummary:
@@ -168,12 +180,21 @@ def run_release(options: Options, image_options: ImageOptions, index: Index,
     Raises:
         BuilderError: any stage failed, the gate did not pass, the index or registry
             refused (down, credentials, a file or tag with other content), a push failed
-            mid-stream; its ``report`` is the :class:`ReleaseSummary` so far.
+            mid-stream, or the version lock records other content for an image tag
+            (checked before the gate, recorded once the tag is pushed); its ``report``
+            is the :class:`ReleaseSummary` so far.
     """
     summary = ReleaseSummary()
     try:
         client = client or connect(image_options.docker_host)
         image = run_image(options, image_options, client)
+        # One tag, one content (versions.lock): a tag is keyed with its registry and
+        # repository, since that is the name a puller sees.
+        lock = VersionLock(lock_path(options.targets_file))
+        image_digest = image_content_digest(image, image_options.dockerfile)
+        target_name = select_target(options).name
+        for tag in image.tags:
+            lock.require("image", target_name, tag, image_digest)
     except BuilderError as exc:
         what = f"target {options.target}" if options.target else "the default target"
         summary.not_published.append((f"the wheels and image of {what}",
@@ -230,6 +251,7 @@ def run_release(options: Options, image_options: ImageOptions, index: Index,
                 summary.published.append(Published("image", tag, tag.split("/", 1)[0],
                                                    digest_found, "already-published"))
                 published.add(tag)
+                lock.record("image", target_name, tag, image_digest)
                 continue
             pushed = push_image(client, image.image_id, tag, auth, options.reporter)
             repository, _ = split_reference(tag)
@@ -241,6 +263,7 @@ def run_release(options: Options, image_options: ImageOptions, index: Index,
             summary.published.append(Published("image", tag, tag.split("/", 1)[0], pushed,
                                                "published"))
             published.add(tag)
+            lock.record("image", target_name, tag, image_digest)
     except BuilderError as exc:
         raise stop(exc, published) from None
     return summary

@@ -43,13 +43,15 @@ from builder.core.cache import (
     sha256_json,
     sha256_tree,
 )
-from builder.core.config import Pin, WheelPin, local_version
+from builder.core.config import Pin, Target, WheelPin, local_version
 from builder.core.errors import BuilderError
 from builder.core.layout import Layout
+from builder.core.lock import VersionLock, lock_path
 from builder.core.options import Options, select_target
 from builder.core.progress import Reporter
 from builder.patching.apply import PatchResult, PatchStatus, apply_series, read_series
-from builder.patching.series import select_series
+from builder.patching.patchfile import ParsedPatch
+from builder.patching.series import Series, select_series
 from builder.source.archive import read_metadata
 from builder.source.fetch import (
     fetch_pin,
@@ -64,6 +66,12 @@ from builder.wheel.repack import (
 )
 
 PROVENANCE_FILE = "sm120-provenance.json"
+#: Raised whenever the builder changes what a wheel holds for the same inputs (the
+#: provenance record's fields, the repack rules, the build pins' meaning). It is part of
+#: every wheel's content digest in the version lock (builder.core.lock), so a builder that
+#: writes other bytes cannot reuse a recorded version. 2: patch descriptions and messages
+#: in the provenance.
+WHEEL_FORMAT = 2
 PACKAGE_NAME = "sglang"
 _PRISTINE_IGNORE = shutil.ignore_patterns("build", "dist", "*.egg-info", ".git", "__pycache__")
 
@@ -112,11 +120,59 @@ def build_constraints() -> list[str]:
             if line.strip() and not line.startswith("#")]
 
 
+def patch_message(header: str) -> str:
+    """The commit message of a patch's header, as ``git am`` reads it.
+
+    A ``git format-patch`` mail gives ``Subject:`` (its ``[PATCH n/m]`` prefix dropped,
+    folded lines joined) and the body up to the ``---`` line; the mail headers
+    (``From``, ``Date``) and the diffstat are left out. A plain diff's header (any text
+    before the first ``diff``/``---`` line) is taken as it is.
+    """
+    lines = header.splitlines()
+    if not any(line.startswith("Subject:") for line in lines):
+        return header.strip()
+    subject: list[str] = []
+    body: list[str] = []
+    in_headers, in_subject = True, False
+    for line in lines:
+        if in_headers:
+            if line.startswith("Subject:"):
+                subject.append(line[len("Subject:"):].strip())
+                in_subject = True
+            elif in_subject and line[:1] in (" ", "\t"):
+                subject.append(line.strip())  # RFC 2822 folding
+            elif not line.strip():
+                in_headers = False
+            else:
+                in_subject = False
+            continue
+        if line == "---":
+            break
+        body.append(line)
+    title = " ".join(subject)
+    if title.startswith("["):
+        title = title.split("]", 1)[-1].strip()
+    return "\n\n".join(part for part in (title, "\n".join(body).strip()) if part)
+
+
+def patch_notes(series: Series, parsed: Mapping[Path, ParsedPatch]) -> dict[str, dict[str, str]]:
+    """Each series patch's description (series file) and message (its header), by name."""
+    return {entry.name: {"description": entry.description,
+                         "message": patch_message(parsed[entry.path].header)
+                         if entry.path in parsed else ""}
+            for entry in series.entries}
+
+
 def _provenance(patched: PatchResult, version: str, target: str | None,
-                requirements: Mapping[str, str]) -> dict[str, Any]:
+                requirements: Mapping[str, str],
+                notes: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, Any]:
     source = patched.source
     upstream = source.pin.describe() if source.pin else {"kind": "dir", "key": source.key}
     report = patched.report.to_json()
+    for patch in report["patches"]:
+        note = (notes or {}).get(patch["name"], {})
+        patch["description"] = note.get("description", "")
+        patch["message"] = note.get("message", "")
     return {
         "schema": 1,
         "builder": {"name": "sglang-sm120-builder", "version": builder_version()},
@@ -234,7 +290,8 @@ def verify_tree(patched: PatchResult) -> None:
 
 
 def build_wheel(patched: PatchResult, *, version: str, cache: Cache, dist_dir: Path,
-                target: str | None = None, reporter: Reporter | None = None) -> WheelResult:
+                target: str | None = None, reporter: Reporter | None = None,
+                notes: Mapping[str, Mapping[str, str]] | None = None) -> WheelResult:
     """Build the patched tree's wheel, or take it from the cache, and copy it to ``dist_dir``.
 
     A tree from an sdist or git is built with ``build``; a tree from a released wheel
@@ -247,6 +304,8 @@ def build_wheel(patched: PatchResult, *, version: str, cache: Cache, dist_dir: P
         dist_dir: output folder; only a complete, verified wheel is ever copied there.
         target: the target's name, recorded in the provenance.
         reporter: progress output.
+        notes: each patch's description and message by file name, for the provenance
+            (:func:`patch_notes`).
 
     Returns:
         The wheel in ``dist_dir``.
@@ -264,6 +323,7 @@ def build_wheel(patched: PatchResult, *, version: str, cache: Cache, dist_dir: P
     key = sha256_json({"patched": patched.key, "version": version, "epoch": epoch,
                        "builder": builder_version(), "constraints": build_constraints(),
                        "target": target, "report": patched.report.to_json(),
+                       "notes": notes or {}, "format": WHEEL_FORMAT,
                        "upstream": patched.source.pin.describe() if patched.source.pin
                        else patched.source.key})
     entry = cache.lookup("wheel", key)
@@ -275,7 +335,7 @@ def build_wheel(patched: PatchResult, *, version: str, cache: Cache, dist_dir: P
         verify_tree(patched)
         with cache.building("wheel", key) as tmp, \
                 reporter.working(f"Repacking {PACKAGE_NAME} {version} from the upstream wheel"):
-            record = _provenance(patched, version, target, {})
+            record = _provenance(patched, version, target, {}, notes)
             archive = patched.source.archive
             assert archive is not None
             repacked = repack_wheel(
@@ -305,7 +365,7 @@ def build_wheel(patched: PatchResult, *, version: str, cache: Cache, dist_dir: P
                                    f" but expected {PACKAGE_NAME} {version}",
                                    "is SETUPTOOLS_SCM_PRETEND_VERSION honoured by this "
                                    "release's pyproject?")
-            record = _provenance(patched, version, target, requirements)
+            record = _provenance(patched, version, target, requirements, notes)
             _add_provenance(built, tmp / built.name, record, epoch)
             (tmp / "wheel.json").write_text(json.dumps(
                 {"file": built.name, "sha256": sha256_file(tmp / built.name),
@@ -321,11 +381,65 @@ def build_wheel(patched: PatchResult, *, version: str, cache: Cache, dist_dir: P
                        provenance=meta["provenance"], key=key, cached=cached)
 
 
+def wheel_content_digest(target: Target, series: Series,
+                         notes: Mapping[str, Mapping[str, str]]) -> str:
+    """The sha256 of what decides the content of a target's wheel(s), for the version lock.
+
+    Read from the configuration alone (no download): the upstream pins (sha256 or
+    commit), the upstream version, every patch of the series that applies to it (file
+    name, sha256, strip level, fuzz limit, intent checks, description and message), the
+    pinned build requirements and the builder's output format (:data:`WHEEL_FORMAT`).
+    The local label is not an input: it is what the lock keys the digest by.
+
+    Args:
+        target: the target.
+        series: the series its wheel is built with.
+        notes: :func:`patch_notes` of that series.
+
+    Returns:
+        Hex sha256.
+    """
+    version = target.upstream_version
+    patches = [{"file": e.name, "sha256": e.sha256, "strip": e.strip,
+                "max_fuzz": e.fuzz_limit(version)[0],
+                "intents": [i.describe() for i in e.intents],
+                **notes.get(e.name, {})}
+               for e in series.entries if e.applies_to(version)]
+    return sha256_json({"format": WHEEL_FORMAT, "upstream_version": str(version),
+                        # a pin's URL says where, not what: its sha256 or commit decides
+                        "pins": [{k: v for k, v in p.describe().items() if k != "url"}
+                                 for p in target.sources], "prefer": target.prefer,
+                        "patches": patches, "constraints": build_constraints()})
+
+
+def lock_wheel(options: Options, target: Target, series: Series,
+               notes: Mapping[str, Mapping[str, str]]) -> tuple[VersionLock, str] | None:
+    """Refuse a target wheel whose version is recorded with other content in the lock.
+
+    Returns:
+        The lock and the digest to record once the wheel is built, or ``None`` for a
+        build the lock does not cover (``--source-dir`` or ``--patch``: the tree or the
+        patch is not pinned, so its content has no digest to keep).
+
+    Raises:
+        BuilderError: the lock records another digest for this target and version.
+    """
+    if options.source_dir is not None or options.patch is not None:
+        options.reporter.info("not checked against versions.lock: --source-dir or --patch "
+                              "builds an unpinned wheel; never publish it")
+        return None
+    lock = VersionLock(lock_path(options.targets_file))
+    digest = wheel_content_digest(target, series, notes)
+    lock.require("wheel", target.name, target.version, digest)
+    return lock, digest
+
+
 UPSTREAM_PROVENANCE_SUFFIX = ".sm120-provenance.json"
 
 
 def upstream_wheel(patched: PatchResult, pin: WheelPin, *, target: str | None,
-                   dist_dir: Path) -> WheelResult:
+                   dist_dir: Path,
+                   notes: Mapping[str, Mapping[str, str]] | None = None) -> WheelResult:
     """Ship upstream's released wheel unchanged, for a release no patch changes.
 
     Every patch of the series is obsolete, already applied or outside its range there,
@@ -343,7 +457,7 @@ def upstream_wheel(patched: PatchResult, pin: WheelPin, *, target: str | None,
         raise BuilderError(f"the download of {pin.filename} does not match its pin "
                            f"{pin.sha256}", "delete it from the cache and run again")
     version = str(patched.source.upstream_version)
-    record = {**_provenance(patched, version, target, {}), "wheel": "upstream"}
+    record = {**_provenance(patched, version, target, {}, notes), "wheel": "upstream"}
     destination = dist_dir / pin.filename
     atomic_copy(archive, destination)
     sidecar = dist_dir / (pin.filename + UPSTREAM_PROVENANCE_SUFFIX)
@@ -369,11 +483,14 @@ def run_wheels(options: Options) -> list[WheelResult]:
         BuilderError: any stage refused; or no patch of the series changes this
             upstream version and its source is not a released wheel (for a released
             wheel, upstream's own file is shipped: :func:`upstream_wheel`); or, for
-            released wheels, a patch touches compiled code or a build file.
+            released wheels, a patch touches compiled code or a build file; or the
+            version lock records other content for this version (:func:`lock_wheel`).
     """
     target = select_target(options)
     series = select_series(options, target)
     parsed = read_series(series)  # a bad series fails before any download
+    notes = patch_notes(series, parsed)
+    locked = lock_wheel(options, target, series, notes)  # before any download, too
     kind = options.source or target.prefer
     if options.source_dir is not None:
         pins: list[Pin | None] = [None]
@@ -398,7 +515,7 @@ def run_wheels(options: Options) -> list[WheelResult]:
             # Nothing to change: the honest wheel is upstream's own (docs/upstream.md).
             if isinstance(pin, WheelPin):
                 results.append(upstream_wheel(patched, pin, target=target.name,
-                                              dist_dir=options.dist_dir))
+                                              dist_dir=options.dist_dir, notes=notes))
                 continue
             raise BuilderError(f"no patch of the series changes upstream "
                                f"{source.upstream_version}: the wheel would be upstream's "
@@ -408,5 +525,9 @@ def run_wheels(options: Options) -> list[WheelResult]:
         version = local_version(source.upstream_version, target.local_label)
         results.append(build_wheel(patched, version=version, cache=options.cache,
                                    dist_dir=options.dist_dir, target=target.name,
-                                   reporter=options.reporter))
+                                   reporter=options.reporter, notes=notes))
+    if locked is not None:
+        lock, digest = locked
+        if lock.record("wheel", target.name, target.version, digest):
+            options.reporter.info(f"recorded {target.version} of {target.name} in {lock.path}")
     return results

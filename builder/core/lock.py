@@ -1,0 +1,165 @@
+"""The version lock: one version, one content.
+
+A wheel, a kernel wheel or an image tag carries a version made of the upstream release
+and our local label (``0.5.9+sm120.1``). Two artifacts with one version and other bytes
+break every consumer: pip treats the second as already installed, an index refuses it or
+serves two files under one name (PEP 440 gives a version exactly one meaning). So the
+lock file, ``versions.lock`` beside the targets file and kept in the repository, records
+per artifact kind, target and version the digest of everything that decides the
+artifact's content (the upstream pins, the patches that apply, the builder's output
+format ...). A build whose digest differs from the one recorded for its version is
+refused before anything is built; the fix is a new local label
+(``python -m builder label --target NAME --bump``).
+
+The file is JSON with sorted keys and a trailing newline, so it diffs well and two runs
+that record the same entries write the same bytes; it is replaced atomically.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from builder.core.cache import atomic_write_bytes
+from builder.core.errors import BuilderError
+
+LOCK_FILE = "versions.lock"
+SCHEMA = 1
+Kind = Literal["wheel", "kernels", "image"]
+KINDS: tuple[Kind, ...] = ("wheel", "kernels", "image")
+_HEADER = ("One version, one content: per artifact kind, target and version, the sha256 "
+           "of what decides the artifact's bytes. Written by `python -m builder lock` and "
+           "by builds; a build whose digest differs is refused: raise the local label "
+           "(`python -m builder label --target NAME --bump`). Keep this file in git.")
+
+
+def lock_path(targets_file: Path) -> Path:
+    """The lock file of a project: ``versions.lock`` beside its targets file."""
+    return targets_file.parent / LOCK_FILE
+
+
+@dataclass(frozen=True)
+class LockCheck:
+    """The lock's verdict on one artifact.
+
+    Attributes:
+        state: ``recorded`` (the same digest is recorded), ``new`` (nothing recorded for
+            this version yet) or ``differs`` (another digest is recorded).
+        recorded: the digest in the lock, if any.
+        digest: this build's digest.
+    """
+
+    state: Literal["recorded", "new", "differs"]
+    recorded: str | None
+    digest: str
+
+
+class VersionLock:
+    """The lock file, read once; :meth:`record` writes it back atomically.
+
+    Args:
+        path: the lock file (it may not exist yet).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.entries: dict[str, dict[str, dict[str, str]]] = {kind: {} for kind in KINDS}
+        if not path.exists():
+            return
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise BuilderError(f"the lock file {path} cannot be read: {exc}",
+                               "restore it from git (git checkout -- versions.lock)") from None
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise BuilderError(f"the lock file {path} is not a schema-{SCHEMA} version lock",
+                               "restore it from git, or delete it and run "
+                               "`python -m builder lock` to record every target again")
+        for kind in KINDS:
+            table = data.get(kind, {})
+            if not isinstance(table, dict) or not all(
+                    isinstance(v, dict) and all(isinstance(d, str) for d in v.values())
+                    for v in table.values()):
+                raise BuilderError(f"the lock file {path}: {kind!r} is not "
+                                   "{target: {version: digest}}", "restore it from git")
+            self.entries[kind] = {t: dict(v) for t, v in table.items()}
+
+    def check(self, kind: Kind, target: str, version: str, digest: str) -> LockCheck:
+        """Compare ``digest`` with what the lock records for ``(kind, target, version)``."""
+        recorded = self.entries[kind].get(target, {}).get(version)
+        if recorded is None:
+            return LockCheck("new", None, digest)
+        return LockCheck("recorded" if recorded == digest else "differs", recorded, digest)
+
+    def require(self, kind: Kind, target: str, version: str, digest: str) -> LockCheck:
+        """:meth:`check`, refusing a version whose recorded content differs.
+
+        Raises:
+            BuilderError: the lock records another digest for this version; the hint
+                names the command that raises the label.
+        """
+        verdict = self.check(kind, target, version, digest)
+        if verdict.state == "differs":
+            raise BuilderError(
+                f"{kind} {version} of target {target} would have other content than the "
+                f"{version} recorded in {self.path} (recorded {str(verdict.recorded)[:12]}, "
+                f"now {digest[:12]}): one version must always mean one content",
+                f"raise the local label: python -m builder label --target {target} --bump "
+                f"--targets-file {self.path.parent / 'targets.toml'} (then build again); "
+                "only if this version was never published: python -m builder lock "
+                f"--target {target} --replace")
+        return verdict
+
+    def record(self, kind: Kind, target: str, version: str, digest: str, *,
+               replace: bool = False) -> bool:
+        """Record a digest and write the file; return whether anything changed.
+
+        Raises:
+            BuilderError: another digest is recorded and ``replace`` is false.
+        """
+        if not replace:
+            verdict = self.require(kind, target, version, digest)
+            if verdict.state == "recorded":
+                return False
+        elif self.entries[kind].get(target, {}).get(version) == digest:
+            return False
+        self.entries[kind].setdefault(target, {})[version] = digest
+        self.write()
+        return True
+
+    def to_json(self) -> dict[str, Any]:
+        """The file's content: sorted, so the same entries always give the same bytes."""
+        return {"comment": _HEADER, "schema": SCHEMA,
+                **{kind: {t: dict(sorted(v.items())) for t, v in sorted(table.items())}
+                   for kind, table in self.entries.items()}}
+
+    def write(self) -> None:
+        """Replace the file atomically (a reader sees the old or the new file, whole)."""
+        text = json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
+        atomic_write_bytes(self.path, text.encode())
+
+
+def check_and_record(targets_file: Path, kind: Kind, target: str, version: str,
+                     digest: str) -> LockCheck:
+    """Refuse a version whose recorded content differs; otherwise record a new one.
+
+    Args:
+        targets_file: the project's targets file (the lock lies beside it).
+        kind: ``wheel``, ``kernels`` or ``image``.
+        target: the target's name.
+        version: the artifact's version (``0.5.9+sm120.1``, an image tag's version part).
+        digest: the sha256 of what decides the artifact's content.
+
+    Returns:
+        The verdict before recording (``new`` when this call recorded it).
+
+    Raises:
+        BuilderError: see :meth:`VersionLock.require`; or the lock file is unreadable.
+    """
+    lock = VersionLock(lock_path(targets_file))
+    verdict = lock.require(kind, target, version, digest)
+    if verdict.state == "new":
+        lock.record(kind, target, version, digest)
+    return verdict

@@ -1,0 +1,209 @@
+"""Patches written against any tree, stored in one layout: the git repository's.
+
+A series' patches name files as in SGLang's git repository (``python/sglang/...``). A
+patch made inside an unpacked sdist or wheel (``git init`` there, then ``git
+format-patch``) names them from the repository's ``python/`` folder instead
+(``a/sglang/...``). :func:`detect_layout` tells the two apart from the paths alone, and
+:func:`to_repository_layout` rewrites such a patch into the repository layout: only the
+path lines of its diff change (``diff --git``, ``---``, ``+++``, ``rename``/``copy``
+``from``/``to``); its message, its hunks and every other byte stay.
+
+Which paths mean "sdist": every path is inside the ``sglang`` package or is one of the
+files an sdist has at its root (``pyproject.toml``, ``setup.py``, ``MANIFEST.in``,
+``PKG-INFO``), and none starts with ``python/``. Anything else (``python/...``,
+``sgl-kernel/...``, ``docs/...``) is the repository layout; a patch mixing both is
+refused (``--layout`` decides then).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Literal
+
+from builder.core.cache import atomic_write_bytes
+from builder.core.errors import BuilderError
+from builder.core.layout import PACKAGE_FOLDER
+from builder.patching.patchfile import parse_patch, split_header
+
+PatchLayout = Literal["git", "sdist"]
+LAYOUT_CHOICES = ("auto", "git", "sdist")
+_SDIST_ROOT_FILES = frozenset({"pyproject.toml", "setup.py", "setup.cfg", "MANIFEST.in",
+                               "PKG-INFO"})
+_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+
+
+def _is_sdist_path(path: str) -> bool:
+    return path.split("/", 1)[0] == "sglang" or path in _SDIST_ROOT_FILES
+
+
+def detect_layout(paths: Iterable[str]) -> PatchLayout:
+    """The layout a patch's paths (after the strip level) are written in.
+
+    Raises:
+        BuilderError: some paths look like an sdist's and others like the repository's.
+    """
+    paths = [p for p in paths if p]
+    sdist = [p for p in paths if _is_sdist_path(p)]
+    if not sdist:
+        return "git"
+    if len(sdist) == len(paths):
+        return "sdist"
+    other = next(p for p in paths if not _is_sdist_path(p))
+    raise BuilderError(f"the patch names {sdist[0]} (an sdist path) and {other} (a "
+                       "repository path)", "split it, or say which with --layout git|sdist")
+
+
+def patch_layout(patch: Path, strip: int, layout: str = "auto") -> PatchLayout:
+    """The layout of a patch file: ``layout`` when given, else :func:`detect_layout`.
+
+    Raises:
+        BuilderError: the patch cannot be parsed, or its layout is mixed.
+    """
+    if layout in ("git", "sdist"):
+        return layout  # type: ignore[return-value]
+    parsed = parse_patch(patch, strip)
+    return detect_layout(path for f in parsed.files for path in (f.old_path, f.new_path)
+                         if path is not None)
+
+
+def _move(name: str, strip: int) -> str:
+    """Insert ``python/`` after the first ``strip`` components of a diff path."""
+    if name == "/dev/null":
+        return name
+    if name.startswith('"'):
+        raise BuilderError(f"quoted path {name} (unusual characters)",
+                           "rename the file, or convert the patch by hand")
+    parts = name.split("/")
+    return "/".join([*parts[:strip], PACKAGE_FOLDER, *parts[strip:]])
+
+
+def to_repository_layout(text: str, strip: int) -> str:
+    """Rewrite an sdist-layout patch's paths into the repository layout.
+
+    Args:
+        text: the patch (plain or ``git format-patch``).
+        strip: its strip level (1 for ``a/`` ``b/``).
+
+    Returns:
+        The same patch with ``python/`` in front of every path; hunk lines are never
+        touched (they are counted by their ``@@`` headers, so a removed line that starts
+        with ``-- `` is not mistaken for a file header).
+    """
+    header, body = split_header(text)
+    out: list[str] = []
+    old_left = new_left = 0
+    for line in body.splitlines(keepends=True):
+        if old_left > 0 or new_left > 0:
+            if line.startswith("\\"):  # "\ No newline at end of file"
+                out.append(line)
+                continue
+            kind = line[:1]
+            if kind in (" ", "\n", "\r", ""):
+                old_left, new_left = old_left - 1, new_left - 1
+            elif kind == "-":
+                old_left -= 1
+            elif kind == "+":
+                new_left -= 1
+            out.append(line)
+            continue
+        ending = line[len(line.rstrip("\r\n")):]
+        content = line[:len(line) - len(ending)]
+        if hunk := _HUNK.match(content):
+            old_left = int(hunk[1]) if hunk[1] is not None else 1
+            new_left = int(hunk[2]) if hunk[2] is not None else 1
+        elif content.startswith("diff --git "):
+            names = content[len("diff --git "):].split(" ")
+            if len(names) != 2:
+                raise BuilderError(f"cannot read the paths of: {content}",
+                                   "convert the patch by hand")
+            content = "diff --git " + " ".join(_move(n, strip) for n in names)
+        elif content.startswith(("--- ", "+++ ")):
+            name, _, stamp = content[4:].partition("\t")
+            content = content[:4] + _move(name, strip) + ("\t" + stamp if stamp else "")
+        else:
+            for key in ("rename from ", "rename to ", "copy from ", "copy to "):
+                if content.startswith(key):
+                    content = key + _move(content[len(key):], 0)  # git writes these bare
+        out.append(content + ending)
+    return header + "".join(out)
+
+
+def canonical_patch(patch: Path, strip: int, layout: str, destination: Path) -> PatchLayout:
+    """Write ``patch`` to ``destination`` in the repository layout (a copy as it is when
+    it is already in it); return the layout it was written in.
+
+    Raises:
+        BuilderError: the layout is mixed, or the patch cannot be read or rewritten; the
+            converted copy does not parse.
+    """
+    found = patch_layout(patch, strip, layout)
+    data = patch.read_bytes()
+    if found == "sdist":
+        data = to_repository_layout(data.decode("utf-8", "surrogateescape"), strip).encode(
+            "utf-8", "surrogateescape")
+    atomic_write_bytes(destination, data, mode=0o644)
+    parse_patch(destination, strip)  # the converted copy must still be a valid diff
+    return found
+
+
+def _toml_string(text: str) -> str:
+    """A TOML basic string (JSON's escapes are a subset TOML reads the same way)."""
+    import json
+
+    return json.dumps(text, ensure_ascii=False)
+
+
+def add_to_series(series_file: Path, patch: Path, *, versions: str, description: str,
+                  name: str | None = None, strip: int = 1, layout: str = "auto"
+                  ) -> tuple[Path, PatchLayout, str]:
+    """Store a patch in a series: a repository-layout copy beside the series file and an
+    entry (file, sha256, description, strip, versions) appended to it.
+
+    Args:
+        series_file: the series (``patches/series.toml``).
+        patch: the patch, in either layout.
+        versions: upstream versions it applies to (PEP 440 specifiers).
+        description: one line for reports and the provenance.
+        name: its file name in the series folder (default: the patch's).
+        strip: its strip level.
+        layout: ``auto``, ``git`` or ``sdist``.
+
+    Returns:
+        ``(stored file, layout it was written in, sha256)``.
+
+    Raises:
+        BuilderError: a patch of that name exists or is in the series; the version range
+            is not PEP 440; the layout is mixed; the series would not load afterwards
+            (then it is left as it was).
+    """
+    from builder.core.cache import sha256_file
+    from builder.core.config import specifier
+    from builder.patching.series import load_series
+
+    series = load_series(series_file)
+    specifier(versions, "--versions")
+    stored = series_file.parent / (name or patch.name)
+    if stored.exists() or any(e.name == stored.name for e in series.entries):
+        raise BuilderError(f"{stored} already exists", "give it another name with --name, "
+                           "or refresh the existing patch instead")
+    if not description.strip():
+        raise BuilderError("a patch needs a description", "pass --description TEXT")
+    original = series_file.read_text()
+    found = canonical_patch(patch, strip, layout, stored)
+    digest = sha256_file(stored)
+    entry = ("\n[[patch]]\n"
+             f"file = {_toml_string(stored.name)}\n"
+             f"sha256 = \"{digest}\"\n"
+             f"description = {_toml_string(description.strip())}\n"
+             f"strip = {strip}\n"
+             f"versions = {_toml_string(versions)}\n")
+    try:
+        atomic_write_bytes(series_file, (original.rstrip("\n") + "\n" + entry).encode())
+        load_series(series_file)
+    except BaseException:
+        atomic_write_bytes(series_file, original.encode())
+        stored.unlink(missing_ok=True)
+        raise
+    return stored, found, digest
