@@ -220,8 +220,12 @@ class _Ninja:
         self.steps: dict[str, str] = {}  # step (relative to the workdir) -> rule
         self.seconds: dict[str, float] = {}
         self.workdir: Path | None = None
+        self.max_jobs: int | None = None
 
-    def __call__(self, workdir: Path, ninja_file: Path, verbose: bool) -> None:
+    def __call__(self, workdir: Path, ninja_file: Path, verbose: bool,
+                 max_jobs: int | None = None) -> None:
+        # FlashInfer 0.7 passes max_jobs (jit/cpp_ext.py run_ninja); older ones read MAX_JOBS.
+        self.max_jobs = max_jobs
         self.workdir = workdir.resolve()
         workdir.mkdir(parents=True, exist_ok=True)
         base = ["ninja", "-C", str(self.workdir), "-f", str(ninja_file.resolve())]
@@ -233,7 +237,8 @@ class _Ninja:
                 self.steps[self._name(output)] = rule
         if self.mode == "steps":
             return
-        command = [*base, "-v", "-j", os.environ.get("MAX_JOBS", "1")]
+        jobs = str(self.max_jobs) if self.max_jobs else os.environ.get("MAX_JOBS", "1")
+        command = [*base, "-v", "-j", jobs]
         if self.mode == "shard":
             unknown = sorted(set(self.targets) - set(self.steps))
             if unknown:
