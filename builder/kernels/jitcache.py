@@ -91,7 +91,6 @@ def pack(modules_dir: Path, version: str, manifest: dict[str, Any], epoch: int,
     """
     tag = wheel_tag(machine)
     destination = out_dir / f"{PACKAGE}-{version}-{tag}.whl"
-    stamp = zip_timestamp(epoch)
     files: list[tuple[str, bytes, int]] = [
         (f"{PACKAGE}/__init__.py", _INIT.format(version=version, manifest=MANIFEST).encode(),
          0o644),
@@ -110,13 +109,7 @@ def pack(modules_dir: Path, version: str, manifest: dict[str, Any], epoch: int,
         0o644))
     files.append((f"{info}/WHEEL", (f"Wheel-Version: 1.0\nGenerator: sglang-sm120-builder\n"
                                     f"Root-Is-Purelib: false\nTag: {tag}\n").encode(), 0o644))
-    with record_timestamp(epoch), WheelFile(destination, "w") as wheel:
-        for arcname, data, mode in files:
-            entry = zipfile.ZipInfo(arcname, date_time=stamp)
-            entry.compress_type = zipfile.ZIP_DEFLATED
-            entry.external_attr = (0o100000 | mode) << 16
-            wheel.writestr(entry, data)
-    return destination
+    return _write_wheel(destination, files, epoch)
 
 
 def read_manifest(wheel: Path) -> dict[str, Any]:

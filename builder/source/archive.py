@@ -69,6 +69,17 @@ class ArchiveMetadata:
     version: Version
 
 
+def _names(stem: str, project: str, version: str) -> bool:
+    """Whether a ``NAME-VERSION`` folder stem names ``project`` ``version`` (PEP 503 names,
+    PEP 440 versions: ``sglang-0.5.10.post1``, ``SGLang-0.5.10-post1``)."""
+    folder_name, _, folder_version = stem.rpartition("-")
+    try:
+        return (canonicalize_name(folder_name) == canonicalize_name(project)
+                and Version(folder_version) == Version(version))
+    except InvalidVersion:
+        return False
+
+
 def read_metadata(data: bytes, where: str) -> ArchiveMetadata:
     """Parse core metadata (PKG-INFO or METADATA) the way ``packaging`` does.
 
@@ -248,17 +259,10 @@ def unpack_sdist(archive: Path, tree: Path, project: str, version: str) -> Unpac
                            "this is not an sdist (the format requires PKG-INFO)")
     claimed = read_metadata(pkg_info.read_bytes(), f"{archive.name}: PKG-INFO")
     check_claims(f"{archive.name} (PKG-INFO)", claimed, project, version)
-    if top is not None:
-        folder_name, _, folder_version = top.rpartition("-")
-        try:
-            agrees = (canonicalize_name(folder_name) == canonicalize_name(project)
-                      and Version(folder_version) == Version(version))
-        except InvalidVersion:
-            agrees = False
-        if not agrees:
-            raise BuilderError(f"{archive.name}'s top folder {top}/ is not "
-                               f"{canonicalize_name(project)} {version}",
-                               "the archive is mislabelled; nothing was built")
+    if top is not None and not _names(top, project, version):
+        raise BuilderError(f"{archive.name}'s top folder {top}/ is not "
+                           f"{canonicalize_name(project)} {version}",
+                           "the archive is mislabelled; nothing was built")
     root.rename(tree)
     shutil.rmtree(staging, ignore_errors=True)
     return UnpackedSdist(newest, _tree_digest(digests, top))
@@ -320,18 +324,11 @@ def check_wheel(wheel: Path, project: str, version: str) -> str:
                                    "a wheel has exactly one; refusing it")
             dist_info = infos_dirs[0]
             for folder in folders:
-                if folder.endswith((".dist-info", ".data")):
-                    stem = folder.rsplit(".", 1)[0]
-                    folder_name, _, folder_version = stem.rpartition("-")
-                    try:
-                        agrees = (canonicalize_name(folder_name) == canonicalize_name(project)
-                                  and Version(folder_version) == Version(version))
-                    except InvalidVersion:
-                        agrees = False
-                    if not agrees:
-                        raise BuilderError(f"{where}: folder {folder}/ is not "
-                                           f"{canonicalize_name(project)} {version}",
-                                           "the wheel is mislabelled; nothing was built")
+                if folder.endswith((".dist-info", ".data")) and \
+                        not _names(folder.rsplit(".", 1)[0], project, version):
+                    raise BuilderError(f"{where}: folder {folder}/ is not "
+                                       f"{canonicalize_name(project)} {version}",
+                                       "the wheel is mislabelled; nothing was built")
             metadata = f"{dist_info}/METADATA"
             if metadata not in names:
                 raise BuilderError(f"{where} has no {metadata}", "this is not a valid wheel")
