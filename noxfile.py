@@ -81,6 +81,8 @@ def benchmark(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench_matrix.py")
     session.run("python", "benchmarks/bench_repack.py")
     session.run("python", "benchmarks/bench_kernels.py")
+    session.run("python", "benchmarks/bench_shards.py")  # needs root and redis-server
+    session.run("python", "benchmarks/model_shards.py", "--measured", "424")  # the x2 run
     session.install(".[test]")  # the image benchmark starts an engine like the tests
     session.run("python", "benchmarks/bench_image.py")
 
