@@ -233,3 +233,47 @@ def test_wrong_strip_level_is_refused(unpacked: dict[str, Path], tmp_path: Path,
     assert done.returncode == 1
     assert "error:" in done.stderr and "Traceback" not in done.stderr
     assert (tree / "sglang/srt/model_executor/model_runner.py").read_bytes() == before
+
+
+def test_json_into_a_closed_pipe_exits_quietly() -> None:
+    """``python -m builder targets --json | head -0``: the reader is gone before the JSON is
+    written; the CLI exits 141 (128 + SIGPIPE) with no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "builder", "targets", "--json"],
+                              stdout=write, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                              timeout=120, check=False)
+    finally:
+        os.close(write)
+    assert done.returncode == 141, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_source_dir_of_another_release_or_project_is_refused(
+        unpacked: dict[str, Path], tmp_path: Path) -> None:
+    """An unpacked sdist says what it is (PKG-INFO): it is never built or patched as another
+    release (``--target`` of another version) or when it is not SGLang at all."""
+    dist = tmp_path / "dist"
+    done = run_cli("wheel", "--target", "sglang-0.5.7", "--source-dir", str(unpacked["0.5.9"]),
+                   "--dist", str(dist), "--json", cache=tmp_path / "cache")
+    assert done.returncode == 1, done.stdout
+    error = json.loads(done.stdout)
+    assert "is SGLang 0.5.9 (its PKG-INFO), not 0.5.7" in error["error"]
+    assert not dist.exists()
+    other = tmp_path / "foo"
+    shutil.copytree(unpacked["0.5.9"], other)
+    pkg_info = other / "PKG-INFO"
+    pkg_info.write_text(pkg_info.read_text().replace("Name: sglang", "Name: foo", 1))
+    done = run_cli("patch", "--source-dir", str(other), "--patch", str(SEED), "--dry-run",
+                   "--json", cache=tmp_path / "cache")
+    assert done.returncode == 1, done.stdout
+    assert "is foo (its PKG-INFO), not SGLang" in json.loads(done.stdout)["error"]
+    # the same tree as what it is still patches
+    done = run_cli("patch", "--source-dir", str(unpacked["0.5.9"]), "--patch", str(SEED),
+                   "--dry-run", "--json", cache=tmp_path / "cache")
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -414,10 +414,15 @@ def test_the_provenance_carries_each_patch_description_and_message(
     shipped = patches[SHIPPED]
     assert shipped["description"] == ("Run FlashInfer autotune for the flashinfer_cutlass MoE "
                                       "backend (made on 0.5.9)")
-    assert shipped["message"].startswith("model_runner: run FlashInfer autotune for the "
-                                         "flashinfer_cutlass MoE backend\n\nUpstream keeps")
-    assert "From:" not in shipped["message"] and "diff --git" not in shipped["message"]
-    assert shipped["message"].endswith("stays upstream's text.")
+    assert shipped["commit_message"].startswith(
+        "model_runner: run FlashInfer autotune for the flashinfer_cutlass MoE backend\n\n"
+        "Upstream keeps")
+    assert "From:" not in shipped["commit_message"]
+    assert "diff --git" not in shipped["commit_message"]
+    assert shipped["commit_message"].endswith("stays upstream's text.")
+    # the report's own status note stays what the patch stage said
+    assert patches["0001-enable-flashinfer-cutlass-autotune-0.5.11.patch"]["message"] == \
+        "declared for >=0.5.11"
 
 
 def test_wheel_help_has_a_description_and_examples() -> None:

@@ -68,7 +68,7 @@ def add_commands(commands: Any) -> None:
         epilog="examples:\n"
                "  python -m builder bump 0.5.23\n"
                "  python -m builder bump --latest --format markdown > body.md   # CI\n"
-               "  python -m builder bump 0.5.16 --dry-run --json\n"
+               "  python -m builder bump 0.5.20 --dry-run --json\n"
                "  python -m builder bump 0.5.23 --replace --local-label sm120.2")
     common(bump, target=False)
     bump.add_argument("version", nargs="?", metavar="VERSION",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -132,5 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     if args.json:
-        print(json.dumps(payload, indent=2))
+        try:
+            print(json.dumps(payload, indent=2), flush=True)
+        except BrokenPipeError:  # `... --json | head`: the reader left; no traceback
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141  # 128 + SIGPIPE, as a shell reports it
     return 0

@@ -215,6 +215,8 @@ def render_report(report: PatchReport, console: Console) -> None:
         console.print(f"intent {mark} ({before}): ", end="", soft_wrap=True)
         console.print(f"{intent.check} -- {intent.detail}", markup=False, soft_wrap=True)
     for patch in report.patches:
+        if patch.status == "obsolete":  # nothing applied, nothing failed: no near misses
+            continue
         for file in patch.files:
             for hunk in file.hunks:
                 if hunk.text:

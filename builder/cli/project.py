@@ -16,7 +16,7 @@ from builder.core.progress import Reporter
 _LOCK_EPILOG = """\
 The lock (versions.lock beside targets.toml; keep it in git) records, per target and
 version, the sha256 of what decides the wheel's content: the upstream pins, the patches
-that apply (sha256, strip, fuzz, intent checks, description, message), the build pins and
+that apply (sha256, strip, fuzz, intent checks, description, commit message), the build pins and
 the builder's output format. `wheel`, `kernels` and `image` refuse a version recorded
 with other content and record new ones themselves.
 

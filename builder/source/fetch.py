@@ -23,6 +23,7 @@ import requests
 from packaging.utils import (
     InvalidSdistFilename,
     InvalidWheelFilename,
+    canonicalize_name,
     parse_sdist_filename,
     parse_wheel_filename,
 )
@@ -144,7 +145,9 @@ def local_source(path: Path, upstream_version: str | None = None) -> SourceResul
         upstream_version: the release it is; default: ``Version`` in the sdist's PKG-INFO.
 
     Raises:
-        BuilderError: the folder is missing, is not an SGLang tree, or has no version.
+        BuilderError: the folder is missing, is not an SGLang tree, or has no version; or
+            its PKG-INFO names another project, or another release than
+            ``upstream_version``.
     """
     tree = path.resolve()
     if not tree.exists():
@@ -152,7 +155,20 @@ def local_source(path: Path, upstream_version: str | None = None) -> SourceResul
     if not tree.is_dir():
         raise BuilderError(f"{path} is not a folder", "point --source-dir at a source tree")
     layout = Layout.detect(tree)
-    version_text = upstream_version or _pkg_info_version(layout.package_root(tree))
+    claimed = _pkg_info(layout.package_root(tree))
+    if claimed is not None:
+        # An unpacked sdist says what it is: never label it as another project or release.
+        name, released = claimed
+        if name is not None and canonicalize_name(name) != "sglang":
+            raise BuilderError(f"{path} is {name} (its PKG-INFO), not SGLang",
+                               "point --source-dir at an SGLang checkout or unpacked sdist")
+        if upstream_version and _other_release(upstream_version, released):
+            raise BuilderError(f"{path} is SGLang {released} (its PKG-INFO), not "
+                               f"{upstream_version} (--target / --upstream-version)",
+                               f"point --source-dir at the {upstream_version} tree, or patch "
+                               f"this one as {released} (--upstream-version {released}, or a "
+                               f"target pinned to {released})")
+    version_text = upstream_version or (claimed[1] if claimed else None)
     if not version_text:
         raise BuilderError(f"cannot tell the upstream version of {path}",
                            "pass --upstream-version (e.g. 0.5.9)")
@@ -168,14 +184,26 @@ def local_source(path: Path, upstream_version: str | None = None) -> SourceResul
                         key="dir-" + sha256_tree(tree, exclude=frozenset({".git"})))
 
 
-def _pkg_info_version(package_root: Path) -> str | None:
+def _other_release(given: str, released: str) -> bool:
+    """Whether ``given`` names another release than ``released`` (a malformed ``given`` is
+    refused by the caller afterwards, with its own message)."""
+    try:
+        return Version(given) != Version(released)
+    except InvalidVersion:
+        return False
+
+
+def _pkg_info(package_root: Path) -> tuple[str | None, str] | None:
+    """``(Name, Version)`` of the tree's PKG-INFO (``None``: it has none, or it does not
+    parse)."""
     pkg_info = package_root / "PKG-INFO"
     if not pkg_info.is_file():
         return None
     try:
-        return str(read_metadata(pkg_info.read_bytes(), str(pkg_info)).version)
+        meta = read_metadata(pkg_info.read_bytes(), str(pkg_info))
     except BuilderError:
         return None
+    return (meta.name or None, str(meta.version))
 
 
 # --- sdist and released wheel ---------------------------------------------------------

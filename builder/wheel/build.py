@@ -156,9 +156,10 @@ def patch_message(header: str) -> str:
 
 
 def patch_notes(series: Series, parsed: Mapping[Path, ParsedPatch]) -> dict[str, dict[str, str]]:
-    """Each series patch's description (series file) and message (its header), by name."""
+    """Each series patch's description (series file) and commit message (its header), by
+    name."""
     return {entry.name: {"description": entry.description,
-                         "message": patch_message(parsed[entry.path].header)
+                         "commit_message": patch_message(parsed[entry.path].header)
                          if entry.path in parsed else ""}
             for entry in series.entries}
 
@@ -171,8 +172,9 @@ def _provenance(patched: PatchResult, version: str, target: str | None,
     report = patched.report.to_json()
     for patch in report["patches"]:
         note = (notes or {}).get(patch["name"], {})
+        # beside the report's own "message" (the status note, e.g. "declared for ...")
         patch["description"] = note.get("description", "")
-        patch["message"] = note.get("message", "")
+        patch["commit_message"] = note.get("commit_message", "")
     return {
         "schema": 1,
         "builder": {"name": "sglang-sm120-builder", "version": builder_version()},
