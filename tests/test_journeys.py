@@ -314,8 +314,19 @@ def test_refresh_patch_rewrites_that_patch_alone(sdists: dict[str, Path], cache:
 # ---------------------------------------------------------------- 6. wheels alone
 
 
-def test_publish_wheels_without_docker(sdists: dict[str, Path], cache: Path, tmp_path: Path,
-                                       package_index: PackageIndex) -> None:
+def test_publish_wheels_without_docker(sdists: dict[str, Path], cache: Path,
+                                       tmp_path: Path) -> None:
+    # An index of its own: the session's index is the release tests', which publish this
+    # very wheel name and must find it absent.
+    package_index = start_package_index(tmp_path / "index", credentials=("sm120", "j-secret"))
+    try:
+        _publish_wheels_without_docker(sdists, cache, tmp_path, package_index)
+    finally:
+        package_index.stop()
+
+
+def _publish_wheels_without_docker(sdists: dict[str, Path], cache: Path, tmp_path: Path,
+                                   package_index: PackageIndex) -> None:
     root = project(tmp_path / "p", sdists)
     env = {**package_index.env(), "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
 
