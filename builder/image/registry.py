@@ -256,14 +256,8 @@ class RegistryClient:
         if "sha256:" + hashlib.sha256(response.content).hexdigest() != digest:
             raise BuilderError(f"{self._where()}: config blob {digest} does not match its "
                                "digest", "a proxy may be rewriting it; try again")
-        try:
-            data = response.json()
-        except ValueError:
-            data = None
-        if not isinstance(data, dict):
-            raise BuilderError(f"{self._where()}: config blob {digest} is not JSON",
-                               "the registry's manifest is malformed")
-        return data
+        return _json_object(response, f"{self._where()}: config blob {digest} is not JSON",
+                            "the registry's manifest is malformed")
 
 
 def _platform(entry: dict[str, Any]) -> str:
@@ -293,13 +287,8 @@ def resolve(name: str, *, platform: str = "linux/amd64", timeout: float = 30,
     client = RegistryClient(image, timeout=timeout, docker_config=docker_config)
     response, digest = client.manifest(image.tag)
     media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if not isinstance(body, dict):
-        raise BuilderError(f"{name}: the registry's answer is not a JSON manifest",
-                           "check the registry address")
+    body = _json_object(response, f"{name}: the registry's answer is not a JSON manifest",
+                        "check the registry address")
     media_type = body.get("mediaType") or media_type
     if media_type not in INDEX_TYPES and "manifests" not in body:
         # A single manifest: its platform is in the image config it points at.
@@ -321,3 +310,18 @@ def resolve(name: str, *, platform: str = "linux/amd64", timeout: float = 30,
     # The platform manifest must exist too: an index may list one the registry lost.
     client.manifest(chosen, "HEAD")
     return Resolution(chosen, digest, platform, media_type)
+
+
+def _json_object(response: requests.Response, cause: str, hint: str) -> dict[str, Any]:
+    """The response's body as a JSON object.
+
+    Raises:
+        BuilderError: ``cause`` and ``hint``, when the body is not JSON or not an object.
+    """
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise BuilderError(cause, hint)
+    return data
