@@ -5,10 +5,14 @@ autotune log lines (texts from SGLang 0.5.9 and FlashInfer 0.6.3), answers ``GET
 with 503 while "loading" and 200 after, and ``POST /generate`` with ``{"text", "meta_info"}``.
 Like SGLang it starts a child process (its scheduler), in the same process group.
 
-Usage: fake_sglang_server.py --port N --pid-file FILE --mode MODE, where MODE is
-``ok``, ``hang`` (never ready), ``crash`` (exits 1 while loading), ``no-autotune`` (ready,
-but never logs the autotune), ``stubborn`` (it and its child ignore SIGTERM) or
-``empty-text`` (``/generate`` answers an empty text).
+Usage: fake_sglang_server.py --port N --pid-file FILE --mode MODE [--skip-tokenizer-init],
+where MODE is ``ok``, ``hang`` (never ready), ``crash`` (exits 1 while loading),
+``no-autotune`` (ready, but never logs the autotune), ``untuned`` (the autotune skips every
+tactic for a module missing from the jit-cache, as FlashInfer 0.6.14 logs it),
+``stubborn`` (it and its child ignore SIGTERM) or ``empty-text`` (``/generate`` answers an
+empty text, or no token ids). Like FlashInfer, the per-tactic autotuner lines are printed
+only with ``FLASHINFER_LOGGING_LEVEL=debug``; with ``--skip-tokenizer-init`` ``/generate``
+takes ``input_ids`` and answers ``output_ids``, as SGLang does.
 """
 
 from __future__ import annotations
@@ -31,6 +35,15 @@ SKIPPED = ("[Autotuner]: Skipping tactic <flashinfer.fused_moe.core.get_cutlass_
            "tensorrt_llm/kernels/cutlass_kernels/moe_gemm/launchers/"
            "moe_gemm_tma_ws_launcher.inl:698)")
 
+RUNNER = "<flashinfer.fused_moe.core.get_cutlass_fused_moe_module.<locals>.MoERunner object>"
+PROFILED = (f"[Autotuner]: profiling {RUNNER} 3, shapes=[torch.Size([8, 1024]), "
+            "torch.Size([8, 2])], avg_time 0.0213")
+CHOSEN = (f"[Autotuner]: profiling chosen runner: {RUNNER} 3 for "
+          "('trtllm::fused_moe::gemm1', 'MoERunner', (8,))")
+MISSING = (f"[Autotuner]: Skipping tactic {RUNNER} 0, due to failure while profiling: "
+           "trtllm_utils: the required module is not found in the JIT cache and JIT "
+           "compilation is disabled (FLASHINFER_DISABLE_JIT=1)")
+
 
 def main() -> int:
     parser = argparse.ArgumentParser()
@@ -38,7 +51,9 @@ def main() -> int:
     parser.add_argument("--pid-file", type=Path, required=True)
     parser.add_argument("--mode", default="ok")
     parser.add_argument("--load-seconds", type=float, default=1.0)
+    parser.add_argument("--skip-tokenizer-init", action="store_true")
     args = parser.parse_args()
+    debug = os.environ.get("FLASHINFER_LOGGING_LEVEL", "info").lower() == "debug"
     if args.mode == "stubborn":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     child_code = ("import signal, time\n"
@@ -67,9 +82,17 @@ def main() -> int:
                 self.send_error(404)
                 return
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            text = "" if args.mode == "empty-text" else " Paris. It is known for"
-            answer = json.dumps({"text": text, "meta_info": {
-                "prompt_tokens": len(body["text"].split()), "completion_tokens": 6}}).encode()
+            if args.skip_tokenizer_init:
+                ids = [] if args.mode == "empty-text" else \
+                    [7 + i for i in range(body["sampling_params"]["max_new_tokens"])]
+                answer = json.dumps({"output_ids": ids, "meta_info": {
+                    "prompt_tokens": len(body["input_ids"]),
+                    "completion_tokens": len(ids)}}).encode()
+            else:
+                text = "" if args.mode == "empty-text" else " Paris. It is known for"
+                answer = json.dumps({"text": text, "meta_info": {
+                    "prompt_tokens": len(body["text"].split()),
+                    "completion_tokens": 6}}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(answer)))
@@ -95,8 +118,21 @@ def main() -> int:
         log("Running FlashInfer autotune...")
         print("2026-11-30 10:00:01,000 - INFO - autotuner.py:256 - flashinfer.jit: "
               "[Autotuner]: Autotuning process starts ...", flush=True)
-        print(f"2026-11-30 10:00:02,000 - WARNING - autotuner.py:497 - flashinfer.jit: "
-              f"{SKIPPED}", flush=True)
+        if args.mode == "untuned":
+            if debug:
+                for _ in range(3):
+                    print(f"2026-11-30 10:00:02,000 - DEBUG - autotuner.py:1306 - "
+                          f"flashinfer.jit: {MISSING}", flush=True)
+            print("2026-11-30 10:00:02,000 - INFO - autotuner.py:1351 - flashinfer.jit: "
+                  "[Autotuner]: Skipped 3 unsupported tactic(s) for trtllm::fused_moe::gemm1 "
+                  "(enable debug logs to see details)", flush=True)
+        else:
+            print(f"2026-11-30 10:00:02,000 - WARNING - autotuner.py:497 - flashinfer.jit: "
+                  f"{SKIPPED}", flush=True)
+            if debug:
+                for line in (PROFILED, CHOSEN):
+                    print(f"2026-11-30 10:00:02,500 - DEBUG - autotuner.py:1496 - "
+                          f"flashinfer.jit: {line}", flush=True)
         print("2026-11-30 10:00:03,000 - INFO - autotuner.py:262 - flashinfer.jit: "
               "[Autotuner]: Autotuning process ends", flush=True)
         log("FlashInfer autotune completed.")

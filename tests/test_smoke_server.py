@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from builder.smoke.server import (
+    SERVER_ENV,
     ServerOutcome,
     ServerSpec,
     free_port,
@@ -22,12 +23,16 @@ from builder.smoke.server import (
 FAKE = Path(__file__).resolve().parent / "fake_sglang_server.py"
 
 
-def _run(tmp_path: Path, mode: str, **limits: float) -> tuple[ServerOutcome, dict[str, int]]:
+def _run(tmp_path: Path, mode: str, *, env: dict[str, str] | None = None,
+         input_ids: tuple[int, ...] | None = None,
+         **limits: float) -> tuple[ServerOutcome, dict[str, int]]:
     port = free_port()
     pids = tmp_path / "pids.json"
     spec = ServerSpec(command=(sys.executable, str(FAKE), "--port", str(port), "--pid-file",
-                               str(pids), "--mode", mode),
+                               str(pids), "--mode", mode,
+                               *(["--skip-tokenizer-init"] if input_ids else [])),
                       base_url=f"http://127.0.0.1:{port}",
+                      env=SERVER_ENV if env is None else env, input_ids=input_ids,
                       **{"ready_timeout": 30.0, "request_timeout": 10.0, "stop_grace": 5.0,
                          "pattern_grace": 5.0, **limits})
     outcome = run_server_check(spec)
@@ -59,7 +64,46 @@ def test_a_ready_server_passes_with_its_autotune_warnings_counted(tmp_path: Path
                                           "FlashInfer autotune completed"}
     assert data["warnings"] == {"skipped_tactic": 1, "tma_ws_init_failed": 1}
     assert data["stopped_by"] == "SIGTERM"
+    assert data["autotune"] == {"profiled": 1, "chosen": ["3"], "skipped": {
+        "missing_module": 0, "hardware": 1, "other": 0}}
+    assert "autotune profiled 1 tactics, chose 3" in outcome.detail
     assert "autotune warnings: skipped_tactic 1, tma_ws_init_failed 1" in outcome.detail
+    _gone(pids)
+
+
+def test_an_autotune_that_skipped_every_tactic_for_a_missing_module_fails(
+        tmp_path: Path) -> None:
+    outcome, pids = _run(tmp_path, "untuned")
+    assert outcome.status == "failed"
+    assert outcome.detail.startswith("the autotune skipped 3 tactics because a module is "
+                                     "missing from the jit-cache")
+    assert outcome.data["autotune"]["skipped"]["missing_module"] == 3
+    assert outcome.data["stopped_by"] == "SIGTERM"
+    _gone(pids)
+
+
+def test_without_flashinfer_debug_lines_nothing_counts_as_tuned(tmp_path: Path) -> None:
+    # The same healthy server, but FlashInfer's logger at its default level: the check
+    # cannot see a tactic profiled, so it must not pass.
+    outcome, pids = _run(tmp_path, "ok", env={})
+    assert outcome.status == "failed"
+    assert outcome.detail.startswith("the autotune ran but profiled no tactic")
+    assert "FLASHINFER_LOGGING_LEVEL=debug" in outcome.detail
+    _gone(pids)
+
+
+def test_a_server_without_tokenizer_is_asked_with_token_ids(tmp_path: Path) -> None:
+    outcome, pids = _run(tmp_path, "ok", input_ids=(1, 2, 3, 4))
+    assert outcome.status == "warning", outcome.detail
+    assert outcome.data["generated_ids"] == list(range(7, 23))
+    assert "/generate answered 16 token ids" in outcome.detail
+    _gone(pids)
+
+
+def test_no_token_ids_back_fails(tmp_path: Path) -> None:
+    outcome, pids = _run(tmp_path, "empty-text", input_ids=(1, 2, 3, 4))
+    assert outcome.status == "failed"
+    assert outcome.detail.startswith("POST /generate answered no token ids")
     _gone(pids)
 
 

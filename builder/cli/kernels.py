@@ -64,6 +64,7 @@ examples:
   python -m builder kernels --target sglang-0.5.23 --modules norm   # shim + sm120f provider
   python -m builder kernels --target sglang-0.5.9 --mode container --cuda-lane 13.0
   python -m builder kernels --environment current --arch-list 9.0a --modules norm,sampling
+  python -m builder kernels --arch-list 9.0a --modules fused_moe_sm90,trtllm_utils --fast-build
   SCCACHE_REDIS_ENDPOINT=redis://cache:6379 python -m builder kernels --sccache
 
 one cold build over N machines (docs/compile-at-scale.md), the same backend everywhere:
@@ -100,6 +101,11 @@ def _kernels_parser(commands: Any) -> None:
     kernels.add_argument("--arch-list", type=comma_names, metavar="ARCH,...",
                          help="archs other than the target's, e.g. 9.0a to smoke-test on a "
                               "Hopper GPU (the wheel's label then names them)")
+    kernels.add_argument("--fast-build", action="store_true",
+                         help="compile the fused MoE modules with TensorRT-LLM's FAST_BUILD: "
+                              "CTA 128x128 alone, far fewer CUTLASS instantiations; the "
+                              "autotuner then picks among a few tactics. For smoke tests: "
+                              "the label says fastbuild and the lock never records it")
     kernels.add_argument("--mode", choices=("host", "container"), default="host",
                          help="compile here or in a CUDA build container (default: host)")
     kernels.add_argument("--environment", choices=("managed", "current"), default="managed",
@@ -197,7 +203,8 @@ def _cmd_kernels(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]
         nvcc=args.nvcc, build_torch=args.build_torch, wheelhouse=args.wheelhouse,
         sccache=args.sccache, jobs=args.jobs, base_image=args.base_image,
         toolkit=args.toolkit, engine=args.docker_host, request_file=args.request,
-        pins_file=args.pins_file, shard=args.shard, step_costs=args.step_costs)
+        pins_file=args.pins_file, shard=args.shard, step_costs=args.step_costs,
+        fast_build=args.fast_build)
     if args.save_request:
         request = kernel_request(options(args, reporter), kernel)
         atomic_write_bytes(args.save_request,

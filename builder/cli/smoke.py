@@ -20,12 +20,15 @@ if TYPE_CHECKING:
 _SMOKE_EPILOG = """\
 checks: runner, sglang, lockstep, kernels, moe-autotune, server. 1-4 always count; 5
 counts with --moe or when the kernel wheel ships the fused MoE module for this GPU; 6 counts
-with --model. A check that needs a GPU and finds none fails ("no CUDA device").
+with --model or --tiny-model (host mode) and fails unless SGLang's FlashInfer autotune
+profiled tactics. A check that needs a GPU and finds none fails ("no CUDA device").
 
 examples:
   python -m builder smoke --mode host --sglang-wheel dist/sglang-0.5.9+sm120.1-py3-none-any.whl
   python -m builder smoke --mode host --moe --json --output reports/smoke.json
-  python -m builder smoke --mode image --image sglang-sm120:0.5.9 --model /models/small
+  python -m builder smoke --mode image --image sglang-sm120:0.5.9
+  python -m builder smoke --moe --model /models/small --server-arg=--tp-size=2
+  python -m builder smoke --moe --tiny-model --server-arg=--attention-backend=triton
   # where only torch and FlashInfer are installed, run the probe alone, judge it elsewhere:
   python builder/smoke/probe.py --sglang-pattern 'sglang/srt/model_executor/*.py' > probe.out
   python -m builder smoke --probe-output probe.out --sglang-wheel dist/sglang-….whl
@@ -64,8 +67,13 @@ def add_commands(commands: Any) -> None:
                                             "installed sglang (default: %(default)s)")
     smoke.add_argument("--moe", action="store_true",
                        help="count check 5 (fused MoE autotune) even when it cannot run")
-    smoke.add_argument("--model", type=Path, metavar="PATH",
-                       help="a model folder: also launch SGLang and ask it for text (check 6)")
+    served = smoke.add_mutually_exclusive_group()
+    served.add_argument("--model", type=Path, metavar="PATH",
+                        help="a model folder: also launch SGLang and ask it for text (check 6)")
+    served.add_argument("--tiny-model", action="store_true",
+                        help="check 6 on a tiny Qwen3-MoE with random weights written by the "
+                             "tested Python (torch + safetensors; no download, no tokenizer: "
+                             "--skip-tokenizer-init and token ids)")
     smoke.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                        help="extra argument for sglang.launch_server (repeatable)")
     smoke.add_argument("--probe-output", type=Path, metavar="FILE",
@@ -103,7 +111,8 @@ def _cmd_smoke(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     report = run_smoke(SmokeOptions(
         mode=args.mode, image=args.image, python=args.python, series=args.series,
         sglang_wheel=args.sglang_wheel, expect_provenance=args.expect_provenance,
-        model=args.model, moe=args.moe, server_args=tuple(args.server_arg),
+        model=args.model, tiny_model=args.tiny_model, moe=args.moe,
+        server_args=tuple(args.server_arg),
         probe_output=args.probe_output, probe_timeout=args.timeout,
         server_timeout=args.server_timeout, reporter=reporter))
     if args.output is not None:

@@ -91,6 +91,8 @@ class KernelRequest:
             ``fp4_quantization_smNN`` name FlashInfer's per-arch spec functions).
         head_dims: head dimensions for the ``attention`` group.
         epoch: SOURCE_DATE_EPOCH of the upstream release, for reproducible wheels.
+        fast_build: compile the CUTLASS fused MoE modules with TensorRT-LLM's
+            ``FAST_BUILD`` (one CTA shape; for smoke tests, never for release).
     """
 
     target: str
@@ -101,13 +103,17 @@ class KernelRequest:
     groups: tuple[str, ...]
     head_dims: tuple[int, ...]
     epoch: int
+    fast_build: bool = False
 
     def describe(self) -> dict[str, Any]:
         """Return JSON-ready data (:meth:`from_json` reads it back)."""
-        return {"target": self.target, "version": self.version,
-                "arch_list": list(self.arch_list), "cuda_lane": self.lane,
-                "groups": list(self.groups), "head_dims": list(self.head_dims),
-                "epoch": self.epoch, "pins": self.pins.describe()}
+        described = {"target": self.target, "version": self.version,
+                     "arch_list": list(self.arch_list), "cuda_lane": self.lane,
+                     "groups": list(self.groups), "head_dims": list(self.head_dims),
+                     "epoch": self.epoch, "pins": self.pins.describe()}
+        if self.fast_build:  # absent otherwise: the digests of full builds stay as they were
+            described["fast_build"] = True
+        return described
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> KernelRequest:
@@ -124,7 +130,8 @@ class KernelRequest:
                 tuple(pins["kernel"]) if pins["kernel"] else None,
                 pins["torch"], pins["cuda_python"]), data["version"],
                 tuple(data["arch_list"]), data["cuda_lane"], tuple(data["groups"]),
-                tuple(int(h) for h in data["head_dims"]), int(data["epoch"]))
+                tuple(int(h) for h in data["head_dims"]), int(data["epoch"]),
+                data.get("fast_build") is True)
         except (KeyError, TypeError, ValueError, InvalidVersion) as error:
             what = f"no field {error}" if isinstance(error, KeyError) else str(error)
             raise BuilderError(f"not a kernel request ({what})",
@@ -591,7 +598,8 @@ def _run_driver(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, wo
                     "check the SCCACHE_* settings (its cache backend must answer)")
         log = work / "build.log"
         argument = json.dumps({"out": str(work / "modules"), "groups": list(request.groups),
-                               "head_dims": list(request.head_dims), **extra})
+                               "head_dims": list(request.head_dims),
+                               "fast_build": request.fast_build, **extra})
         with reporter.working(title):
             code, out = _stream([str(env.python), str(_DRIVER), argument], environment, log,
                                 reporter)
@@ -652,6 +660,8 @@ def _compile(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, work:
                 "nvcc_version": toolchain.release, "flags_sha256": sha256_json(flags),
                 "groups": list(request.groups), "head_dims": list(request.head_dims),
                 "modules": entries}
+    if request.fast_build:
+        manifest["fast_build"] = True
     if uses_providers(request.pins.flashinfer):
         provider = jitcache.pack_provider(modules, request.version, manifest, request.epoch,
                                           tmp)

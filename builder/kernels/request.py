@@ -63,6 +63,9 @@ class KernelOptions:
         shard: compile only this ``I/N`` share of the compile steps into the sccache
             backend (no wheel); ``None``: the whole build.
         step_costs: balance shards by this step-costs file (default: the cache's).
+        fast_build: compile the CUTLASS fused MoE modules with TensorRT-LLM's
+            ``FAST_BUILD`` (CTA 128x128 alone): a quicker smoke-test wheel whose label
+            says ``fastbuild``; never recorded in the version lock.
     """
 
     lane: str | None = None
@@ -83,6 +86,7 @@ class KernelOptions:
     pins_file: Path = Path("images/pins.toml")
     shard: Shard | None = None
     step_costs: Path | None = None
+    fast_build: bool = False
 
 
 
@@ -124,6 +128,14 @@ def kernel_request(options: Options, kernel: KernelOptions) -> KernelRequest:
                                    "write compute capability major.minor, with a or f")
         check_arch_list(arch_list, pins)  # a plain 12.0, or the other SM120 variant
         label += "." + ".".join(arch_code(a).replace("_", "") for a in arch_list)
+    if kernel.fast_build:
+        if not any(g.startswith("fused_moe_sm") for g in
+                   kernel.groups or target.kernel_groups or default_groups(arch_list)):
+            raise BuilderError("--fast-build changes only the fused MoE modules, and none "
+                               "is in the module groups", "add a fused_moe_smNN group to "
+                               "--modules, or leave --fast-build out")
+        # Its own version: a fast build must never pass for the full one.
+        label += ".fastbuild"
     if uses_providers(pins.flashinfer) and len(arch_list) != 1:
         raise BuilderError(f"FlashInfer {pins.flashinfer} reads one provider wheel per arch; "
                            f"the arch list has {' '.join(arch_list)}",
@@ -134,4 +146,5 @@ def kernel_request(options: Options, kernel: KernelOptions) -> KernelRequest:
     head_dims = (kernel.head_dims or target.head_dims or DEFAULT_HEAD_DIMS) \
         if "attention" in groups else ()
     return KernelRequest(target.name, pins, kernel_wheel_version(pins, label), arch_list, lane,
-                         tuple(groups), tuple(head_dims), source.source_date_epoch)
+                         tuple(groups), tuple(head_dims), source.source_date_epoch,
+                         kernel.fast_build)

@@ -71,7 +71,7 @@ def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult | Shard
     The kernel wheel's version is checked against the version lock first (a saved
     ``--request`` is not: it is what a build container runs, checked on its host), and
     recorded there after a build of the target's own module set; a trial build of other
-    groups, head dims or archs is checked but not recorded.
+    groups, head dims or archs, or a fast build, is checked but not recorded.
 
     Raises:
         BuilderError: see :func:`kernel_request` and :func:`builder.kernels.build.build_kernels`;
@@ -122,9 +122,10 @@ def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult | Shard
                                dist_dir=options.dist_dir, reporter=options.reporter,
                                sccache=sccache, jobs=kernel.jobs)
     if lock is not None and isinstance(result, KernelResult):
-        if kernel.groups is None and kernel.head_dims is None and kernel.arch_list is None:
+        if kernel.groups is None and kernel.head_dims is None and kernel.arch_list is None \
+                and not kernel.fast_build:
             lock.record("kernels", request.target, request.version, digest)
         else:  # checked above, but a trial subset must not claim the target's version
             options.reporter.info(f"{request.version} not recorded in versions.lock: a trial "
-                                  "build (--modules, --head-dims or --arch-list)")
+                                  "build (--modules, --head-dims, --arch-list or --fast-build)")
     return result

@@ -25,14 +25,16 @@ Checks, in order (``name``: what passes):
    fails when no tactic was profiled or a tactic was skipped for a module missing from the
    jit-cache; tactics skipped for the hardware are warnings; the profiled count, the chosen
    tactic and the default/tuned time ratio (only when tuning happened) are reported.
-6. ``server``: SGLang serves a model with ``--moe-runner-backend flashinfer_cutlass``, logs
-   its autotune, answers ``/health`` and one ``/generate`` (host mode, ``--model`` only).
+6. ``server``: SGLang serves a model with ``--moe-runner-backend flashinfer_cutlass`` and
+   ``FLASHINFER_DISABLE_JIT=1``, logs its autotune start and end with tactics profiled and
+   none skipped for a missing module, answers ``/health`` and one ``/generate``, and its
+   whole process group is gone afterwards (host mode; ``--model`` or ``--tiny-model``).
 
 Which checks count (:attr:`SmokeReport.passed`): 1-4 always; 5 when asked for (``--moe``)
 or when it ran (the kernel wheel ships the fused MoE module for this GPU); 6 when a model
-is given. A counted check passes with status ``passed`` or ``warning``; ``failed`` and
-``not-run`` fail the report. A check that needs a GPU and finds none fails with "no CUDA
-device": nothing is ever pretended.
+is given (``--model`` or ``--tiny-model``). A counted check passes with status ``passed``
+or ``warning``; ``failed`` and ``not-run`` fail the report. A check that needs a GPU and
+finds none fails with "no CUDA device": nothing is ever pretended.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import io
 import json
 import subprocess
 import sys
+import tempfile
 import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -224,6 +227,9 @@ class SmokeOptions:
             must equal its.
         expect_provenance: a provenance JSON file to compare with instead of a wheel.
         model: a model folder for the server check (host mode).
+        tiny_model: run the server check on a tiny Qwen3-MoE with random weights, written
+            by ``tiny_model.py`` with the tested interpreter into a temporary folder (no
+            weights to download, no tokenizer: ``--skip-tokenizer-init`` and token ids).
         moe: count check 5 even when it cannot run.
         server_args: extra arguments for ``sglang.launch_server``.
         probe_output: judge this saved output of ``smoke_probe.py`` (run by hand in the
@@ -242,6 +248,7 @@ class SmokeOptions:
     sglang_wheel: Path | None = None
     expect_provenance: Path | None = None
     model: Path | None = None
+    tiny_model: bool = False
     moe: bool = False
     server_args: tuple[str, ...] = ()
     probe_output: Path | None = None
@@ -616,21 +623,58 @@ def _expected(options: SmokeOptions) -> tuple[dict[str, Any] | None, dict[str, s
     return None, None
 
 
+#: ``tiny_model.py``: run by path with the tested interpreter, like the probe.
+TINY_MODEL_PATH = Path(__file__).with_name("tiny_model.py")
+SKIP_TOKENIZER = "--skip-tokenizer-init"
+#: The prompt's token ids when the server has no tokenizer (any ids below the vocab size).
+PROMPT_IDS = tuple(range(1, 17))
+
+
 def _server_check(options: SmokeOptions) -> CheckResult:
-    if options.model is None:
-        return CheckResult("server", NOT_RUN, "no model given (--model PATH)", required=False)
+    if options.model is None and not options.tiny_model:
+        return CheckResult("server", NOT_RUN, "no model given (--model PATH or --tiny-model)",
+                           required=False)
     if options.mode == "image":
         return CheckResult("server", NOT_RUN, "the server check runs in host mode only; "
                            "run the smoke in host mode inside the image for it")
-    from builder.smoke.server import ServerSpec, free_port, run_server_check, sglang_command
+    with tempfile.TemporaryDirectory(prefix="sm120-tiny-model-") as scratch:
+        model, extra, made = options.model, tuple(options.server_args), None
+        if options.tiny_model:
+            python = options.python or sys.executable
+            options.reporter.info("Writing a tiny Qwen3-MoE with random weights ...")
+            done = subprocess.run([python, str(TINY_MODEL_PATH), f"{scratch}/tiny-moe"],
+                                  capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                return CheckResult("server", FAILED, "could not write the tiny model: "
+                                   + _tail(done.stderr)[-300:], True)
+            made = json.loads(done.stdout.strip().splitlines()[-1])
+            model = Path(made["path"])
+            if SKIP_TOKENIZER not in extra:
+                extra = (*extra, SKIP_TOKENIZER)
+        assert model is not None
+        return _serve(options, model, extra, made)
+
+
+def _serve(options: SmokeOptions, model: Path, extra: tuple[str, ...],
+           made: dict[str, Any] | None) -> CheckResult:
+    from builder.smoke.server import (
+        SERVER_ENV,
+        ServerSpec,
+        free_port,
+        run_server_check,
+        sglang_command,
+    )
 
     port = free_port()
-    options.reporter.info(f"Starting SGLang on 127.0.0.1:{port} with {options.model} ...")
+    options.reporter.info(f"Starting SGLang on 127.0.0.1:{port} with {model} ...")
     outcome = run_server_check(ServerSpec(
-        command=sglang_command(options.python or sys.executable, str(options.model), port,
-                               extra=options.server_args),
-        base_url=f"http://127.0.0.1:{port}", ready_timeout=options.server_timeout))
-    return CheckResult("server", _status(outcome.status), outcome.detail, True, outcome.data)
+        command=sglang_command(options.python or sys.executable, str(model), port,
+                               extra=extra),
+        base_url=f"http://127.0.0.1:{port}", ready_timeout=options.server_timeout,
+        env={"FLASHINFER_DISABLE_JIT": "1", **SERVER_ENV},
+        input_ids=PROMPT_IDS if SKIP_TOKENIZER in extra else None))
+    data = {**outcome.data, **({"tiny_model": made} if made else {})}
+    return CheckResult("server", _status(outcome.status), outcome.detail, True, data)
 
 
 def run_smoke(options: SmokeOptions) -> SmokeReport:

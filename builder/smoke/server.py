@@ -10,7 +10,10 @@ SGLang facts used (read in the 0.5.9 and 0.5.16 sources): the model runner logs 
 FlashInfer autotune...`` (0.5.16: ``Running FlashInfer autotune with cache: ...``) and then
 ``FlashInfer autotune completed.``; ``GET /health`` answers 503 while the server starts and
 200 once it serves; ``POST /generate`` takes ``{"text", "sampling_params"}`` and answers
-``{"text", "meta_info"}``.
+``{"text", "meta_info"}``; with ``--skip-tokenizer-init`` it takes ``{"input_ids", ...}``
+and answers ``{"output_ids", "meta_info"}`` (``srt/managers/tokenizer_manager.py``).
+Whether the autotune tuned anything is read from FlashInfer's own per-tactic log lines
+(:func:`builder.smoke.probe.autotune_summary`), which :data:`SERVER_ENV` turns on.
 """
 
 from __future__ import annotations
@@ -26,9 +29,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from builder.smoke.probe import FAILED, PASSED, WARNING, classify_line, count_warnings
+from builder.smoke.probe import (
+    FAILED,
+    PASSED,
+    WARNING,
+    autotune_summary,
+    classify_line,
+    count_warnings,
+)
 
 AUTOTUNE_PATTERNS = ("Running FlashInfer autotune", "FlashInfer autotune completed")
+
+#: What FlashInfer's autotuner prefixes its log lines with (``flashinfer/autotuner.py``).
+AUTOTUNER_TAG = "[Autotuner]: "
+
+#: The environment the server check adds: FlashInfer's logger at debug level
+#: (``FLASHINFER_LOGGING_LEVEL``, read in ``flashinfer/jit/core.py``), so that every tactic
+#: the autotuner times or skips is one line of the server's log.
+SERVER_ENV = {"FLASHINFER_LOGGING_LEVEL": "debug"}
 
 
 def sglang_command(python: str, model: str, port: int, *,
@@ -62,6 +80,13 @@ class ServerSpec:
         pattern_grace: seconds a pattern may come after ``/health`` answers (SGLang logs
             its autotune before it serves, so only a late flush needs this).
         prompt: the text sent to ``/generate``.
+        input_ids: token ids sent instead of ``prompt`` (a server started with
+            ``--skip-tokenizer-init``, which answers ``output_ids`` and no text).
+        max_new_tokens: tokens asked for (EOS ignored with ``input_ids``: random
+            weights may pick it first).
+        require_tuning: fail unless the autotuner's log shows a tactic profiled and none
+            skipped for a module missing from the jit-cache (needs
+            :data:`SERVER_ENV`).
     """
 
     command: tuple[str, ...]
@@ -73,6 +98,9 @@ class ServerSpec:
     stop_grace: float = 30.0
     pattern_grace: float = 10.0
     prompt: str = "The capital of France is"
+    input_ids: tuple[int, ...] | None = None
+    max_new_tokens: int = 16
+    require_tuning: bool = True
 
 
 @dataclass(frozen=True)
@@ -98,6 +126,7 @@ class _LogWatcher:
         self.seen: dict[str, float] = {}
         self.tail: deque[str] = deque(maxlen=40)
         self.warning_lines: list[str] = []
+        self.autotuner_lines: list[str] = []
         self.lines = 0
         self._lock = threading.Lock()
         self._start = time.monotonic()
@@ -112,6 +141,8 @@ class _LogWatcher:
                 self.tail.append(line)
                 if classify_line(line):
                     self.warning_lines.append(line)
+                if AUTOTUNER_TAG in line:
+                    self.autotuner_lines.append(line)
                 for pattern in self.patterns:
                     if pattern in line and pattern not in self.seen:
                         self.seen[pattern] = round(time.monotonic() - self._start, 2)
@@ -217,6 +248,14 @@ def run_server_check(spec: ServerSpec) -> ServerOutcome:
                 detail = f"/health answered but the log never showed: {'; '.join(missing)}"
             else:
                 status, detail = _generate(session, spec, data)
+                tuned = autotune_summary(list(watcher.autotuner_lines))
+                data["autotune"] = tuned
+                untuned = tuning_failure(tuned) if spec.require_tuning else None
+                if status == PASSED and untuned:
+                    status, detail = FAILED, f"{untuned} ({detail})"
+                elif status == PASSED and spec.require_tuning:
+                    detail += (f"; autotune profiled {tuned['profiled']} tactics, chose "
+                               f"{'/'.join(tuned['chosen']) or '?'}")
     finally:
         session.close()
         data["stopped_by"] = stop_group(process, spec.stop_grace)
@@ -236,10 +275,32 @@ def run_server_check(spec: ServerSpec) -> ServerOutcome:
     return ServerOutcome(status, detail, data)
 
 
+def tuning_failure(tuned: dict[str, Any]) -> str | None:
+    """Why the server's autotune tuned nothing (``None``: it tuned).
+
+    Args:
+        tuned: :func:`builder.smoke.probe.autotune_summary` of the server's log.
+    """
+    missing = tuned["skipped"].get("missing_module", 0)
+    if missing:
+        return (f"the autotune skipped {missing} tactics because a module is missing from "
+                "the jit-cache with JIT disabled (the autotuner's trtllm_utils?): nothing "
+                "was tuned")
+    if not tuned["profiled"]:
+        return ("the autotune ran but profiled no tactic (FlashInfer logs each at debug "
+                f"level: {', '.join(f'{k}={v}' for k, v in SERVER_ENV.items())}): nothing "
+                "was tuned")
+    return None
+
+
 def _generate(session: Any, spec: ServerSpec, data: dict[str, Any]) -> tuple[str, str]:
     import requests
 
-    body = {"text": spec.prompt, "sampling_params": {"max_new_tokens": 16, "temperature": 0}}
+    params: dict[str, Any] = {"max_new_tokens": spec.max_new_tokens, "temperature": 0}
+    body: dict[str, Any] = {"text": spec.prompt, "sampling_params": params}
+    if spec.input_ids is not None:
+        params["ignore_eos"] = True
+        body = {"input_ids": list(spec.input_ids), "sampling_params": params}
     try:
         answer = session.post(f"{spec.base_url}/generate", json=body,
                               timeout=spec.request_timeout)
@@ -247,6 +308,17 @@ def _generate(session: Any, spec: ServerSpec, data: dict[str, Any]) -> tuple[str
         return FAILED, f"POST /generate failed: {exc}"
     if answer.status_code != 200:
         return FAILED, f"POST /generate answered {answer.status_code}: {answer.text[:200]}"
+    if spec.input_ids is not None:
+        try:
+            ids = answer.json()["output_ids"]
+        except (ValueError, KeyError, TypeError):
+            return FAILED, f"POST /generate answered no output_ids: {answer.text[:200]}"
+        if not isinstance(ids, list) or not ids or \
+                not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            return FAILED, f"POST /generate answered no token ids: {answer.text[:200]}"
+        data["generated_ids"] = ids
+        return PASSED, (f"/health after {data['seconds_to_health']} s, autotune ran, /generate "
+                        f"answered {len(ids)} token ids")
     try:
         text = answer.json()["text"]
     except (ValueError, KeyError, TypeError):

@@ -3,10 +3,12 @@
 Run by ``builder.kernels.build`` with the build environment's interpreter (where the pinned
 FlashInfer is installed); the builder never imports it. Argument: one JSON object
 ``{"out": folder, "groups": [...], "head_dims": [...], "list": bool, "steps": bool,
-"targets": [...] | null, "paths": str}``: ``list`` names the modules, ``steps`` lists the
-compile steps of FlashInfer's ninja graph without running it, ``targets`` (a shard) runs
+"targets": [...] | null, "paths": str, "fast_build": bool}``: ``list`` names the modules,
+``steps`` lists the compile steps of FlashInfer's ninja graph without running it,
+``targets`` (a shard) runs
 only those compile steps (no link, no module copied out), ``paths`` (a CUDA lane) reports
-which module each SM120 code path loads. Environment:
+which module each SM120 code path loads, ``fast_build`` compiles the CUTLASS fused MoE
+modules with TensorRT-LLM's ``FAST_BUILD`` (see :func:`fast_moe_spec`). Environment:
 FlashInfer's own variables (``CUDA_HOME``, ``FLASHINFER_CUDA_ARCH_LIST``,
 ``FLASHINFER_WORKSPACE_BASE``, ``FLASHINFER_NVCC``, ``MAX_JOBS``). Compiler output goes to
 stderr as it happens; the last line on stdout is one JSON object.
@@ -78,8 +80,28 @@ def _attention(head_dims: list[int]) -> list[Any]:
     return found
 
 
-def specs_for(group: str, head_dims: list[int]) -> list[Any]:
-    """FlashInfer's JitSpecs for one module group (raises KeyError for an unknown one)."""
+def fast_moe_spec(function: Callable[..., Any]) -> Any:
+    """A CUTLASS fused MoE spec built with ``FAST_BUILD`` in host and device code.
+
+    FlashInfer's own ``use_fast_build=True`` (``jit/fused_moe.py``, 0.6.3 to 0.7.2) puts
+    ``-DFAST_BUILD`` in ``extra_cflags``, which reach only the C++ files: the tactic
+    heuristic (``cutlass_heuristic.cpp``) then offers the CTA shape 128x128 alone, but every
+    ``.cu`` file still instantiates every CTA and cluster shape, so nothing compiles faster.
+    TensorRT-LLM's ``FAST_BUILD`` filters those instantiations in device code
+    (``should_filter_tma_warp_specialized_gemm_problem_shape`` in ``cutlass_heuristic.h``):
+    adding the macro to the CUDA flags too is what makes the build fast. What it leaves out:
+    every TMA warp-specialised grouped GEMM but CTA 128x128 with cluster 1x1x1 (no
+    cooperative schedule, no multicast, no dynamic cluster), so the autotuner chooses
+    among a few tactics only. For smoke tests, never for release.
+    """
+    spec = function(use_fast_build=True)
+    spec.extra_cuda_cflags = [*(spec.extra_cuda_cflags or []), "-DFAST_BUILD"]
+    return spec
+
+
+def specs_for(group: str, head_dims: list[int], fast_build: bool = False) -> list[Any]:
+    """FlashInfer's JitSpecs for one module group (raises KeyError for an unknown one);
+    ``fast_build`` builds the fused MoE groups with :func:`fast_moe_spec`."""
     from flashinfer.jit import (
         activation,
         fp4_quantization,
@@ -105,8 +127,14 @@ def specs_for(group: str, head_dims: list[int]) -> list[Any]:
     if group in fixed:
         return fixed[group]()
     if group.startswith("fused_moe_sm"):
-        return _sm_group("fused_moe_sm", fused_moe,
-                         "gen_cutlass_fused_moe_sm{sm}_module")(group)
+        pattern = "gen_cutlass_fused_moe_sm{sm}_module"
+        if fast_build:
+            function = getattr(fused_moe, pattern.format(sm=group[len("fused_moe_sm"):]),
+                               None)
+            if function is None:
+                raise KeyError(group)
+            return [fast_moe_spec(function)]
+        return _sm_group("fused_moe_sm", fused_moe, pattern)(group)
     if group.startswith("fp4_quantization_sm"):
         return _sm_group("fp4_quantization_sm", fp4_quantization,
                          "gen_fp4_quantization_sm{sm}_module")(group)
@@ -285,7 +313,7 @@ def main() -> None:
     table = {}
     for group in request["groups"]:
         try:
-            table[group] = specs_for(group, head_dims)
+            table[group] = specs_for(group, head_dims, bool(request.get("fast_build")))
         except (KeyError, AttributeError):
             _emit({"error": f"FlashInfer {version} has no module group {group!r}"})
             sys.exit(2)

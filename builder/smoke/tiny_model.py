@@ -1,0 +1,139 @@
+"""Write a tiny Qwen3-MoE model with random weights, for the server check (check 6).
+
+Run by path with the tested environment's interpreter (``python tiny_model.py OUT``), like
+``probe.py``: it needs only torch and safetensors, no network and no tokenizer (the server
+then runs with ``--skip-tokenizer-init`` and is asked with token ids). The builder imports
+:func:`tiny_moe_config` and :func:`tensor_shapes` for its tests.
+
+The checkpoint uses the Hugging Face Qwen3-MoE layout that SGLang's
+``sglang/srt/models/qwen3_moe.py`` loads (0.5.9 to 0.5.23): per-expert ``gate_proj``,
+``up_proj`` and ``down_proj`` under ``mlp.experts.<e>``, the router as ``mlp.gate``, and
+``q_norm``/``k_norm`` per attention layer. The sizes are multiples of 128 so that the
+CUTLASS grouped GEMMs of FlashInfer's fused MoE accept them (TMA needs 16-byte aligned rows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+#: The model's dimensions: small enough to build in seconds and load in one, big enough
+#: that every MoE GEMM has several 128-wide tiles.
+DIMENSIONS: dict[str, int] = {
+    "vocab_size": 2048, "hidden_size": 1024, "num_hidden_layers": 2,
+    "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 128,
+    "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 512,
+    "intermediate_size": 1024, "max_position_embeddings": 4096,
+}
+
+
+def tiny_moe_config(**overrides: int) -> dict[str, Any]:
+    """The ``config.json`` of the tiny model (Transformers' ``Qwen3MoeConfig`` fields).
+
+    Args:
+        overrides: dimensions to change (keys of :data:`DIMENSIONS`).
+
+    Raises:
+        KeyError: an override names no dimension.
+    """
+    unknown = set(overrides) - set(DIMENSIONS)
+    if unknown:
+        raise KeyError(f"no dimension {', '.join(sorted(unknown))}")
+    dims = {**DIMENSIONS, **overrides}
+    return {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+            **dims, "decoder_sparse_step": 1, "mlp_only_layers": [],
+            "norm_topk_prob": True, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+            "rope_theta": 1000000.0, "attention_bias": False, "attention_dropout": 0.0,
+            "tie_word_embeddings": False, "use_sliding_window": False,
+            "output_router_logits": False, "router_aux_loss_coef": 0.001,
+            "initializer_range": 0.02, "bos_token_id": 1, "eos_token_id": 2,
+            "torch_dtype": "bfloat16", "use_cache": True}
+
+
+def tensor_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Every tensor of the checkpoint with its shape (rows, columns), in the HF layout."""
+    hidden, head_dim = config["hidden_size"], config["head_dim"]
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    inter, vocab = config["moe_intermediate_size"], config["vocab_size"]
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab, hidden),
+                                          "model.norm.weight": (hidden,),
+                                          "lm_head.weight": (vocab, hidden)}
+    for layer in range(config["num_hidden_layers"]):
+        p = f"model.layers.{layer}."
+        shapes.update({
+            p + "input_layernorm.weight": (hidden,),
+            p + "post_attention_layernorm.weight": (hidden,),
+            p + "self_attn.q_proj.weight": (heads * head_dim, hidden),
+            p + "self_attn.k_proj.weight": (kv_heads * head_dim, hidden),
+            p + "self_attn.v_proj.weight": (kv_heads * head_dim, hidden),
+            p + "self_attn.o_proj.weight": (hidden, heads * head_dim),
+            p + "self_attn.q_norm.weight": (head_dim,),
+            p + "self_attn.k_norm.weight": (head_dim,),
+            p + "mlp.gate.weight": (config["num_experts"], hidden),
+        })
+        for expert in range(config["num_experts"]):
+            e = f"{p}mlp.experts.{expert}."
+            shapes.update({e + "gate_proj.weight": (inter, hidden),
+                           e + "up_proj.weight": (inter, hidden),
+                           e + "down_proj.weight": (hidden, inter)})
+    return shapes
+
+
+def write_model(out: Path, seed: int = 0) -> dict[str, Any]:
+    """Write ``config.json`` and ``model.safetensors`` (bf16, normal(0, 0.02); norms 1).
+
+    Returns:
+        ``{"path", "parameters", "bytes"}``.
+
+    Raises:
+        FileExistsError: ``out`` exists and is not an empty folder.
+    """
+    import torch
+    from safetensors.torch import save_file
+
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"{out} exists and is not an empty folder")
+    # Written beside it and renamed: an interrupted run leaves no half model at ``out``.
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    partial.chmod(0o755)
+    config = tiny_moe_config()
+    generator = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for name, shape in tensor_shapes(config).items():
+        if len(shape) == 1:  # RMSNorm weights
+            tensors[name] = torch.ones(shape, dtype=torch.bfloat16)
+        else:
+            tensors[name] = (torch.randn(shape, generator=generator) * 0.02).to(torch.bfloat16)
+    try:
+        save_file(tensors, str(partial / "model.safetensors"), metadata={"format": "pt"})
+        (partial / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        if out.exists():
+            out.rmdir()
+        partial.rename(out)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return {"path": str(out), "parameters": sum(t.numel() for t in tensors.values()),
+            "bytes": (out / "model.safetensors").stat().st_size}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path, help="an empty or new folder")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        print(json.dumps(write_model(args.out, args.seed)))
+    except FileExistsError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""``kernels --fast-build``: TensorRT-LLM's FAST_BUILD for the CUTLASS fused MoE modules.
+
+The request and its label on the real target, and the ninja graph that the real FlashInfer
+0.6.3 (the default target's pin) writes for ``fused_moe_sm90`` through the builder's own
+driver: without ``--fast-build`` no ``-DFAST_BUILD`` anywhere, with it in both the host and
+the CUDA flags (FlashInfer's own ``use_fast_build`` reaches the host flags only).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from conftest import run_cli
+
+from builder.core.cache import Cache
+from builder.core.progress import Reporter
+from builder.kernels.build import DRIVER, KernelRequest
+from builder.kernels.request import KernelOptions
+from builder.kernels.run import build_environment
+
+TARGET = ["--target", "sglang-0.5.9", "--cuda-lane", "13.0", "--arch-list", "9.0a"]
+
+
+def _save(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_cli("kernels", *TARGET, *args, "--save-request", str(tmp_path / "r.json"))
+
+
+def test_a_fast_build_has_its_own_version_and_says_so(tmp_path: Path,
+                                                      shared_cache: Path) -> None:
+    full = _save(tmp_path, "--modules", "fused_moe_sm90,trtllm_utils",
+                 "--cache-dir", str(shared_cache))
+    assert full.returncode == 0, full.stderr
+    plain = json.loads((tmp_path / "r.json").read_text())
+    fast = _save(tmp_path, "--modules", "fused_moe_sm90,trtllm_utils", "--fast-build",
+                 "--cache-dir", str(shared_cache))
+    assert fast.returncode == 0, fast.stderr
+    request = json.loads((tmp_path / "r.json").read_text())
+    assert plain["version"] == "0.6.3+sm120.1.cu130.sm90a" and "fast_build" not in plain
+    assert request["version"] == "0.6.3+sm120.1.cu130.sm90a.fastbuild"
+    assert request["fast_build"] is True
+    assert KernelRequest.from_json(request).fast_build is True
+    assert KernelRequest.from_json(plain).fast_build is False
+
+
+def test_fast_build_without_a_fused_moe_group_is_refused(tmp_path: Path,
+                                                         shared_cache: Path) -> None:
+    done = _save(tmp_path, "--modules", "norm,trtllm_utils", "--fast-build",
+                 "--cache-dir", str(shared_cache))
+    assert done.returncode == 1
+    assert "--fast-build changes only the fused MoE modules" in done.stderr
+    assert "add a fused_moe_smNN group to --modules" in done.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
+def _cuda_and_host_flags(env_python: Path, tmp_path: Path, fast: bool) -> tuple[str, str]:
+    """The ``cuda_cflags`` and ``cflags`` blocks of fused_moe_90's build.ninja, as the
+    driver has FlashInfer write it (steps mode: the graph is listed, nothing compiles)."""
+    work = tmp_path / ("fast" if fast else "full")
+    argument = json.dumps({"out": str(work / "out"), "groups": ["fused_moe_sm90"],
+                           "head_dims": [], "steps": True, "fast_build": fast})
+    done = subprocess.run([str(env_python), str(DRIVER), argument], capture_output=True,
+                          text=True, check=False, timeout=600,
+                          env={**os.environ, "FLASHINFER_CUDA_ARCH_LIST": "9.0a",
+                               "FLASHINFER_WORKSPACE_BASE": str(work)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    steps = json.loads(done.stdout.strip().splitlines()[-1])["steps"]
+    assert sum(1 for s in steps if s.startswith("fused_moe_90/")) > 100
+    ninja = next(work.rglob("fused_moe_90/build.ninja")).read_text()
+    blocks = {}
+    for name in ("cflags", "cuda_cflags"):
+        block = ninja.split(f"\n{name} = ", 1)[1]
+        blocks[name] = block.split("\npost_cflags", 1)[0].split("\ncuda_post_cflags", 1)[0]
+    return blocks["cuda_cflags"], blocks["cflags"]
+
+
+def test_the_driver_puts_fast_build_into_the_cuda_flags_too(tmp_path: Path,
+                                                            shared_cache: Path) -> None:
+    saved = _save(tmp_path, "--modules", "fused_moe_sm90", "--fast-build",
+                  "--cache-dir", str(shared_cache))
+    assert saved.returncode == 0, saved.stderr
+    request = KernelRequest.from_json(json.loads((tmp_path / "r.json").read_text()))
+    env, _ = build_environment(request, KernelOptions(build_torch="torch==2.13.0"),
+                               Cache(shared_cache), Reporter(quiet=True))
+    cuda, host = _cuda_and_host_flags(env.python, tmp_path, fast=False)
+    assert "-DFAST_BUILD" not in cuda and "-DFAST_BUILD" not in host
+    assert "-gencode=arch=compute_90a,code=sm_90a" in cuda
+    cuda, host = _cuda_and_host_flags(env.python, tmp_path, fast=True)
+    assert "-DFAST_BUILD" in host  # FlashInfer's own use_fast_build
+    assert "-DFAST_BUILD" in cuda  # ours: what filters the CUTLASS instantiations
