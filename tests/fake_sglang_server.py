@@ -10,8 +10,9 @@ where MODE is ``ok``, ``hang`` (never ready), ``crash`` (exits 1 while loading),
 ``no-autotune`` (ready, but never logs the autotune), ``untuned`` (the autotune skips every
 tactic for a module missing from the jit-cache, as FlashInfer 0.6.14 logs it),
 ``stubborn`` (it and its child ignore SIGTERM) or ``empty-text`` (``/generate`` answers an
-empty text, or no token ids). Like FlashInfer, the per-tactic autotuner lines are printed
-only with ``FLASHINFER_LOGGING_LEVEL=debug``; with ``--skip-tokenizer-init`` ``/generate``
+empty text, or no token ids). Like FlashInfer under SGLang 0.5.16, the per-tactic autotuner
+lines are printed only with ``FLASHINFER_LOGGING_LEVEL=debug`` and a logging configuration
+in ``SGLANG_LOGGING_CONFIG_PATH``; with ``--skip-tokenizer-init`` ``/generate``
 takes ``input_ids`` and answers ``output_ids``, as SGLang does.
 """
 
@@ -53,7 +54,10 @@ def main() -> int:
     parser.add_argument("--load-seconds", type=float, default=1.0)
     parser.add_argument("--skip-tokenizer-init", action="store_true")
     args = parser.parse_args()
-    debug = os.environ.get("FLASHINFER_LOGGING_LEVEL", "info").lower() == "debug"
+    # SGLang sets FlashInfer's logger to ERROR unless SGLANG_LOGGING_CONFIG_PATH is set.
+    config = os.environ.get("SGLANG_LOGGING_CONFIG_PATH")
+    debug = os.environ.get("FLASHINFER_LOGGING_LEVEL", "info").lower() == "debug" and \
+        bool(config) and Path(config).is_file()
     if args.mode == "stubborn":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     child_code = ("import signal, time\n"

@@ -90,3 +90,20 @@ def test_the_driver_puts_fast_build_into_the_cuda_flags_too(tmp_path: Path,
     cuda, host = _cuda_and_host_flags(env.python, tmp_path, fast=True)
     assert "-DFAST_BUILD" in host  # FlashInfer's own use_fast_build
     assert "-DFAST_BUILD" in cuda  # ours: what filters the CUTLASS instantiations
+
+
+def test_a_release_with_a_fast_build_kernel_wheel_is_refused_before_any_work(
+        tmp_path: Path) -> None:
+    # The refusal comes first: no engine, registry or index is reached (none listens on
+    # these ports), nothing is built or written.
+    wheel = tmp_path / ("flashinfer_jit_cache-0.6.14+sm120.1.cu130.sm90a.fastbuild-py3-none-"
+                        "manylinux_2_28_x86_64.whl")
+    wheel.write_bytes(b"not read")
+    done = run_cli("release", "--gate", "static", "--cache-dir", str(tmp_path / "cache"),
+                   "--registry", "127.0.0.1:9", "--repository-url", "http://127.0.0.1:9/",
+                   "--kernel-wheel", str(wheel), "--dist", str(tmp_path / "dist"),
+                   env={"DOCKER_HOST": "tcp://127.0.0.1:9"})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"{wheel.name} is a --fast-build kernel wheel" in done.stderr
+    assert "build the kernel wheel without --fast-build" in done.stderr
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "dist").exists()

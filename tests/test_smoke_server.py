@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from builder.smoke.server import (
     ServerSpec,
     free_port,
     run_server_check,
+    server_env,
     sglang_command,
 )
 
@@ -32,7 +34,8 @@ def _run(tmp_path: Path, mode: str, *, env: dict[str, str] | None = None,
                                str(pids), "--mode", mode,
                                *(["--skip-tokenizer-init"] if input_ids else [])),
                       base_url=f"http://127.0.0.1:{port}",
-                      env=SERVER_ENV if env is None else env, input_ids=input_ids,
+                      env=server_env(tmp_path) if env is None else env,
+                      input_ids=input_ids,
                       **{"ready_timeout": 30.0, "request_timeout": 10.0, "stop_grace": 5.0,
                          "pattern_grace": 5.0, **limits})
     outcome = run_server_check(spec)
@@ -82,14 +85,34 @@ def test_an_autotune_that_skipped_every_tactic_for_a_missing_module_fails(
     _gone(pids)
 
 
-def test_without_flashinfer_debug_lines_nothing_counts_as_tuned(tmp_path: Path) -> None:
-    # The same healthy server, but FlashInfer's logger at its default level: the check
-    # cannot see a tactic profiled, so it must not pass.
-    outcome, pids = _run(tmp_path, "ok", env={})
+@pytest.mark.parametrize("env", [{}, SERVER_ENV], ids=["no-debug", "no-logging-config"])
+def test_without_flashinfer_debug_lines_nothing_counts_as_tuned(
+        tmp_path: Path, env: dict[str, str]) -> None:
+    # The same healthy server, but FlashInfer's logger at its default level, or set to debug
+    # while SGLang silences it (no SGLANG_LOGGING_CONFIG_PATH, as on the H200 run): the
+    # check cannot see a tactic profiled, so it must not pass.
+    outcome, pids = _run(tmp_path, "ok", env=env)
     assert outcome.status == "failed"
     assert outcome.detail.startswith("the autotune ran but profiled no tactic")
-    assert "FLASHINFER_LOGGING_LEVEL=debug" in outcome.detail
+    assert "SGLANG_LOGGING_CONFIG_PATH" in outcome.detail
     _gone(pids)
+
+
+def test_the_logging_configuration_is_one_sglang_can_apply(tmp_path: Path) -> None:
+    env = server_env(tmp_path)
+    assert env["FLASHINFER_LOGGING_LEVEL"] == "debug"
+    # What SGLang's configure_logger does with it, in a process of its own: a logger made
+    # before (as FlashInfer's is) keeps working, and SGLang's lines keep their format.
+    code = ("import json, logging, logging.config, sys\n"
+            "early = logging.getLogger('flashinfer.jit'); early.setLevel(logging.DEBUG)\n"
+            "logging.config.dictConfig(json.load(open(sys.argv[1])))\n"
+            "early.debug('[Autotuner]: profiling x 1, avg_time 0.1')\n"
+            "logging.getLogger('sglang').info('Running FlashInfer autotune')\n")
+    done = subprocess.run([sys.executable, "-c", code, env["SGLANG_LOGGING_CONFIG_PATH"]],
+                          capture_output=True, text=True, check=True)
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].endswith("] [Autotuner]: profiling x 1, avg_time 0.1")
+    assert lines[1].startswith("[") and lines[1].endswith("] Running FlashInfer autotune")
 
 
 def test_a_server_without_tokenizer_is_asked_with_token_ids(tmp_path: Path) -> None:

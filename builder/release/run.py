@@ -162,6 +162,28 @@ def image_content_digest(image: ImageResult, dockerfile: Path) -> str:
         "base": image.base.reference, "dockerfile": sha256_file(dockerfile)})
 
 
+def refuse_fast_builds(wheel_names: list[str]) -> None:
+    """Refuse to release a kernel wheel built with ``kernels --fast-build``.
+
+    Such a wheel (local label segment ``fastbuild``) holds one CUTLASS MoE tile shape
+    only: it is for smoke tests.
+
+    Raises:
+        BuilderError: one of ``wheel_names`` is a fast build.
+    """
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    for name in wheel_names:
+        try:
+            local = parse_wheel_filename(name)[1].local or ""
+        except InvalidWheelFilename:
+            continue
+        if "fastbuild" in local.split("."):
+            raise BuilderError(f"{name} is a --fast-build kernel wheel (one CUTLASS MoE tile "
+                               "shape): it is for smoke tests and is never released",
+                               "build the kernel wheel without --fast-build")
+
+
 def run_release(options: Options, image_options: ImageOptions, index: Index,
                 gate: SmokeGate = static_gate,
                 client: docker.DockerClient | None = None) -> ReleaseSummary:
@@ -186,6 +208,7 @@ def run_release(options: Options, image_options: ImageOptions, index: Index,
     """
     summary = ReleaseSummary()
     try:
+        refuse_fast_builds([path.name for path in image_options.kernel_wheels])
         client = client or connect(image_options.docker_host)
         image = run_image(options, image_options, client)
         # One tag, one content (versions.lock): a tag is keyed with its registry and

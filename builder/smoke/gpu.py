@@ -652,16 +652,16 @@ def _server_check(options: SmokeOptions) -> CheckResult:
             if SKIP_TOKENIZER not in extra:
                 extra = (*extra, SKIP_TOKENIZER)
         assert model is not None
-        return _serve(options, model, extra, made)
+        return _serve(options, model, extra, made, Path(scratch))
 
 
 def _serve(options: SmokeOptions, model: Path, extra: tuple[str, ...],
-           made: dict[str, Any] | None) -> CheckResult:
+           made: dict[str, Any] | None, scratch: Path) -> CheckResult:
     from builder.smoke.server import (
-        SERVER_ENV,
         ServerSpec,
         free_port,
         run_server_check,
+        server_env,
         sglang_command,
     )
 
@@ -671,7 +671,7 @@ def _serve(options: SmokeOptions, model: Path, extra: tuple[str, ...],
         command=sglang_command(options.python or sys.executable, str(model), port,
                                extra=extra),
         base_url=f"http://127.0.0.1:{port}", ready_timeout=options.server_timeout,
-        env={"FLASHINFER_DISABLE_JIT": "1", **SERVER_ENV},
+        env={"FLASHINFER_DISABLE_JIT": "1", **server_env(scratch)},
         input_ids=PROMPT_IDS if SKIP_TOKENIZER in extra else None))
     data = {**outcome.data, **({"tiny_model": made} if made else {})}
     return CheckResult("server", _status(outcome.status), outcome.detail, True, data)

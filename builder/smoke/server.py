@@ -18,6 +18,7 @@ Whether the autotune tuned anything is read from FlashInfer's own per-tactic log
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -27,6 +28,7 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from builder.smoke.probe import (
@@ -43,10 +45,39 @@ AUTOTUNE_PATTERNS = ("Running FlashInfer autotune", "FlashInfer autotune complet
 #: What FlashInfer's autotuner prefixes its log lines with (``flashinfer/autotuner.py``).
 AUTOTUNER_TAG = "[Autotuner]: "
 
-#: The environment the server check adds: FlashInfer's logger at debug level
-#: (``FLASHINFER_LOGGING_LEVEL``, read in ``flashinfer/jit/core.py``), so that every tactic
-#: the autotuner times or skips is one line of the server's log.
+#: FlashInfer's logger at debug level (``FLASHINFER_LOGGING_LEVEL``, read when
+#: ``flashinfer/jit/core.py`` creates it), so that every tactic the autotuner times or
+#: skips is one line of the server's log.
 SERVER_ENV = {"FLASHINFER_LOGGING_LEVEL": "debug"}
+
+#: SGLang's own log format (``configure_logger`` in ``sglang/srt/utils/common.py``), as a
+#: ``logging.config.dictConfig`` that leaves other loggers alone.
+LOGGING_CONFIG: dict[str, Any] = {
+    "version": 1, "disable_existing_loggers": False,
+    "formatters": {"sglang": {"format": "[%(asctime)s] %(message)s",
+                              "datefmt": "%Y-%m-%d %H:%M:%S"}},
+    "handlers": {"stdout": {"class": "logging.StreamHandler", "formatter": "sglang",
+                            "stream": "ext://sys.stdout"}},
+    "root": {"level": "INFO", "handlers": ["stdout"]},
+}
+
+
+def server_env(scratch: Path) -> dict[str, str]:
+    """The environment the server check adds, with a logging configuration in ``scratch``.
+
+    SGLang's ``configure_logger`` (0.5.16, ``sglang/srt/utils/common.py``) sets FlashInfer's
+    logger to ERROR in every process, which hides the autotuner's lines whatever
+    ``FLASHINFER_LOGGING_LEVEL`` says, unless ``SGLANG_LOGGING_CONFIG_PATH`` names a
+    logging configuration: then SGLang applies that one and leaves FlashInfer's logger
+    alone. (Seen on the lent H200 on 2026-11-30: without it the autotune ran for 28 s and
+    logged no tactic.)
+
+    Returns:
+        :data:`SERVER_ENV` plus ``SGLANG_LOGGING_CONFIG_PATH`` (the file it wrote).
+    """
+    path = scratch / "sglang-logging.json"
+    path.write_text(json.dumps(LOGGING_CONFIG))
+    return {**SERVER_ENV, "SGLANG_LOGGING_CONFIG_PATH": str(path)}
 
 
 def sglang_command(python: str, model: str, port: int, *,
@@ -288,8 +319,8 @@ def tuning_failure(tuned: dict[str, Any]) -> str | None:
                 "was tuned")
     if not tuned["profiled"]:
         return ("the autotune ran but profiled no tactic (FlashInfer logs each at debug "
-                f"level: {', '.join(f'{k}={v}' for k, v in SERVER_ENV.items())}): nothing "
-                "was tuned")
+                "level with FLASHINFER_LOGGING_LEVEL=debug and SGLANG_LOGGING_CONFIG_PATH set, "
+                "see server_env): nothing was tuned")
     return None
 
 
