@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import zipfile
 from pathlib import Path
 
 from conftest import run_cli
@@ -107,3 +108,57 @@ def test_a_release_with_a_fast_build_kernel_wheel_is_refused_before_any_work(
     assert f"{wheel.name} is a --fast-build kernel wheel" in done.stderr
     assert "build the kernel wheel without --fast-build" in done.stderr
     assert not (tmp_path / "cache").exists() and not (tmp_path / "dist").exists()
+
+
+def _request(tmp_path: Path, shared_cache: Path,
+             **change: object) -> subprocess.CompletedProcess[str]:
+    """A request saved by the builder, edited by hand, then given to ``--request``."""
+    saved = _save(tmp_path, "--modules", "fused_moe_sm90,trtllm_utils", "--fast-build",
+                  "--cache-dir", str(shared_cache))
+    assert saved.returncode == 0, saved.stderr
+    data = json.loads((tmp_path / "r.json").read_text())
+    for key, value in change.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    (tmp_path / "edited.json").write_text(json.dumps(data))
+    return run_cli("kernels", "--request", str(tmp_path / "edited.json"), "--cache-dir",
+                   str(tmp_path / "cache"), "--dist", str(tmp_path / "dist"))
+
+
+def test_a_hand_edited_request_cannot_mislabel_a_build(tmp_path: Path,
+                                                       shared_cache: Path) -> None:
+    cases = {
+        "fast_build": (None, "and its fast_build (false) disagree"),
+        "version": ("0.6.3+sm120.1.cu130.sm90a", "and its fast_build (true) disagree"),
+        "groups": (["norm"], "a fast build without a fused_moe_smNN group"),
+    }
+    for key, (value, message) in cases.items():
+        done = _request(tmp_path, shared_cache, **{key: value})
+        assert done.returncode == 1, (key, done.stdout, done.stderr)
+        assert message in done.stderr, (key, done.stderr)
+    done = _request(tmp_path, shared_cache, fast_build="yes")
+    assert done.returncode == 1 and "fast_build is 'yes'" in done.stderr, done.stderr
+    assert not (tmp_path / "dist").exists() and not (tmp_path / "cache" / "kernels").exists()
+
+
+def test_a_renamed_fast_build_wheel_is_known_by_its_manifest(tmp_path: Path) -> None:
+    from builder.core.errors import BuilderError
+    from builder.release.run import refuse_fast_builds
+
+    wheel = tmp_path / "flashinfer_jit_cache-0.6.14+sm120.1.cu130-py3-none-any.whl"
+    manifest = {"flashinfer_version": "0.6.14", "arch_list": ["9.0a"], "modules": [],
+                "fast_build": True}
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("flashinfer_jit_cache/sm120-manifest.json", json.dumps(manifest))
+    try:
+        refuse_fast_builds([wheel])
+    except BuilderError as error:
+        assert "is a --fast-build kernel wheel" in error.cause
+    else:
+        raise AssertionError("a fast build passed for a full one")
+    manifest.pop("fast_build")
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("flashinfer_jit_cache/sm120-manifest.json", json.dumps(manifest))
+    refuse_fast_builds([wheel])  # a full build is not refused

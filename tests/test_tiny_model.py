@@ -8,6 +8,7 @@ own Qwen3-MoE loader expects (read from its real wheel).
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -19,7 +20,8 @@ import pytest
 from builder.smoke.gpu import SmokeOptions, _server_check
 from builder.smoke.tiny_model import DIMENSIONS, tensor_shapes, tiny_moe_config
 
-SCRIPT = Path(__file__).resolve().parent.parent / "builder" / "smoke" / "tiny_model.py"
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "builder" / "smoke" / "tiny_model.py"
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +97,7 @@ def test_the_server_check_serves_the_tiny_model_without_a_tokenizer(tmp_path: Pa
     # No SGLang here: the check writes the model with this interpreter, starts the server
     # command, which fails at once, and reports that with the model it wrote.
     result = _server_check(SmokeOptions(tiny_model=True, python=sys.executable,
-                                        server_timeout=60.0))
+                                        server_timeout=60.0), None)
     assert result.status == "failed"
     assert result.detail.startswith("the server exited with code 1 before it was ready")
     command = result.data["command"]
@@ -110,3 +112,30 @@ def _count(shape: tuple[int, ...]) -> int:
     for size in shape:
         total *= size
     return total
+
+
+def test_without_a_gpu_check_6_fails_as_such_and_writes_no_model(tmp_path: Path) -> None:
+    # This machine has no GPU: the probe says so, and check 6 says the same instead of
+    # writing a model and starting a server that can only crash.
+    done = subprocess.run([sys.executable, "-m", "builder", "smoke", "--tiny-model", "--json"],
+                          capture_output=True, text=True, check=False, timeout=300,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)["report"]
+    server = next(c for c in report["checks"] if c["name"] == "server")
+    assert server["status"] == "failed" and server["required"] is True
+    assert server["detail"].startswith("no CUDA device")
+    assert not list(tmp_path.glob("sm120-tiny-model-*"))
+
+
+@pytest.mark.parametrize("args", [["--mode", "image", "--image", "sglang-sm120:x"],
+                                  ["--probe-output", "probe.out"]])
+def test_check_6_where_it_cannot_run_is_refused_up_front(tmp_path: Path,
+                                                         args: list[str]) -> None:
+    (tmp_path / "probe.out").write_text("")
+    done = subprocess.run([sys.executable, "-m", "builder", "smoke", *args, "--tiny-model"],
+                          capture_output=True, text=True, check=False, timeout=120,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 1, done.stderr
+    assert "--tiny-model" in done.stderr and "Traceback" not in done.stderr
+    assert ("host mode only" in done.stderr) == (args[0] == "--mode")

@@ -103,9 +103,10 @@ def _kernels_parser(commands: Any) -> None:
                               "Hopper GPU (the wheel's label then names them)")
     kernels.add_argument("--fast-build", action="store_true",
                          help="compile the fused MoE modules with TensorRT-LLM's FAST_BUILD: "
-                              "CTA 128x128 alone, far fewer CUTLASS instantiations; the "
-                              "autotuner then picks among a few tactics. For smoke tests: "
-                              "the label says fastbuild and the lock never records it")
+                              "of the TMA warp-specialised grouped GEMMs only CTA 128x128 "
+                              "(cluster 1x1x1) is built, the Ampere-style ones all stay, so "
+                              "the autotuner has fewer tactics. For smoke tests: the label "
+                              "says fastbuild, the lock never records it, release refuses it")
     kernels.add_argument("--mode", choices=("host", "container"), default="host",
                          help="compile here or in a CUDA build container (default: host)")
     kernels.add_argument("--environment", choices=("managed", "current"), default="managed",

@@ -92,7 +92,8 @@ class KernelRequest:
         head_dims: head dimensions for the ``attention`` group.
         epoch: SOURCE_DATE_EPOCH of the upstream release, for reproducible wheels.
         fast_build: compile the CUTLASS fused MoE modules with TensorRT-LLM's
-            ``FAST_BUILD`` (one CTA shape; for smoke tests, never for release).
+            ``FAST_BUILD`` (one TMA warp-specialised tile shape; for smoke tests, never
+            for release).
     """
 
     target: str
@@ -122,21 +123,37 @@ class KernelRequest:
         Raises:
             BuilderError: a field is missing or malformed.
         """
+        fast = data.get("fast_build", False) if isinstance(data, dict) else False
+        if not isinstance(fast, bool):
+            raise BuilderError(f"not a kernel request (fast_build is {fast!r}, not true or "
+                               "false)", "write it with `python -m builder kernels "
+                               "--save-request`")
         try:
             pins = data["pins"]
-            return cls(data["target"], KernelPins(
+            request = cls(data["target"], KernelPins(
                 Version(pins["flashinfer_python"]),
                 Version(pins["flashinfer_cubin"]) if pins["flashinfer_cubin"] else None,
                 tuple(pins["kernel"]) if pins["kernel"] else None,
                 pins["torch"], pins["cuda_python"]), data["version"],
                 tuple(data["arch_list"]), data["cuda_lane"], tuple(data["groups"]),
-                tuple(int(h) for h in data["head_dims"]), int(data["epoch"]),
-                data.get("fast_build") is True)
+                tuple(int(h) for h in data["head_dims"]), int(data["epoch"]), fast)
         except (KeyError, TypeError, ValueError, InvalidVersion) as error:
             what = f"no field {error}" if isinstance(error, KeyError) else str(error)
             raise BuilderError(f"not a kernel request ({what})",
                                "write it with `python -m builder kernels --save-request`") \
                 from None
+        # A fast build must never pass for a full one, nor the other way round.
+        labelled = "fastbuild" in request.version.partition("+")[2].split(".")
+        if labelled != fast:
+            raise BuilderError(f"the request's version {request.version} and its fast_build "
+                               f"({str(fast).lower()}) disagree",
+                               "write it again with `python -m builder kernels "
+                               "--save-request`, not by hand")
+        if fast and not any(g.startswith("fused_moe_sm") for g in request.groups):
+            raise BuilderError("the request is a fast build without a fused_moe_smNN group",
+                               "write it again with `python -m builder kernels "
+                               "--save-request`, not by hand")
+        return request
 
 
 @dataclass(frozen=True)

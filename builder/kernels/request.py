@@ -64,8 +64,9 @@ class KernelOptions:
             backend (no wheel); ``None``: the whole build.
         step_costs: balance shards by this step-costs file (default: the cache's).
         fast_build: compile the CUTLASS fused MoE modules with TensorRT-LLM's
-            ``FAST_BUILD`` (CTA 128x128 alone): a quicker smoke-test wheel whose label
-            says ``fastbuild``; never recorded in the version lock.
+            ``FAST_BUILD`` (CTA 128x128 alone among the TMA warp-specialised grouped
+            GEMMs): a quicker smoke-test wheel whose label says ``fastbuild``; never
+            recorded in the version lock.
     """
 
     lane: str | None = None

@@ -31,6 +31,7 @@ from builder.core.lock import VersionLock, lock_path
 from builder.core.options import Options, select_target
 from builder.image.build import (
     ImageResult,
+    read_extra_wheel,
 )
 from builder.image.run import ImageOptions, run_image
 from builder.release.publish import (
@@ -162,25 +163,29 @@ def image_content_digest(image: ImageResult, dockerfile: Path) -> str:
         "base": image.base.reference, "dockerfile": sha256_file(dockerfile)})
 
 
-def refuse_fast_builds(wheel_names: list[str]) -> None:
-    """Refuse to release a kernel wheel built with ``kernels --fast-build``.
+def refuse_fast_builds(wheels: list[Path]) -> None:
+    """Refuse to release a kernel wheel built with ``kernels --fast-build``: its fused MoE
+    has the CTA 128x128 alone among the TMA warp-specialised grouped GEMMs, for smoke tests.
 
-    Such a wheel (local label segment ``fastbuild``) holds one CUTLASS MoE tile shape
-    only: it is for smoke tests.
+    A fast build is known by its local label segment ``fastbuild`` or, in a wheel renamed
+    by hand, by its manifest's ``"fast_build": true``.
 
     Raises:
-        BuilderError: one of ``wheel_names`` is a fast build.
+        BuilderError: one of ``wheels`` is a fast build, or is not a readable wheel.
     """
     from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-    for name in wheel_names:
+    for path in wheels:
         try:
-            local = parse_wheel_filename(name)[1].local or ""
+            local = parse_wheel_filename(path.name)[1].local or ""
         except InvalidWheelFilename:
-            continue
-        if "fastbuild" in local.split("."):
-            raise BuilderError(f"{name} is a --fast-build kernel wheel (one CUTLASS MoE tile "
-                               "shape): it is for smoke tests and is never released",
+            local = ""
+        fast = "fastbuild" in local.split(".") or \
+            bool((read_extra_wheel(path).manifest or {}).get("fast_build"))
+        if fast:
+            raise BuilderError(f"{path.name} is a --fast-build kernel wheel (its fused MoE "
+                               "keeps one of the TMA warp-specialised tile shapes): it is "
+                               "for smoke tests and is never released",
                                "build the kernel wheel without --fast-build")
 
 
@@ -208,7 +213,7 @@ def run_release(options: Options, image_options: ImageOptions, index: Index,
     """
     summary = ReleaseSummary()
     try:
-        refuse_fast_builds([path.name for path in image_options.kernel_wheels])
+        refuse_fast_builds(list(image_options.kernel_wheels))
         client = client or connect(image_options.docker_host)
         image = run_image(options, image_options, client)
         # One tag, one content (versions.lock): a tag is keyed with its registry and

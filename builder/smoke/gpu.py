@@ -42,6 +42,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -630,20 +631,24 @@ SKIP_TOKENIZER = "--skip-tokenizer-init"
 PROMPT_IDS = tuple(range(1, 17))
 
 
-def _server_check(options: SmokeOptions) -> CheckResult:
+def _server_check(options: SmokeOptions, no_gpu: str | None) -> CheckResult:
     if options.model is None and not options.tiny_model:
         return CheckResult("server", NOT_RUN, "no model given (--model PATH or --tiny-model)",
                            required=False)
-    if options.mode == "image":
-        return CheckResult("server", NOT_RUN, "the server check runs in host mode only; "
-                           "run the smoke in host mode inside the image for it")
+    if no_gpu:  # the probe found none: SGLang would only fail later, less clearly
+        return CheckResult("server", FAILED, no_gpu, True)
     with tempfile.TemporaryDirectory(prefix="sm120-tiny-model-") as scratch:
         model, extra, made = options.model, tuple(options.server_args), None
         if options.tiny_model:
             python = options.python or sys.executable
             options.reporter.info("Writing a tiny Qwen3-MoE with random weights ...")
-            done = subprocess.run([python, str(TINY_MODEL_PATH), f"{scratch}/tiny-moe"],
-                                  capture_output=True, text=True, check=False)
+            try:
+                done = subprocess.run([python, str(TINY_MODEL_PATH), f"{scratch}/tiny-moe"],
+                                      capture_output=True, text=True, check=False,
+                                      timeout=600)
+            except subprocess.TimeoutExpired:
+                return CheckResult("server", FAILED, "writing the tiny model took more than "
+                                   "600 s", True)
             if done.returncode != 0:
                 return CheckResult("server", FAILED, "could not write the tiny model: "
                                    + _tail(done.stderr)[-300:], True)
@@ -666,12 +671,17 @@ def _serve(options: SmokeOptions, model: Path, extra: tuple[str, ...],
     )
 
     port = free_port()
+    env = {"FLASHINFER_DISABLE_JIT": "1", **server_env(scratch)}
+    overridden = [k for k in env if os.environ.get(k) not in (None, env[k])]
+    if overridden:
+        options.reporter.info(f"check 6 sets {', '.join(overridden)} for the server "
+                              "(FlashInfer's tactic lines must reach its log)")
     options.reporter.info(f"Starting SGLang on 127.0.0.1:{port} with {model} ...")
     outcome = run_server_check(ServerSpec(
         command=sglang_command(options.python or sys.executable, str(model), port,
                                extra=extra),
         base_url=f"http://127.0.0.1:{port}", ready_timeout=options.server_timeout,
-        env={"FLASHINFER_DISABLE_JIT": "1", **server_env(scratch)},
+        env=env,
         input_ids=PROMPT_IDS if SKIP_TOKENIZER in extra else None))
     data = {**outcome.data, **({"tiny_model": made} if made else {})}
     return CheckResult("server", _status(outcome.status), outcome.detail, True, data)
@@ -685,6 +695,16 @@ def run_smoke(options: SmokeOptions) -> SmokeReport:
             have, an unreadable series, wheel or provenance file, an interpreter that cannot
             run.
     """
+    if options.model is not None or options.tiny_model:
+        given = "--model" if options.model is not None else "--tiny-model"
+        if options.mode == "image":
+            raise BuilderError(f"{given}: the server check runs in host mode only",
+                               "run `smoke --mode host` inside the image for check 6, or "
+                               f"leave {given} out")
+        if options.probe_output is not None:
+            raise BuilderError(f"{given} with --probe-output would start SGLang here, not "
+                               "where the probe ran", f"leave {given} out, or run the smoke "
+                               "in the tested environment")
     series = load_series(options.series)
     expected, expected_record = _expected(options)
     args = probe_arguments(intent_patterns(series), options.moe)
@@ -717,7 +737,10 @@ def run_smoke(options: SmokeOptions) -> SmokeReport:
     else:
         options.reporter.info("Running the probe in this environment ...")
         run = run_probe_host(options.python or sys.executable, args, options.probe_timeout)
-    server = _server_check(options)
+    runner = run.results.get("runner", {})
+    no_gpu = runner.get("detail") if runner.get("status") == FAILED and \
+        str(runner.get("detail", "")).startswith("no CUDA device") else None
+    server = _server_check(options, no_gpu)
     return assemble(options.mode, run, series, moe=options.moe, expected=expected,
                     expected_record=expected_record, server=server, artifacts=artifacts)
 

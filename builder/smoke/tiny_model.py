@@ -6,10 +6,11 @@ then runs with ``--skip-tokenizer-init`` and is asked with token ids). The build
 :func:`tiny_moe_config` and :func:`tensor_shapes` for its tests.
 
 The checkpoint uses the Hugging Face Qwen3-MoE layout that SGLang's
-``sglang/srt/models/qwen3_moe.py`` loads (0.5.9 to 0.5.23): per-expert ``gate_proj``,
-``up_proj`` and ``down_proj`` under ``mlp.experts.<e>``, the router as ``mlp.gate``, and
-``q_norm``/``k_norm`` per attention layer. The sizes are multiples of 128 so that the
-CUTLASS grouped GEMMs of FlashInfer's fused MoE accept them (TMA needs 16-byte aligned rows).
+``sglang/srt/models/qwen3_moe.py`` loads (checked against 0.5.16's by the tests):
+per-expert ``gate_proj``, ``up_proj`` and ``down_proj`` under ``mlp.experts.<e>``, the
+router as ``mlp.gate``, and ``q_norm``/``k_norm`` per attention layer. The sizes are
+multiples of 128 so that the CUTLASS grouped GEMMs of FlashInfer's fused MoE accept them
+(TMA needs 16-byte aligned rows).
 """
 
 from __future__ import annotations
@@ -101,17 +102,20 @@ def write_model(out: Path, seed: int = 0) -> dict[str, Any]:
     # Written beside it and renamed: an interrupted run leaves no half model at ``out``.
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    partial.chmod(0o755)
     config = tiny_moe_config()
-    generator = torch.Generator().manual_seed(seed)
     tensors = {}
-    for name, shape in tensor_shapes(config).items():
-        if len(shape) == 1:  # RMSNorm weights
-            tensors[name] = torch.ones(shape, dtype=torch.bfloat16)
-        else:
-            tensors[name] = (torch.randn(shape, generator=generator) * 0.02).to(torch.bfloat16)
     try:
+        partial.chmod(0o755)
+        generator = torch.Generator().manual_seed(seed)
+        for name, shape in tensor_shapes(config).items():
+            if len(shape) == 1:  # RMSNorm weights
+                tensors[name] = torch.ones(shape, dtype=torch.bfloat16)
+            else:
+                tensors[name] = (torch.randn(shape, generator=generator) * 0.02).to(
+                    torch.bfloat16)
         save_file(tensors, str(partial / "model.safetensors"), metadata={"format": "pt"})
+        # safetensors writes 0600: a server running as another user must read it too.
+        (partial / "model.safetensors").chmod(0o644)
         (partial / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         if out.exists():
             out.rmdir()
