@@ -152,6 +152,18 @@ def autotune_summary(lines: Iterable[str]) -> dict[str, Any]:
     return {"profiled": profiled, "chosen": chosen, "skipped": skipped}
 
 
+def untuned(tuned: dict[str, Any]) -> str | None:
+    """Why an autotune pass tuned nothing, or ``None`` when it tuned: ``missing_module``
+    (a tactic was skipped for a module missing from the jit-cache) or ``none_profiled``.
+
+    Args:
+        tuned: :func:`autotune_summary` of the pass's log lines.
+    """
+    if tuned["skipped"].get("missing_module"):
+        return "missing_module"
+    return None if tuned["profiled"] else "none_profiled"
+
+
 def moe_verdict(variants: list[dict[str, Any]]) -> tuple[str, str]:
     """Check 5's status and detail from its variants' results and autotune summaries.
 
@@ -179,13 +191,13 @@ def moe_verdict(variants: list[dict[str, Any]]) -> tuple[str, str]:
                             f"{v['tuned_error']:.3g} > {v['tolerance']:g}"))
             continue
         tuned = v.get("autotune") or {"profiled": 0, "chosen": [], "skipped": {}}
-        skipped = tuned["skipped"]
-        if skipped.get("missing_module"):
+        skipped, cause = tuned["skipped"], untuned(tuned)
+        if cause == "missing_module":
             failures.append(f"{name}: {skipped['missing_module']} tactics skipped because a "
                             "module is missing from the jit-cache with JIT disabled (the "
                             "autotuner's trtllm_utils?): nothing was tuned")
             continue
-        if not tuned["profiled"]:
+        if cause == "none_profiled":
             failures.append(f"{name}: autotune profiled no tactic: nothing was tuned")
             continue
         ratio = v.get("default_over_tuned")

@@ -13,7 +13,7 @@ FlashInfer autotune...`` (0.5.16: ``Running FlashInfer autotune with cache: ...`
 ``{"text", "meta_info"}``; with ``--skip-tokenizer-init`` it takes ``{"input_ids", ...}``
 and answers ``{"output_ids", "meta_info"}`` (``srt/managers/tokenizer_manager.py``).
 Whether the autotune tuned anything is read from FlashInfer's own per-tactic log lines
-(:func:`builder.smoke.probe.autotune_summary`), which :data:`SERVER_ENV` turns on.
+(:func:`builder.smoke.probe.autotune_summary`), which :func:`server_env` turns on.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from builder.smoke.probe import (
     autotune_summary,
     classify_line,
     count_warnings,
+    untuned,
 )
 
 AUTOTUNE_PATTERNS = ("Running FlashInfer autotune", "FlashInfer autotune completed")
@@ -312,12 +313,12 @@ def tuning_failure(tuned: dict[str, Any]) -> str | None:
     Args:
         tuned: :func:`builder.smoke.probe.autotune_summary` of the server's log.
     """
-    missing = tuned["skipped"].get("missing_module", 0)
-    if missing:
-        return (f"the autotune skipped {missing} tactics because a module is missing from "
-                "the jit-cache with JIT disabled (the autotuner's trtllm_utils?): nothing "
-                "was tuned")
-    if not tuned["profiled"]:
+    cause = untuned(tuned)
+    if cause == "missing_module":
+        return (f"the autotune skipped {tuned['skipped']['missing_module']} tactics because "
+                "a module is missing from the jit-cache with JIT disabled (the autotuner's "
+                "trtllm_utils?): nothing was tuned")
+    if cause == "none_profiled":
         return ("the autotune ran but profiled no tactic (FlashInfer logs each at debug "
                 "level with FLASHINFER_LOGGING_LEVEL=debug and SGLANG_LOGGING_CONFIG_PATH set, "
                 "see server_env): nothing was tuned")

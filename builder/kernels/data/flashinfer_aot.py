@@ -57,13 +57,15 @@ def register_package() -> str:
     return importlib.metadata.version("flashinfer-python")
 
 
-def _sm_group(prefix: str, module: Any, pattern: str) -> Callable[[str], list[Any]]:
+def _sm_group(prefix: str, module: Any, pattern: str,
+              make: Callable[[Callable[..., Any]], Any] = lambda f: f()
+              ) -> Callable[[str], list[Any]]:
     def specs(group: str) -> list[Any]:
         sm = group[len(prefix):]
         function = getattr(module, pattern.format(sm=sm), None)
         if function is None:
             raise KeyError(group)
-        return [function()]
+        return [make(function)]
     return specs
 
 
@@ -127,14 +129,8 @@ def specs_for(group: str, head_dims: list[int], fast_build: bool = False) -> lis
     if group in fixed:
         return fixed[group]()
     if group.startswith("fused_moe_sm"):
-        pattern = "gen_cutlass_fused_moe_sm{sm}_module"
-        if fast_build:
-            function = getattr(fused_moe, pattern.format(sm=group[len("fused_moe_sm"):]),
-                               None)
-            if function is None:
-                raise KeyError(group)
-            return [fast_moe_spec(function)]
-        return _sm_group("fused_moe_sm", fused_moe, pattern)(group)
+        return _sm_group("fused_moe_sm", fused_moe, "gen_cutlass_fused_moe_sm{sm}_module",
+                         fast_moe_spec if fast_build else lambda f: f())(group)
     if group.startswith("fp4_quantization_sm"):
         return _sm_group("fp4_quantization_sm", fp4_quantization,
                          "gen_fp4_quantization_sm{sm}_module")(group)
