@@ -70,6 +70,20 @@ def check_groups(groups: tuple[str, ...]) -> None:
                            "groups: norm, activation, sampling, rope, page, attention, "
                            "trtllm_utils, fused_moe_smNN, fp4_quantization_smNN, "
                            "fp4_gemm_smNN (e.g. fused_moe_sm120, fp4_quantization_sm120f)")
+#: The local label segment of a ``--fast-build`` kernel wheel (``0.6.14+sm120.1.cu130.fastbuild``).
+FAST_BUILD_LABEL = "fastbuild"
+
+
+def is_fast_build_version(version: str) -> bool:
+    """Whether a kernel wheel version's local label marks a ``--fast-build``."""
+    return FAST_BUILD_LABEL in version.partition("+")[2].lower().split(".")
+
+
+def has_fused_moe(groups: tuple[str, ...]) -> bool:
+    """Whether ``groups`` has a ``fused_moe_smNN`` group (the only ones a fast build changes)."""
+    return any(g.startswith("fused_moe_sm") for g in groups)
+
+
 # Peak memory per parallel compile job: CUTLASS MoE translation units take several GB each
 # (issue "FlashInfer kernels for sm_120"); the small modules stay far below 1 GiB.
 _GIB = 1 << 30
@@ -143,13 +157,12 @@ class KernelRequest:
                                "write it with `python -m builder kernels --save-request`") \
                 from None
         # A fast build must never pass for a full one, nor the other way round.
-        labelled = "fastbuild" in request.version.partition("+")[2].split(".")
-        if labelled != fast:
+        if is_fast_build_version(request.version) != fast:
             raise BuilderError(f"the request's version {request.version} and its fast_build "
                                f"({str(fast).lower()}) disagree",
                                "write it again with `python -m builder kernels "
                                "--save-request`, not by hand")
-        if fast and not any(g.startswith("fused_moe_sm") for g in request.groups):
+        if fast and not has_fused_moe(request.groups):
             raise BuilderError("the request is a fast build without a fused_moe_smNN group",
                                "write it again with `python -m builder kernels "
                                "--save-request`, not by hand")

@@ -15,8 +15,10 @@ from builder.core.errors import BuilderError
 from builder.core.options import Options, select_target
 from builder.kernels.build import (
     DEFAULT_HEAD_DIMS,
+    FAST_BUILD_LABEL,
     KernelRequest,
     check_groups,
+    has_fused_moe,
 )
 from builder.kernels.pins import (
     check_arch_list,
@@ -130,13 +132,13 @@ def kernel_request(options: Options, kernel: KernelOptions) -> KernelRequest:
         check_arch_list(arch_list, pins)  # a plain 12.0, or the other SM120 variant
         label += "." + ".".join(arch_code(a).replace("_", "") for a in arch_list)
     if kernel.fast_build:
-        if not any(g.startswith("fused_moe_sm") for g in
-                   kernel.groups or target.kernel_groups or default_groups(arch_list)):
+        if not has_fused_moe(tuple(kernel.groups or target.kernel_groups
+                                   or default_groups(arch_list))):
             raise BuilderError("--fast-build changes only the fused MoE modules, and none "
                                "is in the module groups", "add a fused_moe_smNN group to "
                                "--modules, or leave --fast-build out")
         # Its own version: a fast build must never pass for the full one.
-        label += ".fastbuild"
+        label += "." + FAST_BUILD_LABEL
     if uses_providers(pins.flashinfer) and len(arch_list) != 1:
         raise BuilderError(f"FlashInfer {pins.flashinfer} reads one provider wheel per arch; "
                            f"the arch list has {' '.join(arch_list)}",

@@ -175,12 +175,14 @@ def refuse_fast_builds(wheels: list[Path]) -> None:
     """
     from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
+    from builder.kernels.build import is_fast_build_version
+
     for path in wheels:
         try:
-            local = parse_wheel_filename(path.name)[1].local or ""
+            version = str(parse_wheel_filename(path.name)[1])
         except InvalidWheelFilename:
-            local = ""
-        fast = "fastbuild" in local.split(".") or \
+            version = ""
+        fast = is_fast_build_version(version) or \
             bool((read_extra_wheel(path).manifest or {}).get("fast_build"))
         if fast:
             raise BuilderError(f"{path.name} is a --fast-build kernel wheel (its fused MoE "
