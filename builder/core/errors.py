@@ -1,12 +1,40 @@
-"""The one error type the builder raises for bad input or a failed stage.
+"""The errors the builder raises, one type per audience and exit status.
 
-Every stage raises :class:`BuilderError` with a one-line cause and a hint saying what to
-do; the CLI prints both and exits non-zero. Anything else escaping a stage is a bug.
+Every refusal or failure is a :class:`BuilderError` with a one-line cause and a hint saying
+what to do; the CLI prints both and exits with the error's :attr:`~BuilderError.exit_status`.
+Anything else escaping a stage is a bug. The subclasses say who has to act, as
+cibuildwheel's errors do (``cibuildwheel.errors``, 2.x: one class per exit code):
+
+========================  ======  =====================================================
+error                     status  who acts
+========================  ======  =====================================================
+:class:`BuilderError`     1       a stage failed in a way no subclass names
+:class:`ConfigurationError` 2     the user: a flag, ``targets.toml``, ``series.toml``, a
+                                  profile or request file is wrong (argparse uses 2 too)
+:class:`MissingToolError` 3       the machine: a tool, service or GPU runtime is missing
+                                  or misconfigured (nvcc, a Docker Engine, the NVIDIA
+                                  runtime); the input is fine
+:class:`SourceError`      4       upstream: a download, index answer or archive is not
+                                  what the pin says
+:class:`PatchError`       5       the series: a patch does not apply or its intent fails
+:class:`BuildError`       6       a build (wheel, kernels, image) ran and failed
+:class:`PublishError`     7       a registry or index refused, or a gate did not open
+========================  ======  =====================================================
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
+
+__all__ = [
+    "BuildError",
+    "BuilderError",
+    "ConfigurationError",
+    "MissingToolError",
+    "PatchError",
+    "PublishError",
+    "SourceError",
+]
 
 
 class BuilderError(Exception):
@@ -16,14 +44,17 @@ class BuilderError(Exception):
         cause: one line saying what went wrong, naming the file, target or hunk involved.
         hint: one line saying what to do about it (may be empty).
         report: optional detail (for example a :class:`builder.patching.apply.PatchReport`); an
-            object with ``to_json()`` is rendered by the CLI and serialised for ``--json``.
+            object with ``to_json()`` is serialised for ``--json``, one with ``lines()`` is
+            printed above the cause.
 
     Attributes:
-        exit_status: the CLI's exit status for this error (1; the smoke test's own
-            ``SmokeFailed`` sets 3 for a misconfigured runner).
+        exit_status: the CLI's exit status for this error (a class attribute; the smoke
+            test's ``SmokeFailed`` sets its report's status: 1 failed, 3 misconfigured).
+        kind: the word the CLI prints before the cause (``error``, ``configuration error``).
     """
 
     exit_status: int = 1
+    kind: ClassVar[str] = "error"
 
     def __init__(self, cause: str, hint: str = "", *, report: Any = None) -> None:
         super().__init__(cause)
@@ -32,9 +63,52 @@ class BuilderError(Exception):
         self.report = report
 
     def to_json(self) -> dict[str, Any]:
-        """Return ``{"error": cause, "hint": hint, "report": ...}`` for ``--json`` output."""
-        out: dict[str, Any] = {"error": self.cause, "hint": self.hint}
+        """Return ``{"error": cause, "hint": hint, "kind": ..., "exit_status": ..., "report": ...}``."""
+        out: dict[str, Any] = {"error": self.cause, "hint": self.hint, "kind": self.kind,
+                               "exit_status": self.exit_status}
         if self.report is not None:
             to_json = getattr(self.report, "to_json", None)
             out["report"] = to_json() if callable(to_json) else self.report
         return out
+
+
+class ConfigurationError(BuilderError):
+    """The user's input is wrong: a flag, a targets, series, profile or request file (exit 2)."""
+
+    exit_status = 2
+    kind = "configuration error"
+
+
+class MissingToolError(BuilderError):
+    """This machine lacks a tool, service or GPU runtime the step needs (exit 3)."""
+
+    exit_status = 3
+    kind = "missing tool"
+
+
+class SourceError(BuilderError):
+    """An upstream source (download, index answer, archive) is not what its pin says (exit 4)."""
+
+    exit_status = 4
+    kind = "source error"
+
+
+class PatchError(BuilderError):
+    """The patch series does not apply, or a patch's intent check fails (exit 5)."""
+
+    exit_status = 5
+    kind = "patch error"
+
+
+class BuildError(BuilderError):
+    """A build ran and failed: the wheel, the kernels or the image (exit 6)."""
+
+    exit_status = 6
+    kind = "build error"
+
+
+class PublishError(BuilderError):
+    """A registry or index refused an upload, or a release gate did not open (exit 7)."""
+
+    exit_status = 7
+    kind = "publish error"
