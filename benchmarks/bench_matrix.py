@@ -24,8 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from builder import Options, apply_file_hunks, parse_patch, split_lines
+from builder import Options
+from builder.patching.hunks import apply_file_hunks, split_lines
 from builder.patching.matrix import run_check
+from builder.patching.patchfile import parse_patch
 from builder.source.fetch import run_fetch
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,8 +14,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from builder import Options, load_series, run_fetch
+from builder import Options, run_fetch
 from builder.patching.apply import apply_series
+from builder.patching.series import load_series
 from builder.wheel.repack import repack_wheel, verify_repack
 
 ROOT = Path(__file__).resolve().parent.parent

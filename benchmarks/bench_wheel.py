@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from builder import Options, load_targets, run_fetch, run_wheel
-from builder.wheel.build import build_constraints
+from builder import Options, load_targets, run_fetch
+from builder.wheel.build import build_constraints, run_wheel
 
 ROOT = Path(__file__).resolve().parent.parent
 RATIO_GOAL = 1.2

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from builder import BuilderError, load_series, load_targets
+from builder import BuilderError, load_targets
 from builder.core.config import WheelPin
+from builder.patching.series import load_series
 
 ENTRY = '''
 [[patch]]

@@ -22,19 +22,19 @@ from conftest import MODEL_RUNNER, REPO
 from oracles import Entry, oracle_tree, tree_state
 from packaging.specifiers import SpecifierSet
 
-from builder import (
-    BuilderError,
+from builder import BuilderError
+from builder.patching.apply import apply_series
+from builder.patching.hunks import (
+    APPLIED_STATUSES,
+    HunkResult,
     HunkStatus,
     apply_file_hunks,
-    apply_series,
-    local_source,
-    parse_patch,
     split_lines,
 )
-from builder.patching.hunks import APPLIED_STATUSES, HunkResult
-from builder.patching.patchfile import unquote_path
+from builder.patching.patchfile import parse_patch, unquote_path
 from builder.patching.refresh import refresh_series
 from builder.patching.series import Series, SeriesEntry
+from builder.source.fetch import local_source
 
 CASES = 300
 VOCABULARY = [f"    call_{i}(x)\n" for i in range(25)] + ["\n", "    return x\n", "    pass\n"]

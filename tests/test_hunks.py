@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from builder import HunkStatus, apply_file_hunks, parse_patch, split_lines
-from builder.patching.hunks import Hunk
+from builder.patching.hunks import Hunk, HunkStatus, apply_file_hunks, split_lines
+from builder.patching.patchfile import parse_patch
 
 BASE = [f"value_{i} = compute({i})\n" for i in range(1, 41)]
 

@@ -37,7 +37,8 @@ from input_cases import (
 )
 from packaging.metadata import parse_email
 
-from builder import BuilderError, Cache
+from builder import BuilderError
+from builder.core.cache import Cache
 from builder.core.config import SdistPin, WheelPin
 from builder.core.pipconfig import parse_config_list
 from builder.patching.intent import live_definitions

@@ -18,8 +18,8 @@ from packaging.metadata import parse_email
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from builder import BuilderError, Cache
-from builder.core.cache import sha256_tree
+from builder import BuilderError
+from builder.core.cache import Cache, sha256_tree
 from builder.core.config import SdistPin, WheelPin
 from builder.source.fetch import fetch_pin
 from builder.wheel.repack import repack_wheel

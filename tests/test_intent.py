@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 from test_patch_cases import make_tree, series_of
 
-from builder import BuilderError, PatchStatus, Series, apply_series, local_source
+from builder import BuilderError
+from builder.patching.apply import PatchStatus, apply_series
 from builder.patching.intent import IntentCheck, parse_intent_check
-from builder.patching.series import SeriesEntry
+from builder.patching.series import Series, SeriesEntry
+from builder.source.fetch import local_source
 
 FUNC = '''
 def should_tune(args):

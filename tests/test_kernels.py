@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from conftest import REPO, Release, _download, run_cli
 
-from builder import BuilderError, load_targets, local_source
+from builder import BuilderError, load_targets
 from builder.kernels.pins import check_arch_list, kernel_wheel_version, read_pins
 from builder.kernels.preflight import preflight
+from builder.source.fetch import local_source
 
 NVCC = Path("/usr/local/cuda/bin/nvcc")
 CURAND = Release("10.4.5.25", "22bb226a857e5888fe6b54ae465fc4371296bcff13a35f79e19691bcf454f529",

@@ -10,9 +10,10 @@ import pytest
 from conftest import MATRIX_RELEASES, RELEASES, REPO, run_cli
 from packaging.version import Version
 
-from builder import Cache, load_series
+from builder.core.cache import Cache
 from builder.core.config import SdistPin, WheelPin
 from builder.patching.matrix import Column, check_matrix
+from builder.patching.series import load_series
 from builder.source.fetch import fetch_pin
 
 SEED = "0001-enable-flashinfer-cutlass-autotune.patch"

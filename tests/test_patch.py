@@ -8,19 +8,12 @@ from pathlib import Path
 import pytest
 from conftest import MODEL_RUNNER, REPO, UpstreamRepo, git_source, patch_sha, target_toml
 
-from builder import (
-    BuilderError,
-    Cache,
-    HunkStatus,
-    PatchStatus,
-    apply_series,
-    load_series,
-    load_targets,
-    local_source,
-    plan_series,
-)
-from builder.patching.series import Series
-from builder.source.fetch import fetch_source
+from builder import BuilderError, load_targets
+from builder.core.cache import Cache
+from builder.patching.apply import PatchStatus, apply_series, plan_series
+from builder.patching.hunks import HunkStatus
+from builder.patching.series import Series, load_series
+from builder.source.fetch import fetch_source, local_source
 
 SERIES = REPO / "patches" / "series.toml"
 SEED = REPO / "patches" / "0001-enable-flashinfer-cutlass-autotune.patch"

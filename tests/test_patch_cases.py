@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from builder import BuilderError, PatchStatus, Series, apply_series, local_source
+from builder import BuilderError
+from builder.patching.apply import PatchStatus, apply_series
 from builder.patching.hunks import HunkStatus
-from builder.patching.series import SeriesEntry
+from builder.patching.series import Series, SeriesEntry
+from builder.source.fetch import local_source
 
 LINES = "".join(f"line {i}\n" for i in range(1, 21))
 

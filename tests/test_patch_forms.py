@@ -17,9 +17,11 @@ from conftest import run_cli
 from oracles import oracle_tree
 from packaging.version import Version
 
-from builder import BuilderError, apply_series, local_source, parse_patch
+from builder import BuilderError
 from builder.core.config import load_targets, local_version
-from builder.patching.patchfile import quote_path, unquote_path
+from builder.patching.apply import apply_series
+from builder.patching.patchfile import parse_patch, quote_path, unquote_path
+from builder.source.fetch import local_source
 
 CASES = Path(__file__).resolve().parent / "cases"
 

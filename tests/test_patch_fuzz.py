@@ -19,9 +19,11 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from packaging.specifiers import SpecifierSet
 
-from builder import BuilderError, apply_series, local_source
+from builder import BuilderError
+from builder.patching.apply import apply_series
 from builder.patching.refresh import refresh_series
 from builder.patching.series import Series, SeriesEntry
+from builder.source.fetch import local_source
 
 FILES = ["python/sglang/a.py", "python/sglang/naïve.py", "python/sglang/sp ace.py",
          "python/x.py", "python/sglang/sub/b.py"]

@@ -8,7 +8,11 @@ from pathlib import Path
 import pytest
 from conftest import MODEL_RUNNER, REPO, run_cli, write_project
 
-from builder import HunkStatus, load_series, local_source, parse_patch, plan_series
+from builder.patching.apply import plan_series
+from builder.patching.hunks import HunkStatus
+from builder.patching.patchfile import parse_patch
+from builder.patching.series import load_series
+from builder.source.fetch import local_source
 
 SEED = "0001-enable-flashinfer-cutlass-autotune.patch"
 

@@ -20,7 +20,7 @@ import torch
 from conftest import REPO, TEST_CACHE, run_cli, write_project
 from wheel.wheelfile import WheelFile
 
-from builder import Options, run_wheel
+from builder import Options
 from builder.core.cache import sha256_json
 from builder.core.errors import BuilderError
 from builder.patching.series import load_series
@@ -57,6 +57,7 @@ from builder.smoke.probe import (
     relative_error,
     route,
 )
+from builder.wheel.build import run_wheel
 
 # ---------------------------------------------------------------------------------------
 # Log classification, on lines as FlashInfer 0.6.3 prints them: the autotuner's warning

@@ -16,10 +16,11 @@ import git
 import pytest
 from conftest import RELEASES, UpstreamRepo, git_source, target_toml
 
-from builder import BuilderError, Cache, fetch_source, load_targets
+from builder import BuilderError, load_targets
+from builder.core.cache import Cache
 from builder.core.config import GitPin, SdistPin, Target
 from builder.core.layout import Layout
-from builder.source.fetch import local_source
+from builder.source.fetch import fetch_source, local_source
 
 
 def _target(*sources: SdistPin | GitPin, version: str = "0.5.9") -> Target:

@@ -22,7 +22,8 @@ from conftest import (
     write_project,
 )
 
-from builder import PROVENANCE_FILE, Options, run_wheel
+from builder import Options
+from builder.wheel.build import PROVENANCE_FILE, run_wheel
 
 WHEEL = "sglang-0.5.9+sm120.7-py3-none-any.whl"
 

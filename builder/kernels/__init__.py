@@ -12,6 +12,7 @@
 """
 
 from builder.kernels.build import KernelResult
+from builder.kernels.request import KernelOptions
 from builder.kernels.run import run_kernels
 
-__all__ = ["KernelResult", "run_kernels"]
+__all__ = ["KernelOptions", "KernelResult", "run_kernels"]

@@ -5,6 +5,7 @@ registry; :mod:`~builder.release.run` gates on the smoke test and publishes what
 (:func:`~builder.release.run.run_release`).
 """
 
+from builder.release.publish import Index
 from builder.release.run import ReleaseSummary, gpu_gate, run_release, static_gate
 
-__all__ = ["ReleaseSummary", "gpu_gate", "run_release", "static_gate"]
+__all__ = ["Index", "ReleaseSummary", "gpu_gate", "run_release", "static_gate"]
