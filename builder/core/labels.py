@@ -1,23 +1,23 @@
 """Raising a target's local version label in the targets file.
 
 The label's last number is the build number (``sm120.1`` -> ``sm120.2``); a label without
-one gets ``.1``. Only the ``local_label = "..."`` line of that target's ``[[target]]``
-table changes: comments, order and every other byte of the file stay as they are, and
-the file is replaced atomically.
+one gets ``.1``. The file is edited with tomlkit, as ``bump`` and ``pin-images`` edit
+theirs: only the value of that target's ``local_label`` changes (its quote style and
+trailing comment kept); comments, order, line endings (CRLF too) and every other byte of
+the file stay as they are, and the file is replaced atomically.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
+
+import tomlkit
+import tomlkit.exceptions
+import tomlkit.items
 
 from builder.core.cache import atomic_write_bytes
 from builder.core.config import load_targets
-from builder.core.errors import BuilderError
-
-_TABLE = re.compile(r"^\s*\[\[\s*target\s*\]\]\s*(#.*)?$")
-_NAME = re.compile(r"""^\s*name\s*=\s*(["'])(?P<value>[^"']*)\1""")
-_LABEL = re.compile(r"""^(?P<head>\s*local_label\s*=\s*)(["'])(?P<value>[^"']*)\2""")
+from builder.core.errors import BuilderError, ConfigurationError
 
 
 def next_label(label: str) -> str:
@@ -41,35 +41,34 @@ def bump_label(targets_file: Path, target: str) -> tuple[str, str]:
         ``(old label, new label)``.
 
     Raises:
-        BuilderError: the file is invalid, has no such target, or its table has no
-            ``local_label = "..."`` line this can rewrite.
+        BuilderError: the file is invalid or has no such target (see
+            :func:`builder.core.config.load_targets`).
+        ConfigurationError: tomlkit cannot parse the file, or does not find the target's
+            ``local_label`` string where tomllib did (the file is left as it was).
     """
     old = load_targets(targets_file).get(target).local_label
     new = next_label(old)
-    original = targets_file.read_text()
-    lines = original.splitlines(keepends=True)
-    starts = [i for i, line in enumerate(lines) if _TABLE.match(line)]
-    label_line = None
-    for begin, end in zip(starts, [*starts[1:], len(lines)], strict=True):
-        # The table's own keys come before its first sub-table ([[target.source]] ...).
-        own = next((i for i in range(begin + 1, end) if lines[i].lstrip().startswith("[")),
-                   end)
-        names = [m["value"] for i in range(begin + 1, own) if (m := _NAME.match(lines[i]))]
-        if names == [target]:
-            label_line = next((i for i in range(begin + 1, own) if _LABEL.match(lines[i])),
-                              None)
-            break
-    found = _LABEL.match(lines[label_line]) if label_line is not None else None
-    if label_line is None or found is None or found["value"] != old:
-        raise BuilderError(f"{targets_file}: no local_label = \"{old}\" line found in target "
-                           f"{target!r}", f"edit it by hand: local_label = \"{new}\"")
-    quote = found.group(2)
-    lines[label_line] = found["head"] + quote + new + quote + lines[label_line][found.end():]
-    atomic_write_bytes(targets_file, "".join(lines).encode())
+    original = targets_file.read_bytes()
+    # decoded without newline translation, so a CRLF file is written back with CRLF
+    try:
+        document = tomlkit.parse(original.decode("utf-8"))
+    except tomlkit.exceptions.TOMLKitError as exc:  # tomllib read it; tomlkit may not
+        raise ConfigurationError(f"{targets_file}: tomlkit cannot edit it: {exc}",
+                                 f"edit it by hand: local_label = \"{new}\"") from exc
+    tables = [table for table in document.get("target", [])
+              if isinstance(table, dict) and table.get("name") == target]
+    label = tables[0].get("local_label") if len(tables) == 1 else None
+    if not isinstance(label, tomlkit.items.String) or str(label) != old:
+        raise ConfigurationError(
+            f"{targets_file}: no local_label = \"{old}\" line found in target {target!r}",
+            f"edit it by hand: local_label = \"{new}\"")
+    tables[0]["local_label"] = tomlkit.string(new, literal=label.type.is_literal(),
+                                              multiline=label.type.is_multiline())
+    atomic_write_bytes(targets_file, tomlkit.dumps(document).encode("utf-8"))
     try:
         if load_targets(targets_file).get(target).local_label != new:
             raise BuilderError(f"{targets_file}: the label edit did not take", "")
     except BuilderError:
-        atomic_write_bytes(targets_file, original.encode())  # never leave it broken
+        atomic_write_bytes(targets_file, original)  # never leave it broken
         raise
     return old, new
