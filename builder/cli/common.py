@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
+from builder.core.basepins import PINS_FILE
 from builder.core.cache import default_cache_root
 from builder.core.config import SOURCE_KINDS
 from builder.core.errors import BuilderError
@@ -144,7 +145,7 @@ def resolve_project_paths(args: argparse.Namespace) -> None:
             # then, naming the file.
             args.targets_file = Path(TARGETS_FILE)
     root = args.targets_file.parent if getattr(args, "targets_file", None) else Path()
-    for name, default in (("pins_file", "images/pins.toml"),
+    for name, default in (("pins_file", PINS_FILE),
                           ("dockerfile", "images/Dockerfile"),
                           ("profiles_dir", "images/profiles"),
                           ("gate_series", "patches/series.toml")):

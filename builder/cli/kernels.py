@@ -17,6 +17,7 @@ from builder.cli.common import (
     positive,
     source_args,
 )
+from builder.core.basepins import PINS_FILE
 from builder.core.cache import atomic_write_bytes
 from builder.core.errors import BuilderError
 from builder.core.progress import Reporter
@@ -135,7 +136,7 @@ def _kernels_parser(commands: Any) -> None:
     kernels.add_argument("--base-image", metavar="REF",
                          help="container mode: the build container's base image (default: "
                               "the lane's [[kernel_base]] in --pins-file, by digest)")
-    kernels.add_argument("--pins-file", type=Path, default=Path("images/pins.toml"),
+    kernels.add_argument("--pins-file", type=Path, default=PINS_FILE,
                          help="container mode: where the default base's digest is "
                               "(default: %(default)s; `pin-images` writes it)")
     kernels.add_argument("--toolkit", choices=("pypi", "base"),

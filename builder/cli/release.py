@@ -13,6 +13,7 @@ from builder.cli.common import (
     options,
     source_args,
 )
+from builder.core.basepins import PINS_FILE
 from builder.core.progress import Reporter
 
 _PIN_EPILOG = """\
@@ -41,7 +42,7 @@ def add_commands(commands: Any) -> None:
                     "only when every entry resolved.",
         epilog=_PIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     common(pin, target=False)
-    pin.add_argument("--pins-file", type=Path, default=Path("images/pins.toml"),
+    pin.add_argument("--pins-file", type=Path, default=PINS_FILE,
                      help="the pins file (default: %(default)s)")
     pin.add_argument("--check", action="store_true",
                      help="write nothing; report pins whose tag now points elsewhere "

@@ -30,6 +30,7 @@ from packaging.version import InvalidVersion, Version
 from builder.core.errors import BuilderError
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+#: The pins file, relative to the project root (the folder of ``targets.toml``).
 PINS_FILE = Path("images/pins.toml")
 _FIX = "run `python -m builder pin-images` where the registry is reachable"
 _REQUIRED = {"base": {"upstream_version", "cuda_lane", "name", "digest"},

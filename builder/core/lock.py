@@ -139,27 +139,3 @@ class VersionLock:
         """Replace the file atomically (a reader sees the old or the new file, whole)."""
         text = json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
         atomic_write_bytes(self.path, text.encode())
-
-
-def check_and_record(targets_file: Path, kind: Kind, target: str, version: str,
-                     digest: str) -> LockCheck:
-    """Refuse a version whose recorded content differs; otherwise record a new one.
-
-    Args:
-        targets_file: the project's targets file (the lock lies beside it).
-        kind: ``wheel``, ``kernels`` or ``image``.
-        target: the target's name.
-        version: the artifact's version (``0.5.9+sm120.1``, an image tag's version part).
-        digest: the sha256 of what decides the artifact's content.
-
-    Returns:
-        The verdict before recording (``new`` when this call recorded it).
-
-    Raises:
-        BuilderError: see :meth:`VersionLock.require`; or the lock file is unreadable.
-    """
-    lock = VersionLock(lock_path(targets_file))
-    verdict = lock.require(kind, target, version, digest)
-    if verdict.state == "new":
-        lock.record(kind, target, version, digest)
-    return verdict

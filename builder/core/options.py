@@ -12,12 +12,9 @@ from pathlib import Path
 from builder.core.cache import Cache, default_cache_root
 from builder.core.config import SourceKind, Target, load_targets
 from builder.core.errors import BuilderError
-from builder.core.pipconfig import PYPI_SIMPLE_URL, IndexChoice, resolve_index
+from builder.core.pipconfig import IndexChoice, resolve_index
 from builder.core.progress import Reporter
 
-#: pip's own default index (PEP 503/691 simple API); a run's default is pip's configured
-#: index (:func:`builder.core.pipconfig.pip_index`), which is this unless pip names another.
-DEFAULT_INDEX_URL = PYPI_SIMPLE_URL
 TARGETS_FILE = "targets.toml"
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import docker
 
+from builder.core.basepins import PINS_FILE
 from builder.core.engine import connect
 from builder.core.errors import BuilderError
 from builder.core.options import Options, select_target
@@ -42,7 +43,7 @@ class ImageOptions:
     registry: str = "localhost:5000"
     repository: str = "sglang-sm120"
     base_image: str | None = None
-    pins_file: Path = Path("images/pins.toml")
+    pins_file: Path = PINS_FILE
     dockerfile: Path = Path("images/Dockerfile")
     kernel_wheels: tuple[Path, ...] = ()
     docker_host: str | None = None

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder.core.basepins import PINS_FILE
 from builder.core.errors import BuilderError
 from builder.core.options import Options, select_target
 from builder.kernels.build import (
@@ -86,7 +87,7 @@ class KernelOptions:
     toolkit: str | None = None
     engine: str | None = None
     request_file: Path | None = None
-    pins_file: Path = Path("images/pins.toml")
+    pins_file: Path = PINS_FILE
     shard: Shard | None = None
     step_costs: Path | None = None
     fast_build: bool = False

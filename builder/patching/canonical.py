@@ -28,7 +28,6 @@ from builder.core.layout import PACKAGE_FOLDER
 from builder.patching.patchfile import parse_patch, split_header
 
 PatchLayout = Literal["git", "sdist"]
-LAYOUT_CHOICES = ("auto", "git", "sdist")
 _SDIST_ROOT_FILES = frozenset({"pyproject.toml", "setup.py", "setup.cfg", "MANIFEST.in",
                                "PKG-INFO"})
 _HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
