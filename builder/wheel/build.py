@@ -39,6 +39,7 @@ from wheel.wheelfile import WheelFile
 from builder.core.cache import (
     Cache,
     atomic_copy,
+    legacy_entry,
     sha256_file,
     sha256_json,
     sha256_tree,
@@ -265,14 +266,6 @@ def _add_provenance(built: Path, destination: Path, record: dict[str, Any],
         target.writestr(stamp, data)
 
 
-def _entry_intact(entry: Path) -> bool:
-    try:
-        meta = json.loads((entry / "wheel.json").read_text())
-        return bool(sha256_file(entry / meta["file"]) == meta["sha256"])
-    except (OSError, ValueError, KeyError):
-        return False
-
-
 def verify_tree(patched: PatchResult) -> None:
     """Check the cached trees behind ``patched`` before building from them.
 
@@ -328,15 +321,10 @@ def build_wheel(patched: PatchResult, *, version: str, cache: Cache, dist_dir: P
                        "notes": notes or {}, "format": WHEEL_FORMAT,
                        "upstream": patched.source.pin.describe() if patched.source.pin
                        else patched.source.key})
-    entry = cache.lookup("wheel", key)
-    if entry is not None and not _entry_intact(entry):
-        shutil.rmtree(entry)  # damaged: never ship it, build again
-        entry = None
-    cached = entry is not None
-    if entry is None and isinstance(patched.source.pin, WheelPin):
+
+    def repack(tmp: Path) -> dict[str, Any]:
         verify_tree(patched)
-        with cache.building("wheel", key) as tmp, \
-                reporter.working(f"Repacking {PACKAGE_NAME} {version} from the upstream wheel"):
+        with reporter.working(f"Repacking {PACKAGE_NAME} {version} from the upstream wheel"):
             record = _provenance(patched, version, target, {}, notes)
             archive = patched.source.archive
             assert archive is not None
@@ -345,42 +333,40 @@ def build_wheel(patched: PatchResult, *, version: str, cache: Cache, dist_dir: P
                 (json.dumps(record, indent=2, sort_keys=True) + "\n").encode(),
                 epoch, tmp)
             verify_repack(archive, repacked)
-            (tmp / "wheel.json").write_text(json.dumps(
-                {"file": repacked.path.name, "sha256": sha256_file(repacked.path),
-                 "provenance": record}, indent=2))
-        entry = cache.entry("wheel", key)
-    if entry is None:
+        return {"file": repacked.path.name, "provenance": record}
+
+    def build(tmp: Path) -> dict[str, Any]:
         verify_tree(patched)
-        with cache.building("wheel", key) as tmp:
-            pristine = tmp / "src"
-            shutil.copytree(patched.layout.package_root(patched.tree), pristine,
-                            symlinks=True, ignore=_PRISTINE_IGNORE)
-            env_vars = {"SETUPTOOLS_SCM_PRETEND_VERSION_FOR_SGLANG": version,
-                        "SOURCE_DATE_EPOCH": str(epoch)}
-            with reporter.working(f"Building {PACKAGE_NAME} {version} wheel"):
-                built, requirements = _run_build(pristine, tmp / "out", env_vars,
-                                                 tmp / "build.log")
-            name, built_version, _, _ = parse_wheel_filename(built.name)
-            if name != PACKAGE_NAME or built_version != Version(version) or \
-                    _metadata_version(built) != version:
-                raise BuilderError(f"built {built.name} (METADATA {_metadata_version(built)})"
-                                   f" but expected {PACKAGE_NAME} {version}",
-                                   "is SETUPTOOLS_SCM_PRETEND_VERSION honoured by this "
-                                   "release's pyproject?")
-            record = _provenance(patched, version, target, requirements, notes)
-            _add_provenance(built, tmp / built.name, record, epoch)
-            (tmp / "wheel.json").write_text(json.dumps(
-                {"file": built.name, "sha256": sha256_file(tmp / built.name),
-                 "provenance": record}, indent=2))
-            shutil.rmtree(pristine)
-            shutil.rmtree(tmp / "out")
-        entry = cache.entry("wheel", key)
-    meta = json.loads((entry / "wheel.json").read_text())
-    cached_wheel = entry / meta["file"]
-    destination = dist_dir / meta["file"]
-    atomic_copy(cached_wheel, destination)
-    return WheelResult(path=destination, version=version, sha256=sha256_file(destination),
-                       provenance=meta["provenance"], key=key, cached=cached)
+        pristine = tmp / "src"
+        shutil.copytree(patched.layout.package_root(patched.tree), pristine,
+                        symlinks=True, ignore=_PRISTINE_IGNORE)
+        env_vars = {"SETUPTOOLS_SCM_PRETEND_VERSION_FOR_SGLANG": version,
+                    "SOURCE_DATE_EPOCH": str(epoch)}
+        with reporter.working(f"Building {PACKAGE_NAME} {version} wheel"):
+            built, requirements = _run_build(pristine, tmp / "out", env_vars,
+                                             tmp / "build.log")
+        name, built_version, _, _ = parse_wheel_filename(built.name)
+        if name != PACKAGE_NAME or built_version != Version(version) or \
+                _metadata_version(built) != version:
+            raise BuilderError(f"built {built.name} (METADATA {_metadata_version(built)})"
+                               f" but expected {PACKAGE_NAME} {version}",
+                               "is SETUPTOOLS_SCM_PRETEND_VERSION honoured by this "
+                               "release's pyproject?")
+        record = _provenance(patched, version, target, requirements, notes)
+        _add_provenance(built, tmp / built.name, record, epoch)
+        shutil.rmtree(pristine)
+        shutil.rmtree(tmp / "out")
+        return {"file": built.name, "provenance": record}
+
+    # A damaged wheel is never shipped: it is built again.
+    entry = cache.artifact("wheel", key,
+                           repack if isinstance(patched.source.pin, WheelPin) else build,
+                           record="*.whl", adopt=legacy_entry(
+                               "wheel.json", lambda meta: {meta["file"]: meta["sha256"]}))
+    name = entry.meta["file"]
+    destination = entry.copy_to(name, dist_dir)
+    return WheelResult(path=destination, version=version, sha256=entry.files[name].sha256,
+                       provenance=entry.meta["provenance"], key=key, cached=entry.cached)
 
 
 def wheel_content_digest(target: Target, series: Series,
