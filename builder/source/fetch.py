@@ -16,10 +16,8 @@ import shutil
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import git
-import requests
 from packaging.utils import (
     InvalidSdistFilename,
     InvalidWheelFilename,
@@ -28,7 +26,6 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 from packaging.version import InvalidVersion, Version
-from remotezip import RemoteZip, RemoteZipError
 
 from builder.core.cache import Cache, legacy_entry, sha256_file, sha256_tree
 from builder.core.config import GitPin, Pin, SdistPin, SourceKind, Target, WheelPin
@@ -40,6 +37,11 @@ from builder.core.progress import Reporter
 from builder.source.archive import check_wheel, read_metadata, unpack_sdist, unzip_wheel
 from builder.source.download import download
 from builder.source.index import project_files
+
+# gitpython, requests and remotezip are imported where they are used: a build from the
+# cache needs none of them.
+if TYPE_CHECKING:
+    import git
 
 #: Bumped when the unpack rule changes, so older cache entries are unpacked again.
 UNPACK_RULE = 2
@@ -429,6 +431,9 @@ def remote_wheel_metadata(url: str) -> email.message.Message:
         BuilderError: the server is unreachable, ignores ranges, or the file is not a
             wheel with a ``.dist-info/METADATA``.
     """
+    import requests
+    from remotezip import RemoteZip, RemoteZipError
+
     try:
         with RemoteZip(url, timeout=_TIMEOUT_S) as wheel:
             names = [n for n in wheel.namelist()
@@ -447,6 +452,8 @@ def remote_wheel_metadata(url: str) -> email.message.Message:
 
 def _fetch_git(pin: GitPin, version: Version, cache: Cache,
                reporter: Reporter) -> SourceResult:
+    import git
+
     key = f"git-{pin.commit}"
 
     def check_out(tmp: Path) -> dict[str, Any]:
@@ -490,6 +497,8 @@ def _git_message(exc: git.GitCommandError) -> str:
 
 
 def _has_commit(repo: git.Repo, commit: str) -> bool:
+    import git
+
     try:
         repo.git.cat_file("-e", f"{commit}^{{commit}}")
     except git.GitCommandError:
@@ -499,6 +508,8 @@ def _has_commit(repo: git.Repo, commit: str) -> bool:
 
 def _mirror_with_commit(pin: GitPin, cache: Cache, reporter: Reporter) -> Path:
     """Clone (or fetch into) the cache mirror of ``pin.url`` until it has the commit."""
+    import git
+
     key = hashlib.sha256(pin.url.encode()).hexdigest()[:32]
 
     def clone(tmp: Path) -> None:
