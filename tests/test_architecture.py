@@ -212,3 +212,97 @@ def test_targets_command_loads_only_the_core() -> None:
     stages = {m.split(".")[1] for m in loaded if m.startswith("builder.") and m.count(".") >= 1}
     assert stages <= {"cli", "core"}, stages
     assert not loaded & {"docker", "git", "pypi_simple", "build", "unidiff", "wheel"}
+
+
+_WRITES = {"write_text", "write_bytes", "atomic_write_bytes"}
+
+
+def _is_json_dump(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+        node.func.attr in {"dump", "dumps"} and isinstance(node.func.value, ast.Name) and \
+        node.func.value.id == "json"
+
+
+def _json_writes(root: ast.AST) -> list[ast.Call]:
+    """Calls under ``root`` that write JSON to a file: ``json.dump(...)``, or a write
+    whose argument is built with ``json.dumps``."""
+    found = []
+    for node in ast.walk(root):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else \
+            node.func.id if isinstance(node.func, ast.Name) else ""
+        if (_is_json_dump(node) and name == "dump") or (
+                name in _WRITES and any(_is_json_dump(n) for a in node.args
+                                        for n in ast.walk(a))):
+            found.append(node)
+    return found
+
+
+def cache_manifest_writes(source: str, where: str) -> list[str]:
+    """Where ``source`` (a module other than ``builder/core/cache.py``) makes a cache
+    entry or writes its manifest itself instead of through ``Cache.artifact``: a call of
+    the temporary-folder primitive (``.building``/``._building``), the manifest's name
+    (``builder.core.cache.MANIFEST`` or its value), a JSON write inside a build function
+    given to ``.artifact``, or a JSON write into a path made from ``.entry(...)``."""
+    from builder.core.cache import MANIFEST
+
+    tree = ast.parse(source)
+    functions = {n.name: n for n in ast.walk(tree)
+                 if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+    found = []
+    for node in ast.walk(tree):
+        line = f"{where}:{getattr(node, 'lineno', '?')}"
+        if isinstance(node, ast.Constant) and node.value == MANIFEST:
+            found.append(f"{line}: names the cache manifest {MANIFEST!r}")
+        elif isinstance(node, ast.ImportFrom) and node.module == "builder.core.cache" and \
+                any(a.name == "MANIFEST" for a in node.names):
+            found.append(f"{line}: imports the cache manifest's name")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in {"building", "_building"}:
+                found.append(f"{line}: makes a cache entry by hand (.{node.func.attr})")
+            elif node.func.attr == "artifact":
+                builds = [*node.args[2:3], *(k.value for k in node.keywords if k.arg == "build")]
+                for given in builds:
+                    bodies = [given] if isinstance(given, ast.Lambda) else \
+                        [functions[n.id] for n in ast.walk(given)
+                         if isinstance(n, ast.Name) and n.id in functions]
+                    for body in bodies:
+                        found += [f"{where}:{w.lineno}: a build function writes JSON "
+                                  "(its metadata is what it returns)" for w in _json_writes(body)]
+            elif node.func.attr in _WRITES and any(
+                    isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and
+                    n.func.attr == "entry" for n in ast.walk(node.func.value)) and \
+                    node in _json_writes(node):
+                found.append(f"{line}: writes JSON into a cache entry")
+    return found
+
+
+_OLD_RECIPE = '''
+def fetch(cache, key):
+    entry = cache.lookup("source", key)
+    if entry is None:
+        with cache.building("source", key) as tmp:
+            (tmp / "source.json").write_text(json.dumps({"rule": 2}))
+
+def stage(cache, key):
+    def build(tmp):
+        with open(tmp / "meta.json", "w") as handle:
+            json.dump({"a": 1}, handle)
+        return {}
+    (cache.entry("wheel", key) / "wheel.json").write_text(json.dumps({}))
+    return cache.artifact("wheel", key, build)
+'''
+
+
+def test_no_module_but_the_cache_writes_a_cache_manifest() -> None:
+    found = [hit for path in sorted((ROOT / "builder").rglob("*.py"))
+             if path != ROOT / "builder" / "core" / "cache.py"
+             for hit in cache_manifest_writes(path.read_text(), str(path.relative_to(ROOT)))]
+    assert found == [], "\n".join(found)
+    # the check sees the recipe it replaced, in each of its forms
+    planted = cache_manifest_writes(_OLD_RECIPE, "planted.py")
+    assert sorted(planted) == [
+        "planted.py:11: a build function writes JSON (its metadata is what it returns)",
+        "planted.py:13: writes JSON into a cache entry",
+        "planted.py:5: makes a cache entry by hand (.building)"], planted

@@ -38,7 +38,7 @@ from input_cases import (
 from packaging.metadata import parse_email
 
 from builder import BuilderError
-from builder.core.cache import Cache
+from builder.core.cache import MANIFEST, Cache
 from builder.core.config import SdistPin, WheelPin
 from builder.core.pipconfig import parse_config_list
 from builder.patching.intent import live_definitions
@@ -228,7 +228,7 @@ def test_sdist_members_named_dot_slash_unpack_like_any_other(tmp_path: Path, sub
         ["PKG-INFO", "pyproject.toml", "sglang/__init__.py", "sglang/srt/__init__.py",
          "sglang/srt/mod.py"]
     # the cache's own bookkeeping sits beside the tree, never inside it
-    assert (tree.parent / "source.json").is_file() and not (tree / "source.json").exists()
+    assert (tree.parent / MANIFEST).is_file() and not (tree / MANIFEST).exists()
     # and the same again from the cache is not taken for an edited entry
     again = run_cli("fetch", "--targets-file", "targets.toml", cwd=case, cache=cache)
     assert again.returncode == 0, again.stderr

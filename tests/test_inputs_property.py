@@ -19,7 +19,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from builder import BuilderError
-from builder.core.cache import Cache, sha256_tree
+from builder.core.cache import MANIFEST, Cache, sha256_tree
 from builder.core.config import SdistPin, WheelPin
 from builder.source.fetch import fetch_pin
 from builder.wheel.repack import repack_wheel
@@ -132,7 +132,7 @@ def test_an_archive_is_what_its_pin_says_or_is_refused(kind: str, spelling: str,
             raw, _ = parse_email((info / "METADATA").read_bytes())
         assert Version(str(raw["version"])) == Version(pin_version)
         assert canonicalize_name(str(raw["name"])) == canonicalize_name(PROJECT)
-        assert sorted(os.listdir(source.tree.parent)) == ["source.json", "tree"]
+        assert sorted(os.listdir(source.tree.parent)) == [MANIFEST, "tree"]
         # the digest recorded while unpacking is the tree's (what the wheel stage checks)
         assert source.tree_sha256 == sha256_tree(source.tree)
         if kind == "wheel":

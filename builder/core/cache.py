@@ -24,13 +24,13 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from builder.core.errors import BuilderError
+from builder.core.errors import BuilderError, BuildError
 
 _CHUNK = 1 << 20
 IN_USE_FILE = ".in-use"
@@ -129,9 +129,80 @@ class Cache:
             os.utime(path)
         return path
 
+    def artifact(self, kind: str, key: str, build: Callable[[Path], dict[str, Any] | None],
+                 *, record: str = "*", on_damage: OnDamage = "rebuild",
+                 valid: Callable[[dict[str, Any]], bool] | None = None,
+                 adopt: Callable[[Path], dict[str, Any] | None] | None = None
+                 ) -> CachedArtifact:
+        """The entry ``key`` of ``kind``: found and verified, or built now.
+
+        The one recipe every stage uses: look the entry up; if it is missing, stale or
+        damaged, call ``build`` with a fresh temporary folder, record the files matching
+        ``record`` (sha256 and size) and the metadata ``build`` returns in the entry's
+        manifest (:data:`MANIFEST`), and rename the folder into place (atomic: a killed
+        build leaves no entry). On a hit the recorded files are checked before use.
+
+        Args:
+            kind: the entry's folder (``downloads``, ``source``, ``wheel`` ...).
+            key: the hash of everything the entry's content depends on.
+            build: fills the folder it is given; returns the stage's JSON-ready metadata.
+            record: a glob, relative to the entry, of the files to record (``""``: none;
+                the default, every file at the top level).
+            on_damage: what a hit whose recorded files changed does: ``"rebuild"`` (the
+                entry is removed and built again), ``"refuse"`` (removed, then
+                :class:`BuildError`), or ``"trust"`` (not checked on read: for entries
+                too large to hash on every use; :meth:`CachedArtifact.damaged` still
+                checks on demand).
+            valid: the stage's own test of a hit's metadata (``False``: made by an older
+                rule; built again).
+            adopt: for an entry without a readable manifest (made by an older builder):
+                its metadata if the stage can vouch for its content, else ``None`` (built
+                again). An adopted entry gets a manifest of its files as they are now.
+
+        Returns:
+            The entry; ``cached`` says whether it was found.
+
+        Raises:
+            BuildError: ``on_damage="refuse"`` and the entry was damaged (it is removed).
+            Whatever ``build`` raises (then no entry appears).
+        """
+        path = self.lookup(kind, key)
+        if path is not None:
+            found = _read_manifest(path, kind, key)
+            if found is None and adopt is not None:
+                meta = adopt(path)
+                if meta is not None:
+                    with suppress(OSError):  # a read-only cache still serves its entries
+                        _write_manifest(path, kind, key, meta, record)
+                    found = _read_manifest(path, kind, key)
+            if found is not None and valid is not None and not valid(found.meta):
+                found = None
+            if found is not None and on_damage != "trust":
+                bad = found.damaged()
+                if bad and on_damage == "refuse":
+                    _discard(path)
+                    raise BuildError(f"the cache entry {path} was damaged ({', '.join(bad)} "
+                                     "changed); it was removed",
+                                     "run the same command again to rebuild it")
+                if bad:
+                    found = None
+            if found is not None:
+                return found
+            _discard(path)  # stale or damaged: never trust it, build again
+        with self._building(kind, key) as tmp:
+            meta = build(tmp) or {}
+            _write_manifest(tmp, kind, key, meta, record)
+        made = _read_manifest(self.entry(kind, key), kind, key)
+        if made is None:  # another process's entry won the rename and is not ours to read
+            raise BuildError(f"the cache entry {self.entry(kind, key)} has no readable "
+                             "manifest", "remove it and run again")
+        return CachedArtifact(kind, key, made.path, made.meta, made.files, cached=False)
+
     @contextmanager
-    def building(self, kind: str, key: str) -> Iterator[Path]:
+    def _building(self, kind: str, key: str) -> Iterator[Path]:
         """Yield a fresh temporary directory; on success rename it to the entry path.
+
+        The primitive under :meth:`artifact` (stages use that: it writes the manifest).
 
         If the block raises, the temporary directory is removed and no entry appears.
         If another process completed the same entry meanwhile, its entry is kept (same
@@ -154,6 +225,137 @@ class Cache:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+
+
+# ---------------------------------------------------------------- one recipe for entries
+
+#: The file every complete entry holds beside its content: written only here.
+MANIFEST = "cache-entry.json"
+#: Bumped when the manifest's format changes; an entry of another schema is made again.
+MANIFEST_SCHEMA = 1
+
+OnDamage = Literal["rebuild", "refuse", "trust"]
+
+
+@dataclass(frozen=True)
+class CachedFile:
+    """One file an entry's manifest records.
+
+    Attributes:
+        name: its path inside the entry (POSIX, relative).
+        sha256: hex sha256 of its bytes when the entry was made.
+        size: its size in bytes then.
+    """
+
+    name: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class CachedArtifact:
+    """A complete cache entry, as :meth:`Cache.artifact` found or made it.
+
+    Attributes:
+        kind: its folder (``downloads``, ``source``, ``wheel`` ...).
+        key: its name (the hash of its inputs).
+        path: the entry folder.
+        meta: the stage's own JSON metadata, as the build returned it.
+        files: the files the manifest records, by name.
+        cached: found in the cache (``False``: made by this call).
+    """
+
+    kind: str
+    key: str
+    path: Path
+    meta: dict[str, Any]
+    files: dict[str, CachedFile]
+    cached: bool
+
+    def file(self, name: str) -> Path:
+        """The path of recorded file ``name``.
+
+        Raises:
+            KeyError: the manifest records no such file.
+        """
+        return self.path / self.files[name].name
+
+    def damaged(self) -> list[str]:
+        """The recorded files that are missing or whose size or sha256 changed."""
+        bad = []
+        for record in self.files.values():
+            path = self.path / record.name
+            try:
+                if path.is_symlink() or path.stat().st_size != record.size or \
+                        sha256_file(path) != record.sha256:
+                    bad.append(record.name)
+            except OSError:
+                bad.append(record.name)
+        return bad
+
+    def copy_to(self, name: str, folder: Path) -> Path:
+        """Copy recorded file ``name`` into ``folder`` atomically (see :func:`atomic_copy`).
+
+        Returns:
+            The copy's path (``folder / name``); its sha256 is ``files[name].sha256``.
+        """
+        destination = folder / Path(name).name
+        atomic_copy(self.file(name), destination)
+        return destination
+
+
+def legacy_entry(name: str, files: Callable[[dict[str, Any]], dict[str, str]] | None = None
+                 ) -> Callable[[Path], dict[str, Any] | None]:
+    """An ``adopt`` for :meth:`Cache.artifact`: an entry made before the manifest existed
+    kept its metadata in the JSON file ``name``; that metadata is adopted when it reads
+    and, if ``files`` maps it to ``{file name: sha256}``, each file still has its sha256.
+
+    Returns:
+        The adopter (``None`` from it: the entry is made again).
+    """
+    def adopt(path: Path) -> dict[str, Any] | None:
+        try:
+            meta = json.loads((path / name).read_text())
+            if not isinstance(meta, dict):
+                return None
+            for file, digest in (files(meta) if files else {}).items():
+                if sha256_file(path / file) != digest:
+                    return None
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return meta
+    return adopt
+
+
+def _read_manifest(path: Path, kind: str, key: str) -> CachedArtifact | None:
+    """The entry at ``path`` as its manifest describes it (``None``: no readable manifest
+    of this schema, as in an entry made by an older builder)."""
+    try:
+        data = json.loads((path / MANIFEST).read_text())
+        if data.get("schema") != MANIFEST_SCHEMA or data.get("kind") != kind or \
+                data.get("key") != key:
+            return None
+        files = {f["name"]: CachedFile(str(f["name"]), str(f["sha256"]), int(f["size"]))
+                 for f in data["files"]}
+        meta = data["meta"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not isinstance(meta, dict):
+        return None
+    return CachedArtifact(kind, key, path, meta, files, cached=True)
+
+
+def _write_manifest(folder: Path, kind: str, key: str, meta: dict[str, Any],
+                    record: str) -> None:
+    """Record ``folder``'s files matching ``record`` (sha256 and size) and ``meta``."""
+    files = [] if not record else [
+        {"name": p.relative_to(folder).as_posix(), "sha256": sha256_file(p),
+         "size": p.stat().st_size}
+        for p in sorted(folder.glob(record))
+        if p.is_file() and not p.is_symlink() and p.name != MANIFEST]
+    blob = json.dumps({"schema": MANIFEST_SCHEMA, "kind": kind, "key": key, "files": files,
+                       "meta": meta}, indent=2, sort_keys=True) + "\n"
+    atomic_write_bytes(folder / MANIFEST, blob.encode())
 
 
 def _pid_namespace() -> str:
@@ -323,6 +525,12 @@ def _remove(path: Path) -> None:
     doomed = path.parent / f".{path.name[:16]}.{os.getpid()}.{_pid_namespace()}.del.tmp"
     path.rename(doomed)
     shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _discard(path: Path) -> None:
+    """Remove an entry that must not be used, if another process has not already."""
+    with suppress(FileNotFoundError):
+        _remove(path)
 
 
 def prune_cache(root: Path, *, older_than_days: float | None,

@@ -30,7 +30,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from builder.core.cache import Cache, atomic_copy, sha256_file, sha256_json
+from builder.core.cache import Cache, legacy_entry, sha256_file, sha256_json
 from builder.core.errors import BuilderError
 from builder.core.progress import Reporter
 from builder.kernels import jitcache
@@ -376,48 +376,39 @@ def build_kernels(request: KernelRequest, env: PythonEnv, *, nvcc: Path | None,
         raise BuilderError(f"{dist_dir} is not a folder", "pass --dist a folder")
     compiler = find_nvcc(nvcc, env)
     key = _build_key(request, env, compiler)
-    entry = cache.lookup("kernels", key)
-    cached = entry is not None
     stats: dict[str, Any] | None = None
-    log: Path | None = None
-    if entry is None:
-        costs = costs_file(cache, request)
-        with cache.building("kernels", key) as tmp, \
-                _workspace(cache, key, reporter) as work:
+    costs = costs_file(cache, request)
+
+    def build(tmp: Path) -> dict[str, Any]:
+        nonlocal stats
+        with _workspace(cache, key, reporter) as work:
             toolchain = _toolchain(request, env, compiler, work)
             try:
                 stats, wheels = _compile(request, env, toolchain, work, tmp, reporter, sccache,
                                          jobs or compile_jobs(request.groups), costs)
             except BuilderError as error:
                 raise _keep_log(cache, key, work, error) from None
-            wheel, shim = wheels[0], (wheels[1] if len(wheels) > 1 else None)
-            (tmp / "kernels.json").write_text(json.dumps(
-                {"wheel": wheel.name, "sha256": sha256_file(wheel),
-                 "shim": shim.name if shim else None,
-                 "shim_sha256": sha256_file(shim) if shim else None, "sccache": stats,
-                 "compile_seconds": float((tmp / "compile-seconds").read_text())}))
-        entry = cache.entry("kernels", key)
-        log = entry / "build.log"
-    meta = json.loads((entry / "kernels.json").read_text())
-    expected = {meta.get("wheel"): meta.get("sha256")}
-    if meta.get("shim"):
-        expected[meta["shim"]] = meta.get("shim_sha256")
-    found = {w.name: w for w in entry.glob("*.whl")}
-    if set(found) != set(expected) or any(sha256_file(found[name]) != digest
-                                          for name, digest in expected.items()):
-        shutil.rmtree(entry, ignore_errors=True)
-        raise BuilderError(f"the cached kernel wheel in {entry} was damaged; it was removed",
-                           "run the same command again to rebuild it")
-    copied = {}
-    for name in expected:
-        copied[name] = dist_dir / name
-        atomic_copy(found[name], copied[name])
-    return KernelResult(request, copied[meta["wheel"]], meta["sha256"],
-                        jitcache.read_manifest(found[meta["wheel"]]), cached, stats, log,
-                        meta.get("compile_seconds"),
-                        shim=copied[meta["shim"]] if meta.get("shim") else None,
-                        shim_sha256=meta.get("shim_sha256"),
-                        costs=None if cached else costs_file(cache, request))
+        wheel, shim = wheels[0], (wheels[1] if len(wheels) > 1 else None)
+        return {"wheel": wheel.name, "shim": shim.name if shim else None, "sccache": stats,
+                "compile_seconds": float((tmp / "compile-seconds").read_text())}
+
+    # A damaged kernel wheel is removed and refused, never shipped nor silently rebuilt
+    # (a rebuild takes hours: the user decides).
+    entry = cache.artifact("kernels", key, build, record="*.whl", on_damage="refuse",
+                           adopt=legacy_entry("kernels.json", lambda meta: {
+                               meta["wheel"]: meta["sha256"],
+                               **({meta["shim"]: meta["shim_sha256"]} if meta.get("shim")
+                                  else {})}))
+    cached = entry.cached
+    wheel, shim = entry.meta["wheel"], entry.meta.get("shim")
+    copied = {name: entry.copy_to(name, dist_dir) for name in (wheel, shim) if name}
+    return KernelResult(request, copied[wheel], entry.files[wheel].sha256,
+                        jitcache.read_manifest(entry.file(wheel)), cached, stats,
+                        None if cached else entry.path / "build.log",
+                        entry.meta.get("compile_seconds"),
+                        shim=copied[shim] if shim else None,
+                        shim_sha256=entry.files[shim].sha256 if shim else None,
+                        costs=None if cached else costs)
 
 
 def compile_shard(request: KernelRequest, env: PythonEnv, shard: Shard, *, nvcc: Path | None,

@@ -112,29 +112,32 @@ def wheelhouse(requirements: list[str], python: str, cache: Cache, reporter: Rep
     """
     key = sha256_json({"requirements": sorted(requirements), "python": python,
                        "indexes": list(extra_index_urls)})
-    entry = cache.lookup("wheelhouse", key)
-    if entry is not None:
-        return entry
     # pip matches platform tags exactly: list the glibc levels NVIDIA's wheels use
     # (nvidia-nvvm is manylinux_2_12, the headers 2_17 or 2_27) and the old aliases.
     tags = [f"manylinux_2_{n}_x86_64" for n in (5, 12, 17, 24, 27, 28, 31, 34, 35)]
     tags += ["manylinux1_x86_64", "manylinux2010_x86_64", "manylinux2014_x86_64"]
     platforms = [arg for tag in tags for arg in ("--platform", tag)]
-    with cache.building("wheelhouse", key) as tmp, \
-            reporter.working(f"Downloading wheels for Python {python} ({len(requirements)} "
-                             "requirements)"):
-        done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet",
-                               "--disable-pip-version-check", "--only-binary=:all:",
-                               "--python-version", python, "--implementation", "cp",
-                               *platforms, "--platform", "linux_x86_64", "-d", str(tmp),
-                               *[arg for url in extra_index_urls
-                                 for arg in ("--extra-index-url", url)],
-                               *requirements], capture_output=True, text=True, check=False)
+
+    def fetch(tmp: Path) -> None:
+        with reporter.working(f"Downloading wheels for Python {python} ({len(requirements)} "
+                              "requirements)"):
+            done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet",
+                                   "--disable-pip-version-check", "--only-binary=:all:",
+                                   "--python-version", python, "--implementation", "cp",
+                                   *platforms, "--platform", "linux_x86_64", "-d", str(tmp),
+                                   *[arg for url in extra_index_urls
+                                     for arg in ("--extra-index-url", url)],
+                                   *requirements], capture_output=True, text=True,
+                                  check=False)
         if done.returncode != 0:
             tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-6:])
             raise BuilderError(f"could not download the build container's wheels:\n{tail}",
                                "check the network and the pins")
-    return cache.entry("wheelhouse", key)
+
+    # Gigabytes of wheels: recorded, but not hashed again on every use (pip checks the
+    # hashes of what it installs from here against their RECORD).
+    return cache.artifact("wheelhouse", key, fetch, record="*.whl", on_damage="trust",
+                          adopt=lambda path: {}).path
 
 
 def _builder_requirements() -> list[str]:

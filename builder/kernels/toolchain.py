@@ -154,11 +154,10 @@ def managed_environment(requirements: list[str], cache: Cache, reporter: Reporte
     key = sha256_json({"requirements": sorted(requirements), "python": sys.version,
                        "executable": os.path.realpath(sys.executable),
                        "indexes": [] if wheelhouse else list(extra_index_urls)})
-    entry = cache.lookup("kernel-env", key)
-    if entry is None:
-        with cache.building("kernel-env", key) as tmp, \
-                reporter.working(f"Installing the build environment ({len(requirements)} "
-                                 "requirements)"):
+
+    def install(tmp: Path) -> None:
+        with reporter.working(f"Installing the build environment ({len(requirements)} "
+                              "requirements)"):
             venv.EnvBuilder(with_pip=True).create(tmp / "venv")
             offline = ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse else \
                 [arg for url in extra_index_urls for arg in ("--extra-index-url", url)]
@@ -166,11 +165,14 @@ def managed_environment(requirements: list[str], cache: Cache, reporter: Reporte
                                    "install", "--quiet", "--disable-pip-version-check",
                                    "--no-compile", *offline, *requirements],
                                   capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-6:])
-                raise BuilderError(f"could not install the kernel build environment:\n{tail}",
-                                   "check the pins, the network or the wheelhouse")
-        entry = cache.entry("kernel-env", key)
+        if done.returncode != 0:
+            tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-6:])
+            raise BuilderError(f"could not install the kernel build environment:\n{tail}",
+                               "check the pins, the network or the wheelhouse")
+
+    # An environment holds absolute paths and is used in place: no file of it is recorded.
+    entry = cache.artifact("kernel-env", key, install, record="",
+                           adopt=lambda path: {} if (path / "venv").is_dir() else None).path
     python = entry / "venv" / "bin" / "python"
     found = _probe(python)
     return PythonEnv(python, Path(found["purelib"]), sha256_json({"env": key, **found}))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-import json
 import os
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -23,6 +22,7 @@ from typing import Any
 from builder.core.cache import (
     Cache,
     atomic_write_bytes,
+    legacy_entry,
     sha256_file,
     sha256_json,
     sha256_tree,
@@ -833,18 +833,16 @@ def apply_series(source: SourceResult, series: Series, *, cache: Cache | None = 
         return PatchResult(source.tree, source.layout, source, report, key)
     if cache is None:
         raise ValueError("apply_series needs a cache unless in_place or dry_run")
-    entry = cache.lookup("patched", key)
-    if entry is None:
-        with cache.building("patched", key) as tmp:
-            # Hard links: _write_changes replaces files by rename, never in place.
-            link_tree(source.tree, tmp / "tree")
-            _write_changes(tmp / "tree", changes)
-            (tmp / "tree.json").write_text(json.dumps(
-                {"tree_sha256": sha256_tree(tmp / "tree", exclude=frozenset({".git"}))}))
-        entry = cache.entry("patched", key)
-    digest = json.loads((entry / "tree.json").read_text())["tree_sha256"] \
-        if (entry / "tree.json").is_file() else None
-    return PatchResult(entry / "tree", source.layout, source, report, key, digest)
+    def write(tmp: Path) -> dict[str, Any]:
+        # Hard links: _write_changes replaces files by rename, never in place.
+        link_tree(source.tree, tmp / "tree")
+        _write_changes(tmp / "tree", changes)
+        return {"tree_sha256": sha256_tree(tmp / "tree", exclude=frozenset({".git"}))}
+
+    # The tree is not hashed on every read: the wheel stage checks it before it builds.
+    entry = cache.artifact("patched", key, write, record="", adopt=legacy_entry("tree.json"))
+    return PatchResult(entry.path / "tree", source.layout, source, report, key,
+                       entry.meta.get("tree_sha256"))
 
 
 def run_patch(options: Options, *, in_place: bool = False, dry_run: bool = False

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import email.message
 import email.parser
+import glob
 import hashlib
-import json
 import os
 import shutil
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import git
-import requests
 from packaging.utils import (
     InvalidSdistFilename,
     InvalidWheelFilename,
@@ -28,9 +26,8 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 from packaging.version import InvalidVersion, Version
-from remotezip import RemoteZip, RemoteZipError
 
-from builder.core.cache import Cache, sha256_file, sha256_tree
+from builder.core.cache import Cache, legacy_entry, sha256_file, sha256_tree
 from builder.core.config import GitPin, Pin, SdistPin, SourceKind, Target, WheelPin
 from builder.core.errors import BuilderError
 from builder.core.layout import Layout
@@ -40,6 +37,11 @@ from builder.core.progress import Reporter
 from builder.source.archive import check_wheel, read_metadata, unpack_sdist, unzip_wheel
 from builder.source.download import download
 from builder.source.index import project_files
+
+# gitpython, requests and remotezip are imported where they are used: a build from the
+# cache needs none of them.
+if TYPE_CHECKING:
+    import git
 
 #: Bumped when the unpack rule changes, so older cache entries are unpacked again.
 UNPACK_RULE = 2
@@ -62,8 +64,9 @@ class SourceResult:
         tree_sha256: digest of the tree's files when it was unpacked into the cache
             (``None`` for ``--source-dir``); the wheel stage checks it before building.
         archive: the verified downloaded file (sdist or released wheel), if any.
-        index: the simple index the archive is looked up on and where that choice came
-            from (``None`` when the pin has its own URL, or for git and ``--source-dir``).
+        index_url: the ``--index-url`` given (``None``: pip's configured index).
+        indexed: the archive is looked up on a simple index (not a pin with its own URL,
+            git or ``--source-dir``); :attr:`index` says which.
         fresh: the tree was unpacked by this process just now (its ``tree_sha256`` was
             computed from it, so checking it again before a build proves nothing).
     """
@@ -76,8 +79,16 @@ class SourceResult:
     key: str
     tree_sha256: str | None = None
     archive: Path | None = None
-    index: IndexChoice | None = None
+    index_url: str | None = None
+    indexed: bool = False
     fresh: bool = False
+
+    @property
+    def index(self) -> IndexChoice | None:
+        """The simple index the archive is looked up on and where that choice came from
+        (``None`` when it is not looked up on one). Resolved when asked: reading pip's
+        configuration starts a process, which a cached build does not need."""
+        return resolve_index(self.index_url) if self.indexed else None
 
     def describe(self) -> dict[str, Any]:
         """Return JSON-ready data."""
@@ -218,50 +229,52 @@ def _fetch_archive(pin: SdistPin | WheelPin, cache: Cache, index_url: str | None
     """
     archive = _download_pinned(pin, cache, index_url, reporter)
     key = f"{pin.kind}-{pin.sha256}"
-    entry = cache.lookup("source", key)
-    if entry is not None and json.loads((entry / "source.json").read_text()).get(
-            "rule") != UNPACK_RULE:
-        shutil.rmtree(entry)  # unpacked by an older, laxer rule: unpack again
-        entry = None
-    fresh = entry is None
-    if entry is None:
+
+    def unpack(tmp: Path) -> dict[str, Any]:
         reporter.info(f"Unpacking {archive.name}")
-        with cache.building("source", key) as tmp:
-            if isinstance(pin, SdistPin):
-                unpacked = unpack_sdist(archive, tmp / "tree", pin.project, pin.version)
-                newest, digest = unpacked.newest, unpacked.tree_sha256
-            else:
-                check_wheel(archive, pin.project, pin.version)
-                newest = unzip_wheel(archive, tmp / "tree")
-                digest = sha256_tree(tmp / "tree")
-            (tmp / "source.json").write_text(json.dumps(
-                {"top": "tree", "rule": UNPACK_RULE, "source_date_epoch": newest,
-                 "tree_sha256": digest}))
-        entry = cache.entry("source", key)
-    meta = json.loads((entry / "source.json").read_text())
-    return SourceResult(tree=entry / "tree", layout=Layout("sdist"), pin=pin,
+        if isinstance(pin, SdistPin):
+            unpacked = unpack_sdist(archive, tmp / "tree", pin.project, pin.version)
+            newest, digest = unpacked.newest, unpacked.tree_sha256
+        else:
+            check_wheel(archive, pin.project, pin.version)
+            newest = unzip_wheel(archive, tmp / "tree")
+            digest = sha256_tree(tmp / "tree")
+        return {"top": "tree", "rule": UNPACK_RULE, "source_date_epoch": newest,
+                "tree_sha256": digest}
+
+    # The tree is not hashed on every read: the wheel stage checks it before it builds.
+    entry = cache.artifact("source", key, unpack, record="",
+                           valid=lambda meta: meta.get("rule") == UNPACK_RULE,
+                           adopt=legacy_entry("source.json"))
+    return SourceResult(tree=entry.path / "tree", layout=Layout("sdist"), pin=pin,
                         upstream_version=Version(pin.version),
-                        source_date_epoch=int(meta["source_date_epoch"]), key=key,
-                        tree_sha256=meta.get("tree_sha256"), archive=archive,
-                        index=None if pin.url else resolve_index(index_url), fresh=fresh)
+                        source_date_epoch=int(entry.meta["source_date_epoch"]), key=key,
+                        tree_sha256=entry.meta.get("tree_sha256"), archive=archive,
+                        index_url=index_url, indexed=not pin.url, fresh=not entry.cached)
 
 
 def _download_pinned(pin: SdistPin | WheelPin, cache: Cache, index_url: str | None,
                      reporter: Reporter) -> Path:
-    """Return the cached archive, downloading (resumably) and verifying it first if needed."""
-    entry = cache.lookup("downloads", pin.sha256)
-    if entry is not None:
-        archive = entry / pin.filename
-        if archive.is_file() and sha256_file(archive) == pin.sha256:
-            return archive
-        shutil.rmtree(entry)  # damaged entry: never trust it, fetch again
-    url = pin.url or _find_on_index(pin, resolve_index(index_url).url)
-    # The partial file lives outside the entry being built, so an interrupted download
-    # survives for the next run to resume (builder.source.download).
-    partial = cache.root / "partial" / f"{pin.sha256}.{pin.filename}.part"
-    with cache.building("downloads", pin.sha256) as tmp:
+    """Return the cached archive, downloading (resumably) and verifying it first if needed.
+
+    A damaged entry is never trusted: it is fetched again.
+    """
+    def fetch(tmp: Path) -> dict[str, Any]:
+        url = pin.url or _find_on_index(pin, resolve_index(index_url).url)
+        # The partial file lives outside the entry being built, so an interrupted
+        # download survives for the next run to resume (builder.source.download).
+        partial = cache.root / "partial" / f"{pin.sha256}.{pin.filename}.part"
         download(url, tmp / pin.filename, pin.sha256, partial, reporter)
-    return cache.entry("downloads", pin.sha256) / pin.filename
+        return {"file": pin.filename}
+
+    def made_before_manifests(path: Path) -> dict[str, Any] | None:
+        archive = path / pin.filename
+        return {"file": pin.filename} \
+            if archive.is_file() and sha256_file(archive) == pin.sha256 else None
+
+    entry = cache.artifact("downloads", pin.sha256, fetch, record=glob.escape(pin.filename),
+                           adopt=made_before_manifests)
+    return entry.file(pin.filename)
 
 
 def _find_on_index(pin: SdistPin | WheelPin, index_url: str) -> str:
@@ -418,6 +431,9 @@ def remote_wheel_metadata(url: str) -> email.message.Message:
         BuilderError: the server is unreachable, ignores ranges, or the file is not a
             wheel with a ``.dist-info/METADATA``.
     """
+    import requests
+    from remotezip import RemoteZip, RemoteZipError
+
     try:
         with RemoteZip(url, timeout=_TIMEOUT_S) as wheel:
             names = [n for n in wheel.namelist()
@@ -436,39 +452,40 @@ def remote_wheel_metadata(url: str) -> email.message.Message:
 
 def _fetch_git(pin: GitPin, version: Version, cache: Cache,
                reporter: Reporter) -> SourceResult:
+    import git
+
     key = f"git-{pin.commit}"
-    entry = cache.lookup("source", key)
-    if entry is None:
+
+    def check_out(tmp: Path) -> dict[str, Any]:
         mirror = _mirror_with_commit(pin, cache, reporter)
-        with cache.building("source", key) as tmp:
-            try:
-                repo = git.Repo.clone_from(str(mirror), str(tmp / "tree"), no_checkout=True)
-                repo.git.checkout("--detach", pin.commit)
-            except git.GitCommandError as exc:
-                raise BuilderError(f"cannot check out {pin.commit}: {_git_message(exc)}",
-                                   "the mirror may be damaged: delete it from the cache"
-                                   ) from None
-            head = repo.head.commit.hexsha
-            if head != pin.commit:
-                raise BuilderError(f"checked-out HEAD {head} is not the pin {pin.commit}",
-                                   "the mirror may be damaged: delete it from the cache")
-            (tmp / "source.json").write_text(json.dumps(
-                {"source_date_epoch": repo.head.commit.committed_date,
-                 "tree_sha256": sha256_tree(tmp / "tree", exclude=frozenset({".git"}))}))
-            repo.close()
-        entry = cache.entry("source", key)
-    tree = entry / "tree"
+        try:
+            repo = git.Repo.clone_from(str(mirror), str(tmp / "tree"), no_checkout=True)
+            repo.git.checkout("--detach", pin.commit)
+        except git.GitCommandError as exc:
+            raise BuilderError(f"cannot check out {pin.commit}: {_git_message(exc)}",
+                               "the mirror may be damaged: delete it from the cache") from None
+        head = repo.head.commit.hexsha
+        if head != pin.commit:
+            raise BuilderError(f"checked-out HEAD {head} is not the pin {pin.commit}",
+                               "the mirror may be damaged: delete it from the cache")
+        meta = {"source_date_epoch": repo.head.commit.committed_date,
+                "tree_sha256": sha256_tree(tmp / "tree", exclude=frozenset({".git"}))}
+        repo.close()
+        return meta
+
+    entry = cache.artifact("source", key, check_out, record="",
+                           adopt=legacy_entry("source.json"))
+    tree = entry.path / "tree"
     repo = git.Repo(str(tree))
     head = repo.head.commit.hexsha
     repo.close()
     if head != pin.commit:
         raise BuilderError(f"cached checkout {tree} has HEAD {head}, not {pin.commit}",
-                           f"delete {entry} and run again")
-    meta = json.loads((entry / "source.json").read_text())
+                           f"delete {entry.path} and run again")
     return SourceResult(tree=tree, layout=Layout.detect(tree), pin=pin,
                         upstream_version=version,
-                        source_date_epoch=int(meta["source_date_epoch"]), key=key,
-                        tree_sha256=meta.get("tree_sha256"))
+                        source_date_epoch=int(entry.meta["source_date_epoch"]), key=key,
+                        tree_sha256=entry.meta.get("tree_sha256"))
 
 
 def _git_message(exc: git.GitCommandError) -> str:
@@ -480,6 +497,8 @@ def _git_message(exc: git.GitCommandError) -> str:
 
 
 def _has_commit(repo: git.Repo, commit: str) -> bool:
+    import git
+
     try:
         repo.git.cat_file("-e", f"{commit}^{{commit}}")
     except git.GitCommandError:
@@ -489,17 +508,22 @@ def _has_commit(repo: git.Repo, commit: str) -> bool:
 
 def _mirror_with_commit(pin: GitPin, cache: Cache, reporter: Reporter) -> Path:
     """Clone (or fetch into) the cache mirror of ``pin.url`` until it has the commit."""
+    import git
+
     key = hashlib.sha256(pin.url.encode()).hexdigest()[:32]
-    mirror = cache.lookup("git", key)
-    if mirror is None:
+
+    def clone(tmp: Path) -> None:
         reporter.info(f"Cloning {pin.url}")
-        with cache.building("git", key) as tmp:
-            try:
-                git.Repo.clone_from(pin.url, str(tmp / "mirror.git"), mirror=True).close()
-            except git.GitCommandError as exc:
-                raise BuilderError(f"could not clone {pin.url}: {_git_message(exc)}",
-                                   "check the URL or path and your network") from None
-        mirror = cache.entry("git", key)
+        try:
+            git.Repo.clone_from(pin.url, str(tmp / "mirror.git"), mirror=True).close()
+        except git.GitCommandError as exc:
+            raise BuilderError(f"could not clone {pin.url}: {_git_message(exc)}",
+                               "check the URL or path and your network") from None
+
+    # A mirror is fetched into after it is made, so no file of it is recorded.
+    mirror = cache.artifact("git", key, clone, record="",
+                            adopt=lambda path: {} if (path / "mirror.git").is_dir() else None
+                            ).path
     repo = git.Repo(str(mirror / "mirror.git"))
     try:
         if not _has_commit(repo, pin.commit):

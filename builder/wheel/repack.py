@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
-from wheel.wheelfile import WheelFile
 
 from builder.core.errors import BuilderError
 from builder.source.archive import read_metadata
@@ -211,6 +210,8 @@ def repack_wheel(original: Path, tree: Path, version: str, provenance_name: str,
         stamp.compress_type = zipfile.ZIP_DEFLATED
         stamp.external_attr = 0o644 << 16
         metadata_entries.append((stamp, provenance))
+        from wheel.wheelfile import WheelFile  # here: a cached build never writes a wheel
+
         with record_timestamp(epoch), WheelFile(destination, "w") as target:
             for info, data in [*entries, *metadata_entries]:
                 target.writestr(info, data)
@@ -234,6 +235,8 @@ def verify_repack(original: Path, repacked: RepackResult) -> None:
     Raises:
         BuilderError: a hash, size or entry differs where it should not.
     """
+    from wheel.wheelfile import WheelFile
+
     with WheelFile(repacked.path) as new:  # reading through WheelFile checks RECORD
         names = set(new.namelist())
         try:
