@@ -32,7 +32,6 @@ from builder.kernels.shard import Shard
 from builder.kernels.toolchain import (
     arch_code,
 )
-from builder.source.fetch import obtain_source
 
 
 @dataclass(frozen=True)
@@ -115,6 +114,9 @@ def kernel_request(options: Options, kernel: KernelOptions) -> KernelRequest:
         request = KernelRequest.from_json(data)
         check_groups(request.groups)
         return request
+    # The source stage (gitpython, remotezip) only here: a saved request needs none of it.
+    from builder.source.fetch import obtain_source
+
     target = select_target(options)
     source = obtain_source(options, target)
     pins = read_pins(source)
