@@ -21,6 +21,7 @@ from builder.kernels.build import (
     sccache_settings,
 )
 from builder.kernels.request import KernelOptions, kernel_request
+from builder.kernels.shard import StepCosts
 from builder.kernels.toolchain import (
     PythonEnv,
     cuda_wheels,
@@ -77,11 +78,15 @@ def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult | Shard
         BuilderError: see :func:`kernel_request` and :func:`builder.kernels.build.build_kernels`;
             in container mode also :func:`builder.kernels.container.build_kernels_in_container`;
             the version lock records other content for this kernel wheel's version.
+        ConfigurationError: ``kernel.step_costs`` is not a step-costs file of finite
+            seconds (:meth:`builder.kernels.shard.StepCosts.read`).
     """
     if kernel.shard is not None and not kernel.sccache:
         raise BuilderError("a shard without --sccache compiles objects nobody can reuse",
                            "add --sccache, with the final job's shared backend "
                            "(SCCACHE_REDIS_ENDPOINT, SCCACHE_BUCKET ...)")
+    if kernel.step_costs is not None:  # refused before any environment or container
+        StepCosts(kernel.step_costs).read()
     request = kernel_request(options, kernel)
     lock = None
     if kernel.request_file is None and options.source_dir is None:
