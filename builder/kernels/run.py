@@ -11,6 +11,7 @@ from builder.core.options import Options
 from builder.core.progress import Reporter
 from builder.kernels.build import (
     DRIVER,
+    KernelBuild,
     KernelRequest,
     KernelResult,
     Sccache,
@@ -119,13 +120,12 @@ def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult | Shard
         sccache = None
         if kernel.sccache:
             sccache = Sccache(find_sccache(env), sccache_settings())
+        build = KernelBuild.create(request, env, cache=cache, nvcc=nvcc,
+                                   reporter=options.reporter, sccache=sccache,
+                                   jobs=kernel.jobs)
         if kernel.shard is not None:  # no wheel: nothing to record in the lock
-            return compile_shard(request, env, kernel.shard, nvcc=nvcc, cache=cache,
-                                 sccache=sccache, reporter=options.reporter,
-                                 jobs=kernel.jobs, step_costs=kernel.step_costs)
-        result = build_kernels(request, env, nvcc=nvcc, cache=cache,
-                               dist_dir=options.dist_dir, reporter=options.reporter,
-                               sccache=sccache, jobs=kernel.jobs)
+            return compile_shard(build, kernel.shard, step_costs=kernel.step_costs)
+        result = build_kernels(build, options.dist_dir)
     if lock is not None and isinstance(result, KernelResult):
         if kernel.groups is None and kernel.head_dims is None and kernel.arch_list is None \
                 and not kernel.fast_build:
