@@ -63,7 +63,7 @@ class BuilderError(Exception):
         self.report = report
 
     def to_json(self) -> dict[str, Any]:
-        """Return ``{"error": cause, "hint": hint, "kind": ..., "exit_status": ..., "report": ...}``."""
+        """Return ``{"error", "hint", "kind", "exit_status"}`` and ``report`` for ``--json``."""
         out: dict[str, Any] = {"error": self.cause, "hint": self.hint, "kind": self.kind,
                                "exit_status": self.exit_status}
         if self.report is not None:

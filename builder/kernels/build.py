@@ -25,6 +25,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -303,6 +304,82 @@ def _mem_available() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
+@dataclass(frozen=True)
+class KernelBuild:
+    """What every step of one kernel build (or one shard of it) shares, decided once.
+
+    Made by :meth:`create` and passed down whole: the request, the build environment,
+    the cache, the progress output, the launcher and the parallel jobs. The compiler and
+    the cache key are worked out on first use (so a refusal of ``--dist`` or of a shard
+    without sccache still comes before nvcc is looked for, as it always did).
+
+    Attributes:
+        request: what to build.
+        env: the interpreter with the pinned FlashInfer.
+        cache: the cache (entries, build folders, step costs, kept logs).
+        reporter: progress output; compiler lines go to its detail stream.
+        jobs: parallel compile jobs.
+        nvcc: the compiler as given (``None``: see
+            :func:`builder.kernels.toolchain.find_nvcc`).
+        sccache: compile through sccache (``None``: without).
+    """
+
+    request: KernelRequest
+    env: PythonEnv
+    cache: Cache
+    reporter: Reporter
+    jobs: int
+    nvcc: Path | None = None
+    sccache: Sccache | None = None
+
+    @classmethod
+    def create(cls, request: KernelRequest, env: PythonEnv, *, cache: Cache,
+               nvcc: Path | None = None, reporter: Reporter | None = None,
+               sccache: Sccache | None = None, jobs: int | None = None) -> KernelBuild:
+        """The build of ``request`` in ``env``, with the defaults filled in.
+
+        Args:
+            request: what to build.
+            env: the interpreter with the pinned FlashInfer.
+            cache: the cache.
+            nvcc: the compiler (``None``: found in ``env`` or on this machine).
+            reporter: progress output (``None``: quiet).
+            sccache: compile through sccache.
+            jobs: parallel compile jobs (``None``: :func:`compile_jobs`).
+        """
+        return cls(request, env, cache, reporter or Reporter(quiet=True),
+                   jobs or compile_jobs(request.groups), nvcc, sccache)
+
+    @cached_property
+    def compiler(self) -> Path:
+        """The nvcc this build runs (:func:`builder.kernels.toolchain.find_nvcc`).
+
+        Raises:
+            BuilderError: no nvcc is found.
+        """
+        return find_nvcc(self.nvcc, self.env)
+
+    @cached_property
+    def key(self) -> str:
+        """The kernel entry's key: everything that decides the wheel's bytes."""
+        release = nvcc_release(self.compiler)
+        request = self.request
+        return sha256_json({"request": request.describe(), "epoch": request.epoch,
+                            "env": self.env.identity, "nvcc": release and list(release),
+                            "host_compiler": _host_compiler(),
+                            "flags": {k: os.environ.get(k) for k in _FLAG_VARIABLES},
+                            "driver": sha256_file(_DRIVER),
+                            "jitcache": sha256_file(Path(jitcache.__file__))})
+
+
+@dataclass(frozen=True)
+class _Site:
+    """Where one build compiles: its build folder and the ``CUDA_HOME`` assembled there."""
+
+    work: Path
+    toolchain: Toolchain
+
+
 def _stream(command: list[str], environment: dict[str, str], log: Path,
             reporter: Reporter) -> tuple[int, str]:
     """Run ``command``, copying its stderr to ``log`` and to the reporter line by line."""
@@ -345,9 +422,7 @@ def _sccache_stats(sccache: Sccache, environment: dict[str, str]) -> dict[str, A
             "errors": total("cache_errors")}
 
 
-def build_kernels(request: KernelRequest, env: PythonEnv, *, nvcc: Path | None,
-                  cache: Cache, dist_dir: Path, reporter: Reporter | None = None,
-                  sccache: Sccache | None = None, jobs: int | None = None) -> KernelResult:
+def build_kernels(build: KernelBuild, dist_dir: Path) -> KernelResult:
     """Compile ``request``'s module groups on this machine and pack the kernel wheel.
 
     FlashInfer's own spec functions (of the pinned version, in ``env``) generate and build
@@ -357,44 +432,35 @@ def build_kernels(request: KernelRequest, env: PythonEnv, *, nvcc: Path | None,
     request, the environment and the compiler: an unchanged rebuild runs no compiler.
 
     Args:
-        request: what to build.
-        env: the interpreter with the pinned FlashInfer.
-        nvcc: the compiler (``None``: see :func:`builder.kernels.toolchain.find_nvcc`).
-        cache: the cache.
+        build: the request, environment, compiler, cache, progress, launcher and jobs
+            (:meth:`KernelBuild.create`).
         dist_dir: where the wheel is copied.
-        reporter: progress output; compiler lines go to its detail stream.
-        sccache: compile through sccache.
-        jobs: parallel compile jobs (default: :func:`compile_jobs`).
 
     Raises:
         BuilderError: a preflight check failed (all failures are listed), a module group
             is unknown to this FlashInfer, a compile failed (the log's tail is in the
             message), or a library lacks SASS for an arch or has SASS for another.
     """
-    reporter = reporter or Reporter(quiet=True)
     if dist_dir.exists() and not dist_dir.is_dir():  # before any work, not after
         raise BuilderError(f"{dist_dir} is not a folder", "pass --dist a folder")
-    compiler = find_nvcc(nvcc, env)
-    key = _build_key(request, env, compiler)
+    request, cache, key = build.request, build.cache, build.key
     stats: dict[str, Any] | None = None
     costs = costs_file(cache, request)
 
-    def build(tmp: Path) -> dict[str, Any]:
+    def make(tmp: Path) -> dict[str, Any]:
         nonlocal stats
-        with _workspace(cache, key, reporter) as work:
-            toolchain = _toolchain(request, env, compiler, work)
+        with _workspace(build) as site:
             try:
-                stats, wheels = _compile(request, env, toolchain, work, tmp, reporter, sccache,
-                                         jobs or compile_jobs(request.groups), costs)
+                stats, wheels = _compile(build, site, tmp, costs)
             except BuilderError as error:
-                raise _keep_log(cache, key, work, error) from None
+                raise _keep_log(build, site.work, error) from None
         wheel, shim = wheels[0], (wheels[1] if len(wheels) > 1 else None)
         return {"wheel": wheel.name, "shim": shim.name if shim else None, "sccache": stats,
                 "compile_seconds": float((tmp / "compile-seconds").read_text())}
 
     # A damaged kernel wheel is removed and refused, never shipped nor silently rebuilt
     # (a rebuild takes hours: the user decides).
-    entry = cache.artifact("kernels", key, build, record="*.whl", on_damage="refuse",
+    entry = cache.artifact("kernels", key, make, record="*.whl", on_damage="refuse",
                            adopt=legacy_entry("kernels.json", lambda meta: {
                                meta["wheel"]: meta["sha256"],
                                **({meta["shim"]: meta["shim_sha256"]} if meta.get("shim")
@@ -411,9 +477,8 @@ def build_kernels(request: KernelRequest, env: PythonEnv, *, nvcc: Path | None,
                         costs=None if cached else costs)
 
 
-def compile_shard(request: KernelRequest, env: PythonEnv, shard: Shard, *, nvcc: Path | None,
-                  cache: Cache, sccache: Sccache | None, reporter: Reporter | None = None,
-                  jobs: int | None = None, step_costs: Path | None = None) -> ShardResult:
+def compile_shard(build: KernelBuild, shard: Shard, *,
+                  step_costs: Path | None = None) -> ShardResult:
     """Compile shard ``shard`` of the request's compile steps into the sccache backend.
 
     The steps are those of the ninja graph FlashInfer writes for the request (the same
@@ -423,53 +488,46 @@ def compile_shard(request: KernelRequest, env: PythonEnv, shard: Shard, *, nvcc:
     bytes. No link, no wheel, no cache entry; the step times are recorded.
 
     Args:
-        request: the whole build's request (every shard and the final job get the same).
-        env: the interpreter with the pinned FlashInfer.
+        build: the whole build's request (every shard and the final job get the same),
+            environment, compiler, cache (the build folder and the step costs live there),
+            progress, jobs on this machine, and the launcher: required, its backend must
+            be the final job's.
         shard: which 1/N.
-        nvcc: the compiler (``None``: see :func:`builder.kernels.toolchain.find_nvcc`).
-        cache: the cache (the build folder and the step costs live there).
-        sccache: the launcher; required, its backend must be the final job's.
-        reporter: progress output.
-        jobs: parallel compile jobs on this machine (default: :func:`compile_jobs`).
         step_costs: balance by this costs file instead of the cache's.
 
     Raises:
         BuilderError: no sccache, a preflight check failed, the costs file is not one,
             or a compile failed (the log's tail is in the message).
     """
-    reporter = reporter or Reporter(quiet=True)
-    if sccache is None:
+    if build.sccache is None:
         raise BuilderError("a shard without --sccache compiles objects nobody can reuse",
                            "add --sccache, with the final job's shared backend "
                            "(SCCACHE_REDIS_ENDPOINT, SCCACHE_BUCKET ...)")
-    compiler = find_nvcc(nvcc, env)
-    key = _build_key(request, env, compiler)
+    request, cache, key, jobs = build.request, build.cache, build.key, build.jobs
     recorded = costs_file(cache, request)
     # The same split on every runner: a given file, else this cache's record, else the
     # costs measured for the default set that ship with the builder, else by count.
     balance = step_costs or (recorded if recorded.exists() else None)
     costs = StepCosts(balance).read() if balance else seed_costs()
-    jobs = jobs or compile_jobs(request.groups)
-    with _workspace(cache, key, reporter) as work:
-        toolchain = _toolchain(request, env, compiler, work)
+    with _workspace(build) as site:
         # With the launcher already: FlashInfer writes nvcc's command into the graph once.
-        listed, _ = _run_driver(request, env, toolchain, work, reporter, sccache, jobs,
-                                {"steps": True}, f"Listing the compile steps of {shard}")
+        listed, _ = _run_driver(build, site, {"steps": True},
+                                f"Listing the compile steps of {shard}")
         steps = sorted(s for s, info in listed["steps"].items() if info["compile"])
         mine = partition(steps, costs["steps"], shard.count)[shard.index - 1]
         try:
             result, stats = _run_driver(
-                request, env, toolchain, work, reporter, sccache, jobs, {"targets": mine},
+                build, site, {"targets": mine},
                 f"Compiling shard {shard}: {len(mine)} of {len(steps)} compile steps "
                 f"({jobs} jobs)")
         except BuilderError as error:
-            raise _keep_log(cache, key, work, error) from None
+            raise _keep_log(build, site.work, error) from None
         if _compiled(stats):
             StepCosts(recorded).record(result.get("step_seconds", {}), set(steps), jobs)
         log = cache.root / "logs" / f"kernels-{key[:16]}-shard-{shard.index}-of-" \
             f"{shard.count}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(work / "build.log", log)
+        shutil.copyfile(site.work / "build.log", log)
     return ShardResult(request, shard, mine, len(steps), float(result.get("seconds", 0.0)),
                        stats, balance, log)
 
@@ -498,26 +556,20 @@ def costs_file(cache: Cache, request: KernelRequest) -> Path:
     return cache.root / "kernel-costs" / f"{sha256_json(request.describe())[:16]}.json"
 
 
-def _build_key(request: KernelRequest, env: PythonEnv, compiler: Path) -> str:
-    """The kernel entry's key: everything that decides the wheel's bytes."""
-    release = nvcc_release(compiler)
-    return sha256_json({"request": request.describe(), "epoch": request.epoch,
-                        "env": env.identity, "nvcc": release and list(release),
-                        "host_compiler": _host_compiler(),
-                        "flags": {k: os.environ.get(k) for k in _FLAG_VARIABLES},
-                        "driver": sha256_file(_DRIVER),
-                        "jitcache": sha256_file(Path(jitcache.__file__))})
-
-
 @contextlib.contextmanager
-def _workspace(cache: Cache, key: str, reporter: Reporter) -> Iterator[Path]:
-    """The build folder of one request: the same path for every build of it.
+def _workspace(build: KernelBuild) -> Iterator[_Site]:
+    """The build folder of one request, the same path for every build of it, with
+    ``CUDA_HOME`` assembled in it and the preflight passed (:func:`_toolchain`).
 
     Object files embed source paths (generated sources live in the build folder), so
     shards and the final job compile in the same place to give the same bytes as an
     unsharded build. Builds of one request on one machine take turns (a lock); the
     folder is emptied before and after.
+
+    Raises:
+        BuilderError: a preflight check failed.
     """
+    cache, key, reporter = build.cache, build.key, build.reporter
     folder = cache.root / "kernels-work" / key[:16]
     folder.parent.mkdir(parents=True, exist_ok=True)
     with open(folder.parent / f"{key[:16]}.lock", "w") as lock:
@@ -529,18 +581,19 @@ def _workspace(cache: Cache, key: str, reporter: Reporter) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir()
         try:
-            yield folder
+            yield _Site(folder, _toolchain(build, folder))
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _toolchain(request: KernelRequest, env: PythonEnv, compiler: Path, work: Path) -> Toolchain:
+def _toolchain(build: KernelBuild, work: Path) -> Toolchain:
     """Assemble ``CUDA_HOME`` in the build folder and run the preflight on it.
 
     Raises:
         BuilderError: a preflight check failed (all failures are listed).
     """
-    toolchain = assemble(compiler, env, work / "cuda")
+    request, env = build.request, build.env
+    toolchain = assemble(build.compiler, env, work / "cuda")
     checks = preflight(nvcc=toolchain.nvcc, lane=request.lane, arches=list(request.arch_list),
                        include_dirs=list(toolchain.include_dirs), python=env.python)
     failed = [c for c in checks if not c.ok]
@@ -554,9 +607,9 @@ def _toolchain(request: KernelRequest, env: PythonEnv, compiler: Path, work: Pat
     return toolchain
 
 
-def _keep_log(cache: Cache, key: str, work: Path, error: BuilderError) -> BuilderError:
+def _keep_log(build: KernelBuild, work: Path, error: BuilderError) -> BuilderError:
     """``error`` with the whole compile log kept under ``<cache>/logs/`` and named."""
-    kept = cache.root / "logs" / f"kernels-{key[:16]}.log"
+    kept = build.cache.root / "logs" / f"kernels-{build.key[:16]}.log"
     if (work / "build.log").exists():
         kept.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(work / "build.log", kept)
@@ -580,10 +633,10 @@ def _host_compiler() -> str:
     return out.splitlines()[0] if out else "none"
 
 
-def _run_driver(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, work: Path,
-                reporter: Reporter, sccache: Sccache | None, jobs: int, extra: dict[str, Any],
+def _run_driver(build: KernelBuild, site: _Site, extra: dict[str, Any],
                 title: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Run ``data/flashinfer_aot.py`` in the build folder ``work``.
+    """Run ``data/flashinfer_aot.py`` in the build folder ``site.work``, with ``extra`` in
+    its argument and ``title`` as the progress line.
 
     Returns:
         The driver's result object and sccache's statistics (or ``None``).
@@ -591,10 +644,12 @@ def _run_driver(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, wo
     Raises:
         BuilderError: sccache did not start, FlashInfer lacks a group, or a compile failed.
     """
+    request, env, sccache, work = build.request, build.env, build.sccache, site.work
+    toolchain = site.toolchain
     environment = {**os.environ, "CUDA_HOME": str(toolchain.cuda_home),
                    "FLASHINFER_CUDA_ARCH_LIST": " ".join(request.arch_list),
                    "FLASHINFER_WORKSPACE_BASE": str(work / "flashinfer"),
-                   "MAX_JOBS": str(jobs),
+                   "MAX_JOBS": str(build.jobs),
                    # FlashInfer runs `ninja` from PATH: the build environment's own first.
                    "PATH": os.pathsep.join([str(env.python.parent),
                                             os.environ.get("PATH", os.defpath)])}
@@ -621,9 +676,9 @@ def _run_driver(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, wo
         argument = json.dumps({"out": str(work / "modules"), "groups": list(request.groups),
                                "head_dims": list(request.head_dims),
                                "fast_build": request.fast_build, **extra})
-        with reporter.working(title):
+        with build.reporter.working(title):
             code, out = _stream([str(env.python), str(_DRIVER), argument], environment, log,
-                                reporter)
+                                build.reporter)
         if sccache is not None:
             stats = _sccache_stats(sccache, environment)
     finally:
@@ -641,21 +696,21 @@ def _run_driver(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, wo
     return result, stats
 
 
-def _compile(request: KernelRequest, env: PythonEnv, toolchain: Toolchain, work: Path,
-             tmp: Path, reporter: Reporter, sccache: Sccache | None,
-             jobs: int, costs: Path) -> tuple[dict[str, Any] | None, list[Path]]:
-    """Build the whole graph in ``work``, record the step times in ``costs``, verify the
-    SASS, pack the wheel(s) into ``tmp`` (with the log).
+def _compile(build: KernelBuild, site: _Site, tmp: Path,
+             costs: Path) -> tuple[dict[str, Any] | None, list[Path]]:
+    """Build the whole graph in ``site.work``, record the step times in ``costs``, verify
+    the SASS, pack the wheel(s) into ``tmp`` (with the log).
 
     Returns:
         sccache's statistics (or ``None``) and the wheels: the modules' wheel first (the
         provider from FlashInfer 0.7 on), then the shim if there is one.
     """
+    request, jobs, work, toolchain = build.request, build.jobs, site.work, site.toolchain
     modules = work / "modules"
     try:
-        result, stats = _run_driver(request, env, toolchain, work, reporter, sccache, jobs,
-                                    {}, f"Compiling {', '.join(request.groups)} for "
-                                        f"{' '.join(request.arch_list)} ({jobs} jobs)")
+        result, stats = _run_driver(build, site, {}, f"Compiling {', '.join(request.groups)} "
+                                                     f"for {' '.join(request.arch_list)} "
+                                                     f"({jobs} jobs)")
     finally:
         if (work / "build.log").exists():
             shutil.copyfile(work / "build.log", tmp / "build.log")

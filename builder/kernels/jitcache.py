@@ -33,7 +33,7 @@ from typing import Any
 from wheel.wheelfile import WheelFile
 
 from builder.core.errors import BuilderError
-from builder.wheel.repack import record_timestamp, zip_timestamp
+from builder.core.reproducible import record_timestamp, zip_timestamp
 
 PACKAGE = "flashinfer_jit_cache"
 MANIFEST = "sm120-manifest.json"

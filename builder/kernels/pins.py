@@ -15,14 +15,16 @@ from __future__ import annotations
 import email.parser
 import tomllib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import BuilderError
-from builder.source.fetch import SourceResult
+
+if TYPE_CHECKING:  # an annotation only: a saved request's build never imports the source stage
+    from builder.source.fetch import SourceResult
 
 _KERNEL_PACKAGES = ("sgl-kernel", "sglang-kernel")
 _ARCH_SWITCH = Version("0.6.7")  # first FlashInfer that detects SM120 as 12.0f

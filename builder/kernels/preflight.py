@@ -36,7 +36,6 @@ from builder.kernels.toolchain import (
     nvcc_release,
     toolkit_root,
 )
-from builder.source.fetch import obtain_source
 
 _HEADERS = {"cublas_v2.h": "nvidia-cublas", "curand.h": "nvidia-curand"}
 
@@ -271,6 +270,9 @@ def run_preflight(options: Options, *, nvcc: Path | None = None,
         BuilderError: the pins disagree, or the target's arch list contradicts what its
             FlashInfer detects (see :mod:`builder.kernels.pins`); no nvcc is found.
     """
+    # The source stage only here: the build's own preflight (a saved request) needs none.
+    from builder.source.fetch import obtain_source
+
     target = select_target(options)
     source = obtain_source(options, target)
     pins = read_pins(source)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.core.basepins import PINS_FILE
-from builder.core.errors import BuilderError
+from builder.core.errors import BuilderError, ConfigurationError
 from builder.core.options import Options, select_target
 from builder.kernels.build import (
     DEFAULT_HEAD_DIMS,
@@ -29,11 +29,10 @@ from builder.kernels.pins import (
     read_pins,
     uses_providers,
 )
-from builder.kernels.shard import Shard
+from builder.kernels.shard import MAX_JOBS, Shard
 from builder.kernels.toolchain import (
     arch_code,
 )
-from builder.source.fetch import obtain_source
 
 
 @dataclass(frozen=True)
@@ -92,6 +91,19 @@ class KernelOptions:
     step_costs: Path | None = None
     fast_build: bool = False
 
+    def __post_init__(self) -> None:
+        """Refuse a jobs count that is not a whole number from 1 to :data:`MAX_JOBS`.
+
+        Raises:
+            ConfigurationError: ``jobs`` is a float (NaN, an infinity), a bool, zero, a
+                negative, or more than :data:`MAX_JOBS` (the value would reach ninja's
+                ``-j`` and FlashInfer's ``MAX_JOBS``).
+        """
+        if self.jobs is not None and (type(self.jobs) is not int
+                                      or not 1 <= self.jobs <= MAX_JOBS):
+            raise ConfigurationError(f"jobs is {self.jobs!r}, not a whole number from 1 to "
+                                     f"{MAX_JOBS}", "give --jobs N, or leave it out for "
+                                     "the CPUs (bounded by free memory)")
 
 
 
@@ -116,6 +128,9 @@ def kernel_request(options: Options, kernel: KernelOptions) -> KernelRequest:
         request = KernelRequest.from_json(data)
         check_groups(request.groups)
         return request
+    # The source stage (gitpython, remotezip) only here: a saved request needs none of it.
+    from builder.source.fetch import obtain_source
+
     target = select_target(options)
     source = obtain_source(options, target)
     pins = read_pins(source)

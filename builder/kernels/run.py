@@ -11,6 +11,7 @@ from builder.core.options import Options
 from builder.core.progress import Reporter
 from builder.kernels.build import (
     DRIVER,
+    KernelBuild,
     KernelRequest,
     KernelResult,
     Sccache,
@@ -21,6 +22,7 @@ from builder.kernels.build import (
     sccache_settings,
 )
 from builder.kernels.request import KernelOptions, kernel_request
+from builder.kernels.shard import StepCosts
 from builder.kernels.toolchain import (
     PythonEnv,
     cuda_wheels,
@@ -77,11 +79,15 @@ def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult | Shard
         BuilderError: see :func:`kernel_request` and :func:`builder.kernels.build.build_kernels`;
             in container mode also :func:`builder.kernels.container.build_kernels_in_container`;
             the version lock records other content for this kernel wheel's version.
+        ConfigurationError: ``kernel.step_costs`` is not a step-costs file of finite
+            seconds (:meth:`builder.kernels.shard.StepCosts.read`).
     """
     if kernel.shard is not None and not kernel.sccache:
         raise BuilderError("a shard without --sccache compiles objects nobody can reuse",
                            "add --sccache, with the final job's shared backend "
                            "(SCCACHE_REDIS_ENDPOINT, SCCACHE_BUCKET ...)")
+    if kernel.step_costs is not None:  # refused before any environment or container
+        StepCosts(kernel.step_costs).read()
     request = kernel_request(options, kernel)
     lock = None
     if kernel.request_file is None and options.source_dir is None:
@@ -114,13 +120,12 @@ def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult | Shard
         sccache = None
         if kernel.sccache:
             sccache = Sccache(find_sccache(env), sccache_settings())
+        build = KernelBuild.create(request, env, cache=cache, nvcc=nvcc,
+                                   reporter=options.reporter, sccache=sccache,
+                                   jobs=kernel.jobs)
         if kernel.shard is not None:  # no wheel: nothing to record in the lock
-            return compile_shard(request, env, kernel.shard, nvcc=nvcc, cache=cache,
-                                 sccache=sccache, reporter=options.reporter,
-                                 jobs=kernel.jobs, step_costs=kernel.step_costs)
-        result = build_kernels(request, env, nvcc=nvcc, cache=cache,
-                               dist_dir=options.dist_dir, reporter=options.reporter,
-                               sccache=sccache, jobs=kernel.jobs)
+            return compile_shard(build, kernel.shard, step_costs=kernel.step_costs)
+        result = build_kernels(build, options.dist_dir)
     if lock is not None and isinstance(result, KernelResult):
         if kernel.groups is None and kernel.head_dims is None and kernel.arch_list is None \
                 and not kernel.fast_build:

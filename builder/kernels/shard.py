@@ -25,7 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from builder.core.cache import atomic_write_bytes
-from builder.core.errors import BuilderError
+from builder.core.errors import BuilderError, ConfigurationError
+
+#: The most shards: GitHub Actions runs at most 256 jobs of one matrix ("Using a matrix
+#: for your jobs", docs.github.com); a larger N is a typo, and each shard is a runner.
+MAX_SHARDS = 256
+#: The longest one step may have taken: a day. The slowest measured CUTLASS MoE unit takes
+#: minutes (data/step-costs-*.json); more is a clock jump or a hand edit, not a cost.
+MAX_STEP_SECONDS = 86_400.0
+#: The most parallel compile jobs: the ``--jobs`` flag's own cap (``builder.cli.common``).
+MAX_JOBS = 1024
 
 
 @dataclass(frozen=True)
@@ -40,21 +49,58 @@ class Shard:
     index: int
     count: int
 
+    def __post_init__(self) -> None:
+        """Refuse a shard that is not ``1 <= index <= count <= MAX_SHARDS`` in whole numbers.
+
+        Raises:
+            ConfigurationError: it is not (a float, a bool, NaN, zero, a negative, or more
+                shards than :data:`MAX_SHARDS`).
+        """
+        if not (type(self.index) is int and type(self.count) is int
+                and 1 <= self.index <= self.count <= MAX_SHARDS):
+            raise _not_a_shard(f"{self.index}/{self.count}")
+
     @classmethod
     def parse(cls, text: str) -> Shard:
         """Read ``I/N`` (``2/4``).
 
         Raises:
-            BuilderError: not ``I/N`` with ``1 <= I <= N``.
+            ConfigurationError: not ``I/N`` in ASCII digits with
+                ``1 <= I <= N <= MAX_SHARDS``.
         """
-        found = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
-        if not found or not 1 <= int(found[1]) <= int(found[2]):
-            raise BuilderError(f"shard {text!r} is not I/N with 1 <= I <= N",
-                               "write e.g. --shard 1/4 ... --shard 4/4, one per CI job")
+        # ASCII only, and short: int() reads other scripts' digits and refuses 4,300+ of them.
+        found = re.fullmatch(r"\s*(\d{1,9})\s*/\s*(\d{1,9})\s*", text, re.ASCII)
+        if not found:
+            raise _not_a_shard(text)
         return cls(int(found[1]), int(found[2]))
 
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"
+
+
+def _not_a_shard(text: str) -> ConfigurationError:
+    return ConfigurationError(f"shard {text!r} is not I/N with 1 <= I <= N <= {MAX_SHARDS}",
+                              "write e.g. --shard 1/4 ... --shard 4/4, one per CI job")
+
+
+def _seconds(values: Any, path: Path) -> dict[str, float]:
+    """``{step: seconds}`` of a costs file, every value finite, from 0 to a day.
+
+    Raises:
+        ConfigurationError: a value is not (NaN, an infinity, a negative, more than
+            :data:`MAX_STEP_SECONDS`, a bool or not a number); the message names the step.
+        TypeError, AttributeError: ``values`` is not a mapping (the caller says so).
+    """
+    seconds = {}
+    for step, value in values.items():
+        if type(value) not in (int, float) or not 0 <= value <= MAX_STEP_SECONDS:
+            # NaN fails every comparison, so it lands here as infinities do.
+            raise ConfigurationError(
+                f"{path}: step {step!r} took {value!r} seconds, not a number from 0 to "
+                f"{MAX_STEP_SECONDS:g}", "pass a file a kernel build wrote (kernel-costs/"
+                "*.json in the cache), or delete it to start again")
+        seconds[str(step)] = float(value)
+    return seconds
 
 
 def _weights(steps: list[str], costs: dict[str, float]) -> dict[str, float]:
@@ -145,17 +191,25 @@ class StepCosts:
 
         Raises:
             BuilderError: the file exists but is not a costs file.
+            ConfigurationError: a step's seconds are not finite from 0 to
+                :data:`MAX_STEP_SECONDS`, or ``jobs`` is not a count (see
+                :data:`MAX_JOBS`).
         """
         if not self.path.exists():
             return {"steps": {}, "links": {}}
         try:
             data = json.loads(self.path.read_text())
-            steps = {str(k): float(v) for k, v in data.get("steps", {}).items()}
-            links = {str(k): float(v) for k, v in data.get("links", {}).items()}
+            steps = _seconds(data.get("steps", {}), self.path)
+            links = _seconds(data.get("links", {}), self.path)
         except (OSError, ValueError, AttributeError, TypeError) as error:
             raise BuilderError(f"{self.path} is not a step-costs file ({error})",
                                "pass a file a kernel build wrote (kernel-costs/*.json in "
                                "the cache), or delete it to start again") from None
+        jobs = data.get("jobs", 1)
+        if type(jobs) is not int or not 1 <= jobs <= MAX_JOBS:
+            raise ConfigurationError(f"{self.path}: jobs is {jobs!r}, not a whole number "
+                                     f"from 1 to {MAX_JOBS}",
+                                     "pass a file a kernel build wrote, or delete it")
         return {**data, "steps": steps, "links": links}
 
     def record(self, seconds: dict[str, float], compile_steps: set[str],

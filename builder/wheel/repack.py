@@ -12,18 +12,16 @@ RECORD, are dropped. Same inputs give the same bytes.
 
 from __future__ import annotations
 
-import os
 import stat
-import time
 import zipfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from builder.core.errors import BuilderError
+from builder.core.reproducible import record_timestamp as record_timestamp
+from builder.core.reproducible import zip_timestamp as zip_timestamp  # moved to core
 from builder.source.archive import read_metadata
 
 # Files a patch may not change on this path: compiled code, or sources and build files
@@ -54,11 +52,6 @@ class RepackResult:
     data: str
 
 
-def zip_timestamp(epoch: int) -> tuple[int, int, int, int, int, int]:
-    """Zip timestamp (UTC) for ``epoch``; zip cannot store dates before 1980."""
-    return time.gmtime(max(epoch, 315532800))[:6]
-
-
 def refuse_unshipped(path: str) -> None:
     """Refuse a patch to ``path`` (a path inside the wheel) on the repack path.
 
@@ -77,24 +70,6 @@ def refuse_unshipped(path: str) -> None:
     if top.endswith((".dist-info", ".data")) or ("/" not in path and name.endswith(".pth")):
         raise BuilderError(f"{path} is wheel metadata or a .pth file: a patch may not change "
                            "it on the repack path", "patch the package's own files instead")
-
-
-@contextmanager
-def record_timestamp(epoch: int) -> Iterator[None]:
-    """Set SOURCE_DATE_EPOCH while ``wheel`` writes RECORD (it reads the variable:
-    reproducible-builds.org's convention, honoured by ``wheel.wheelfile``).
-
-    This changes the process environment for the duration: not safe with threads.
-    """
-    saved = os.environ.get("SOURCE_DATE_EPOCH")
-    os.environ["SOURCE_DATE_EPOCH"] = str(epoch)
-    try:
-        yield
-    finally:
-        if saved is None:
-            del os.environ["SOURCE_DATE_EPOCH"]
-        else:
-            os.environ["SOURCE_DATE_EPOCH"] = saved
 
 
 def _dist_info(archive: zipfile.ZipFile, wheel: Path) -> str:
