@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +43,8 @@ from builder.patching.hunks import (
 from builder.patching.intent import IntentCheck, pattern_root
 from builder.patching.patchfile import FilePatch, Operation, ParsedPatch, parse_patch
 from builder.patching.series import Series, SeriesEntry, select_series
+from builder.patching.status import PARTLY_APPLIED, FileStatus, patch_status
+from builder.patching.status import PatchStatus as PatchStatus  # re-exported: its old home
 from builder.source.fetch import (
     SourceResult,
     link_tree,
@@ -58,32 +59,19 @@ ZERO_CONTEXT_WARNING = ("warning: no context lines (diff -U0): only its line num
                         "with context (git diff)")
 
 
-class PatchStatus(StrEnum):
-    """What happened to one patch of the series."""
-
-    APPLIED = "applied"
-    ALREADY_APPLIED = "already-applied"
-    FAILED = "failed"
-    OBSOLETE = "obsolete"
-    NOT_APPLICABLE = "not-applicable"
-    NOT_REACHED = "not-reached"
-
-
 @dataclass(frozen=True)
 class FileReport:
     """Per-file part of a patch report.
 
     Attributes:
         path: the repository path (the new one for renames and copies).
-        status: ``patched``, ``created``, ``deleted``, ``renamed``, ``copied``, ``mode``
-            (permissions only), ``already-applied``, or a refusal: ``failed``,
-            ``new-file-exists``, ``missing-file``, ``eol-mismatch``, ``binary``.
+        status: see :class:`~builder.patching.status.FileStatus`.
         hunks: per-hunk results.
         note: why, for refusals and special cases.
     """
 
     path: str
-    status: str
+    status: FileStatus
     hunks: tuple[HunkResult, ...] = ()
     note: str = ""
 
@@ -181,7 +169,7 @@ class PatchReport:
             PatchOutcome(name=p["name"], sha256=p["sha256"], status=PatchStatus(p["status"]),
                          strip=p["strip"], max_fuzz=p["max_fuzz"],
                          fuzz_reason=p["fuzz_reason"], message=p["message"],
-                         files=tuple(FileReport(f["path"], f["status"], tuple(
+                         files=tuple(FileReport(f["path"], FileStatus(f["status"]), tuple(
                              HunkResult.from_json(h) for h in f["hunks"]), f["note"])
                              for f in p["files"]))
             for p in data["patches"])
@@ -330,7 +318,6 @@ class _TreeView:
 @dataclass
 class _FileOutcome:
     report: FileReport
-    state: str  # "applied", "already" or "failed"
     staged: dict[str, bytes | None] = field(default_factory=dict)
     modes: dict[str, int] = field(default_factory=dict)
 
@@ -364,7 +351,7 @@ def _eol_mismatch(lines: list[str], hunks: tuple[Hunk, ...],
     marked = []
     for result, trial in zip(results, normalised.results, strict=True):
         if result.status == HunkStatus.FAILED and trial.status in APPLIED_STATUSES:
-            result = HunkResult(result.hunk, HunkStatus.EOL_MISMATCH, line=trial.line,
+            result = HunkResult(result.hunk, FileStatus.EOL_MISMATCH, line=trial.line,
                                 text=result.text,
                                 note=f"the file has {file_eol.upper()} line endings and the "
                                      f"patch {patch_eol.upper()}; not converting")
@@ -395,10 +382,13 @@ def _apply_hunks(view: _TreeView, file_patch: FilePatch, current: str, max_fuzz:
     return results, (outcome.new_lines if ok else None), outcome.already_applied
 
 
-def _refuse(path: str, status: str, note: str, hunks: tuple[Hunk, ...],
-            hunk_status: HunkStatus) -> _FileOutcome:
+def _refuse(path: str, status: FileStatus, note: str, hunks: tuple[Hunk, ...]
+            ) -> _FileOutcome:
+    # A hunk the file's refusal decided has the file's status (a hunk-level "failed"
+    # when the refusal is a plain failure).
+    hunk_status = HunkStatus.FAILED if status == FileStatus.FAILED else status
     results = tuple(HunkResult(h.index, hunk_status, note=note) for h in hunks)
-    return _FileOutcome(FileReport(path, status, results, note), "failed")
+    return _FileOutcome(FileReport(path, status, results, note))
 
 
 def _moved_hint(view: _TreeView, file_patch: FilePatch, max_fuzz: int) -> str:
@@ -447,23 +437,22 @@ def _apply_file(view: _TreeView, patch_name: str, file_patch: FilePatch,
     for tree_path in dict.fromkeys(p for p in (old, new) if p is not None):
         link = view.link_on(tree_path)
         if link is not None:
-            return _refuse(repo_path, "symlink", f"{link} is a symbolic link: a patch never "
-                           "reads or writes through one (it could lead out of the tree); "
-                           "patch the file it points to under its own path",
-                           hunks, HunkStatus.SYMLINK)
+            return _refuse(repo_path, FileStatus.SYMLINK, f"{link} is a symbolic link: a "
+                           "patch never reads or writes through one (it could lead out of "
+                           "the tree); patch the file it points to under its own path", hunks)
     if file_patch.symlink:
-        return _refuse(repo_path, "symlink", "the patch creates, deletes or retargets a "
-                       "symbolic link (git mode 120000); the builder never writes links: "
-                       "make the link in the build instead", hunks, HunkStatus.SYMLINK)
+        return _refuse(repo_path, FileStatus.SYMLINK, "the patch creates, deletes or "
+                       "retargets a symbolic link (git mode 120000); the builder never "
+                       "writes links: make the link in the build instead", hunks)
     if file_patch.binary:
-        return _refuse(repo_path, "binary", "binary diffs (GIT binary patch) are not "
-                       "supported; ship the file another way", hunks, HunkStatus.BINARY)
+        return _refuse(repo_path, FileStatus.BINARY, "binary diffs (GIT binary patch) are "
+                       "not supported; ship the file another way", hunks)
     if old is not None and old not in view.changes and (view.root / old).is_dir():
-        return _refuse(repo_path, "failed", f"{file_patch.old_path} is a folder, not a file",
-                       hunks, HunkStatus.FAILED)
+        return _refuse(repo_path, FileStatus.FAILED,
+                       f"{file_patch.old_path} is a folder, not a file", hunks)
     if new is not None and (obstacle := view.obstacle(new)) is not None:
-        return _refuse(repo_path, "failed", f"cannot write {file_patch.new_path}: {obstacle}",
-                       hunks, HunkStatus.FAILED)
+        return _refuse(repo_path, FileStatus.FAILED,
+                       f"cannot write {file_patch.new_path}: {obstacle}", hunks)
     op = file_patch.operation
     if op == Operation.MODIFY and old is not None and view.read(old) is None and \
             len(hunks) == 1 and hunks[0].source_start == hunks[0].source_length == 0:
@@ -476,14 +465,13 @@ def _apply_file(view: _TreeView, patch_name: str, file_patch: FilePatch,
             same = existing == content
             note = ("the file to create already exists with identical content"
                     if same else "the file to create already exists with different content")
-            refused = tuple(HunkResult(h.index, HunkStatus.NEW_FILE_EXISTS, note=note)
+            refused = tuple(HunkResult(h.index, FileStatus.NEW_FILE_EXISTS, note=note)
                             for h in hunks)
-            return _FileOutcome(FileReport(repo_path, "already-applied" if same else
-                                           "new-file-exists", refused, note),
-                                "already" if same else "failed")
+            return _FileOutcome(FileReport(repo_path, FileStatus.ALREADY_APPLIED if same else
+                                           FileStatus.NEW_FILE_EXISTS, refused, note))
         created = tuple(HunkResult(h.index, HunkStatus.CLEAN, line=1, offset=0, fuzz=0,
                                    changed_line=1) for h in hunks)
-        return _FileOutcome(FileReport(repo_path, "created", created), "applied",
+        return _FileOutcome(FileReport(repo_path, FileStatus.CREATED, created),
                             {new: content.encode("utf-8", "surrogateescape")},
                             {new: file_patch.new_mode or 0o644})
     assert old is not None
@@ -491,29 +479,29 @@ def _apply_file(view: _TreeView, patch_name: str, file_patch: FilePatch,
     if current is None:
         if op == Operation.DELETE:
             note = "the file to delete is already absent"
-            return _FileOutcome(FileReport(repo_path, "already-applied", tuple(
+            return _FileOutcome(FileReport(repo_path, FileStatus.ALREADY_APPLIED, tuple(
                 HunkResult(h.index, HunkStatus.ALREADY_APPLIED, note=note) for h in hunks),
-                note), "already")
+                note))
         moved_to = view.read(new) if op == Operation.RENAME and new else None
         if moved_to is not None:  # renamed already? then the hunks are in the new file
             results, _, already = _apply_hunks(view, file_patch, moved_to, max_fuzz)
             if already or not hunks:
-                return _FileOutcome(FileReport(repo_path, "already-applied", tuple(results),
-                                               "already renamed"), "already")
+                return _FileOutcome(FileReport(repo_path, FileStatus.ALREADY_APPLIED,
+                                               tuple(results), "already renamed"))
         note = f"{file_patch.old_path} does not exist" + _moved_hint(view, file_patch,
                                                                        max_fuzz)
-        return _refuse(repo_path, "missing-file", note, hunks, HunkStatus.MISSING_FILE)
+        return _refuse(repo_path, FileStatus.MISSING_FILE, note, hunks)
     if op in (Operation.RENAME, Operation.COPY) and new is not None and new != old and \
             view.read(new) is not None:
         note = f"{file_patch.new_path} already exists; the {op} would overwrite it"
-        return _refuse(repo_path, "new-file-exists", note, hunks, HunkStatus.NEW_FILE_EXISTS)
+        return _refuse(repo_path, FileStatus.NEW_FILE_EXISTS, note, hunks)
     results, new_lines, already = _apply_hunks(view, file_patch, current, max_fuzz) \
         if hunks else ([], split_lines(current), False)
     report_hunks = tuple(results)
     if new_lines is None:
         if already:
-            return _FileOutcome(FileReport(repo_path, "already-applied", report_hunks),
-                                "already")
+            return _FileOutcome(FileReport(repo_path, FileStatus.ALREADY_APPLIED,
+                                           report_hunks))
         statuses = {r.status for r in results}
         if HunkStatus.ALREADY_APPLIED in statuses and statuses <= {
                 HunkStatus.ALREADY_APPLIED, *APPLIED_STATUSES}:
@@ -521,28 +509,32 @@ def _apply_file(view: _TreeView, patch_name: str, file_patch: FilePatch,
         else:
             note = "; ".join(f"hunk #{r.hunk}: {r.status}" + (f" ({r.note})" if r.note else "")
                              for r in results if r.status not in APPLIED_STATUSES)
-        status = "eol-mismatch" if HunkStatus.EOL_MISMATCH in statuses else "failed"
-        return _FileOutcome(FileReport(repo_path, status, report_hunks, note), "failed")
+        status = FileStatus.EOL_MISMATCH if FileStatus.EOL_MISMATCH in statuses else \
+            FileStatus.FAILED
+        return _FileOutcome(FileReport(repo_path, status, report_hunks, note))
     mode = view.mode(old)
     new_mode = file_patch.new_mode if file_patch.new_mode is not None else mode
     if op == Operation.DELETE:
         if new_lines:
             note = "the file's content differs from what the patch deletes; not deleting it"
-            return _FileOutcome(FileReport(repo_path, "failed", report_hunks, note), "failed")
-        return _FileOutcome(FileReport(repo_path, "deleted", report_hunks), "applied", {old: None})
+            return _FileOutcome(FileReport(repo_path, FileStatus.FAILED, report_hunks, note))
+        return _FileOutcome(FileReport(repo_path, FileStatus.DELETED, report_hunks),
+                            {old: None})
     data = _encode(new_lines)
     if op == Operation.MODIFY and not hunks:
         if new_mode == mode:
-            return _FileOutcome(FileReport(repo_path, "already-applied", (),
-                                           f"mode is already {new_mode:o}"), "already")
-        return _FileOutcome(FileReport(repo_path, "mode", (), f"mode {mode:o} -> {new_mode:o}"),
-                            "applied", {old: data}, {old: new_mode or 0o644})
+            return _FileOutcome(FileReport(repo_path, FileStatus.ALREADY_APPLIED, (),
+                                           f"mode is already {new_mode:o}"))
+        return _FileOutcome(FileReport(repo_path, FileStatus.MODE, (),
+                                       f"mode {mode:o} -> {new_mode:o}"),
+                            {old: data}, {old: new_mode or 0o644})
     assert new is not None
     staged: dict[str, bytes | None] = {new: data}
     if op == Operation.RENAME and new != old:
         staged[old] = None
-    status = {Operation.RENAME: "renamed", Operation.COPY: "copied"}.get(op, "patched")
-    return _FileOutcome(FileReport(repo_path, status, report_hunks), "applied", staged,
+    status = {Operation.RENAME: FileStatus.RENAMED,
+              Operation.COPY: FileStatus.COPIED}.get(op, FileStatus.PATCHED)
+    return _FileOutcome(FileReport(repo_path, status, report_hunks), staged,
                         {new: new_mode or 0o644})
 
 
@@ -553,33 +545,24 @@ def _apply_patch(view: _TreeView, parsed: ParsedPatch, entry: SeriesEntry,
     # Files of one patch see each other's changes (a patch may touch a file twice).
     scratch = _TreeView(view.root, view.layout, dict(view.changes), dict(view.modes))
     reports: list[FileReport] = []
-    states: set[str] = set()
     for file_patch in parsed.files:
         outcome = _apply_file(scratch, parsed.path.name, file_patch, max_fuzz, entry.strip)
         reports.append(outcome.report)
-        states.add(outcome.state)
         scratch.changes.update(outcome.staged)
         scratch.modes.update(outcome.modes)
+    status = patch_status(r.status for r in reports)
     problems = [f"{r.path}: {r.status}" + (f" ({r.note})" if r.note else "")
-                for r in reports if r.status in _REFUSALS]
-    if not problems and states == {"applied", "already"}:
-        problems.append("part of the patch is already applied and part is not")
+                for r in reports if r.status.refused]
+    if status == PatchStatus.FAILED and not problems:
+        problems.append(PARTLY_APPLIED)
     # The scratch view started as a copy of ``view``: its dicts are the view after this
     # patch, so the caller can take them whole.
     staged, modes = scratch.changes, scratch.modes
-    if problems:
-        status, staged, modes = PatchStatus.FAILED, {}, {}
-    elif states == {"already"}:
-        status, staged, modes = PatchStatus.ALREADY_APPLIED, {}, {}
-    else:
-        status = PatchStatus.APPLIED
+    if status != PatchStatus.APPLIED:
+        staged, modes = {}, {}
     return PatchOutcome(name=parsed.path.name, sha256=parsed.sha256, status=status,
                         strip=entry.strip, max_fuzz=max_fuzz, fuzz_reason=fuzz_reason,
                         files=tuple(reports), message="; ".join(problems)), staged, modes
-
-
-_REFUSALS = frozenset({"failed", "new-file-exists", "missing-file", "eol-mismatch", "binary",
-                       "symlink"})
 
 
 def read_series(series: Series) -> dict[Path, ParsedPatch]:
@@ -745,10 +728,10 @@ def _intent_report(entry: SeriesEntry, check: IntentCheck, held_before: bool,
 
 
 _HINTS = {
-    "symlink": "nothing was written; patches never go through symbolic links or create "
+    FileStatus.SYMLINK: "nothing was written; patches never go through symbolic links or create "
                "them (docs/patch-forms.md)",
-    "binary": "nothing was written; ship binary files another way",
-    "new-file-exists": "nothing was written; the tree already has that file: remove it "
+    FileStatus.BINARY: "nothing was written; ship binary files another way",
+    FileStatus.NEW_FILE_EXISTS: "nothing was written; the tree already has that file: remove it "
                        "or drop the creation from the patch",
 }
 
@@ -756,7 +739,7 @@ _HINTS = {
 def _failure(report: PatchReport) -> BuilderError:
     for outcome in report.patches:
         if outcome.status == PatchStatus.FAILED:
-            refusals = {f.status for f in outcome.files if f.status in _REFUSALS}
+            refusals = {f.status for f in outcome.files if f.status.refused}
             hint = _HINTS.get(next(iter(refusals)), "") if len(refusals) == 1 else ""
             return BuilderError(f"patch {outcome.name} failed: {outcome.message}",
                                 hint or "see the hunk report; fix or refresh the patch, or "
