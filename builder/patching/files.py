@@ -53,7 +53,7 @@ class FileReport:
 
     def to_json(self) -> dict[str, Any]:
         """Return JSON-ready data."""
-        return {"path": self.path, "status": self.status, "note": self.note,
+        return {"path": self.path, "status": str(self.status), "note": self.note,
                 "hunks": [h.to_json() for h in self.hunks]}
 
 
