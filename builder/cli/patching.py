@@ -128,17 +128,21 @@ _REPORT_COLUMNS = ("patch", "file", "hunk", "status", "line", "offset", "fuzz", 
 
 def _report_rows(report: PatchReport) -> list[tuple[str, ...]]:
     """One row per hunk (or per patch or file without hunks), in ``_REPORT_COLUMNS``."""
+    from builder.patching.hunks import HunkStatus
+    from builder.patching.status import FileStatus, PatchStatus
+
+    whole = (FileStatus.CREATED, FileStatus.DELETED, FileStatus.RENAMED, FileStatus.COPIED)
     rows: list[tuple[str, ...]] = []
     for patch in report.patches:
-        if not patch.files or patch.status == "obsolete":
+        if not patch.files or patch.status == PatchStatus.OBSOLETE:
             rows.append((patch.name, "", "", str(patch.status), "", "", "", patch.message))
             continue
         for file in patch.files:
-            if not file.hunks or file.status in ("created", "deleted", "renamed", "copied"):
+            if not file.hunks or file.status in whole:
                 rows.append((patch.name, file.path, "", file.status, "", "", "", file.note))
             for hunk in file.hunks:
                 note = hunk.note
-                if hunk.status == "fuzz":
+                if hunk.status == HunkStatus.FUZZ:
                     note = f"allowed up to fuzz {patch.max_fuzz} (reason below)"
                 rows.append((patch.name, file.path, str(hunk.hunk), str(hunk.status),
                              "" if hunk.line is None else str(hunk.line),
@@ -194,6 +198,9 @@ def render_report(report: PatchReport, console: Console) -> None:
         report: the patch stage's report.
         console: where to print (its ``width`` decides the layout).
     """
+    from builder.patching.hunks import HunkStatus
+    from builder.patching.status import PatchStatus
+
     rows = _report_rows(report)
     title = f"Patch report for upstream {report.upstream_version}"
     if _table_width(rows) > console.width:
@@ -204,7 +211,8 @@ def render_report(report: PatchReport, console: Console) -> None:
             table.add_row(*row)
         console.print(table)
     for patch in report.patches:
-        if patch.fuzz_reason and any(h.status == "fuzz" for f in patch.files for h in f.hunks):
+        if patch.fuzz_reason and any(h.status == HunkStatus.FUZZ for f in patch.files
+                                     for h in f.hunks):
             console.print(f"fuzz allowance for {patch.name}: {patch.fuzz_reason}",
                           markup=False, soft_wrap=True)
     for warning in report.warnings:
@@ -215,7 +223,7 @@ def render_report(report: PatchReport, console: Console) -> None:
         console.print(f"intent {mark} ({before}): ", end="", soft_wrap=True)
         console.print(f"{intent.check} -- {intent.detail}", markup=False, soft_wrap=True)
     for patch in report.patches:
-        if patch.status == "obsolete":  # nothing applied, nothing failed: no near misses
+        if patch.status == PatchStatus.OBSOLETE:  # nothing applied, nothing failed: no near misses
             continue
         for file in patch.files:
             for hunk in file.hunks:
@@ -241,6 +249,7 @@ def _cmd_patch(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
 
     from builder.patching.apply import run_patch
     from builder.patching.canonical import canonical_patch
+    from builder.patching.status import PatchStatus
 
     in_place = args.source_dir is not None
     with tempfile.TemporaryDirectory(prefix="sm120-patch-") as scratch:
@@ -254,7 +263,7 @@ def _cmd_patch(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
                 args.patch = copy
         result = run_patch(options(args, reporter), in_place=in_place, dry_run=args.dry_run)
     render_report(result.report, reporter.out)
-    applied = any(p.status == "applied" for p in result.report.patches)
+    applied = any(p.status == PatchStatus.APPLIED for p in result.report.patches)
     where = ("nothing written (--dry-run)" if args.dry_run else
              "nothing to write: nothing left to apply" if not applied else
              f"patched in place: {result.tree}" if in_place else

@@ -2,7 +2,8 @@
 
 Every patch file is checked against its pinned sha256 first; each patch is parsed
 (:mod:`builder.patching.patchfile`) and applied with the hunk matcher
-(:mod:`builder.patching.hunks`) to an in-memory view of the tree; the fuzz policy of the
+(:mod:`builder.patching.hunks`) file by file (:mod:`builder.patching.files`) to an
+in-memory view of the tree; the fuzz policy of the
 series decides which placements are acceptable; intent checks run after the whole series.
 Only when everything passed is anything written: to a new cache entry (a copy of the
 source tree) or, for ``--source-dir`` in place, file by file through temporary files and
@@ -11,11 +12,13 @@ renames.
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
+<<<<<<< HEAD
 import os
+=======
+import json
+>>>>>>> i23-status
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -31,19 +34,13 @@ from builder.core.cache import (
 from builder.core.errors import BuilderError
 from builder.core.layout import Layout
 from builder.core.options import Options, select_target
-from builder.patching.hunks import (
-    APPLIED_STATUSES,
-    DEFAULT_FUZZ_SEARCH,
-    Hunk,
-    HunkResult,
-    HunkStatus,
-    anchor_note,
-    apply_file_hunks,
-    split_lines,
-)
-from builder.patching.intent import IntentCheck, pattern_root
-from builder.patching.patchfile import FilePatch, Operation, ParsedPatch, parse_patch
+from builder.patching.files import FileReport, TreeView, apply_file, link_on_path
+from builder.patching.hunks import HunkResult
+from builder.patching.intent import IntentCheck
+from builder.patching.patchfile import ParsedPatch, parse_patch
 from builder.patching.series import Series, SeriesEntry, select_series
+from builder.patching.status import PARTLY_APPLIED, FileStatus, patch_status
+from builder.patching.status import PatchStatus as PatchStatus  # re-exported: its old home
 from builder.source.fetch import (
     SourceResult,
     link_tree,
@@ -51,46 +48,6 @@ from builder.source.fetch import (
 )
 
 ENGINE_VERSION = "3"  # bump when placement rules change: it is part of the cache key
-
-
-ZERO_CONTEXT_WARNING = ("warning: no context lines (diff -U0): only its line number and its "
-                        "removed lines place it; check the result, or regenerate the patch "
-                        "with context (git diff)")
-
-
-class PatchStatus(StrEnum):
-    """What happened to one patch of the series."""
-
-    APPLIED = "applied"
-    ALREADY_APPLIED = "already-applied"
-    FAILED = "failed"
-    OBSOLETE = "obsolete"
-    NOT_APPLICABLE = "not-applicable"
-    NOT_REACHED = "not-reached"
-
-
-@dataclass(frozen=True)
-class FileReport:
-    """Per-file part of a patch report.
-
-    Attributes:
-        path: the repository path (the new one for renames and copies).
-        status: ``patched``, ``created``, ``deleted``, ``renamed``, ``copied``, ``mode``
-            (permissions only), ``already-applied``, or a refusal: ``failed``,
-            ``new-file-exists``, ``missing-file``, ``eol-mismatch``, ``binary``.
-        hunks: per-hunk results.
-        note: why, for refusals and special cases.
-    """
-
-    path: str
-    status: str
-    hunks: tuple[HunkResult, ...] = ()
-    note: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        """Return JSON-ready data."""
-        return {"path": self.path, "status": self.status, "note": self.note,
-                "hunks": [h.to_json() for h in self.hunks]}
 
 
 @dataclass(frozen=True)
@@ -181,7 +138,7 @@ class PatchReport:
             PatchOutcome(name=p["name"], sha256=p["sha256"], status=PatchStatus(p["status"]),
                          strip=p["strip"], max_fuzz=p["max_fuzz"],
                          fuzz_reason=p["fuzz_reason"], message=p["message"],
-                         files=tuple(FileReport(f["path"], f["status"], tuple(
+                         files=tuple(FileReport(f["path"], FileStatus(f["status"]), tuple(
                              HunkResult.from_json(h) for h in f["hunks"]), f["note"])
                              for f in p["files"]))
             for p in data["patches"])
@@ -211,375 +168,31 @@ class PatchResult:
     tree_sha256: str | None = None
 
 
-def link_on_path(root: Path, tree_path: str) -> str | None:
-    """The first component of ``tree_path`` under ``root`` that is a symbolic link.
-
-    Args:
-        root: the tree.
-        tree_path: a relative path (``/``-separated).
-
-    Returns:
-        ``"component -> target"`` for the first link found walking down from ``root``
-        (the path itself included), or ``None`` when the path crosses no link.
-    """
-    current = root
-    parts = tree_path.split("/")
-    for depth, part in enumerate(parts, 1):
-        current = current / part
-        if current.is_symlink():
-            return f"{'/'.join(parts[:depth])} -> {os.readlink(current)}"
-        if not current.is_dir():
-            return None
-    return None
-
-
-@dataclass
-class _TreeView:
-    """A tree plus pending changes (``None`` marks a deletion); nothing touches disk."""
-
-    root: Path
-    layout: Layout
-    changes: dict[str, bytes | None] = field(default_factory=dict)
-    modes: dict[str, int] = field(default_factory=dict)
-
-    def tree_path(self, repo_path: str) -> str | None:
-        return self.layout.tree_path(repo_path)
-
-    def link_on(self, tree_path: str) -> str | None:
-        """The first component of ``tree_path`` (itself included) that is a symbolic link
-        on disk, as ``path -> target``; ``None`` when there is none."""
-        return link_on_path(self.root, tree_path)
-
-    def obstacle(self, tree_path: str) -> str | None:
-        """Why a file cannot be written at ``tree_path``: a folder is there, or a file
-        (on disk or staged) stands where a folder of its path must be; else ``None``."""
-        parts = tree_path.split("/")
-        for depth in range(1, len(parts)):
-            ancestor = "/".join(parts[:depth])
-            if self.changes.get(ancestor) is not None or (
-                    ancestor not in self.changes and (self.root / ancestor).is_file()):
-                return f"{ancestor} is a file, not a folder"
-        if (self.root / tree_path).is_dir() and not (self.root / tree_path).is_symlink():
-            return f"{tree_path} is a folder"
-        return None
-
-    def read_bytes(self, tree_path: str) -> bytes | None:
-        if tree_path in self.changes:
-            return self.changes[tree_path]
-        if self.link_on(tree_path) is not None:
-            return None  # never read through a link (the patch stage refuses such paths)
-        file = self.root / tree_path
-        return file.read_bytes() if file.is_file() else None
-
-    def read(self, tree_path: str) -> str | None:
-        data = self.read_bytes(tree_path)
-        return None if data is None else data.decode("utf-8", "surrogateescape")
-
-    def mode(self, tree_path: str) -> int | None:
-        if tree_path in self.modes:
-            return self.modes[tree_path]
-        file = self.root / tree_path
-        if self.link_on(tree_path) is not None or not file.is_file():
-            return None
-        return file.stat().st_mode & 0o777
-
-    def read_repo_path(self, repo_path: str) -> str | None:
-        tree_path = self.tree_path(repo_path)
-        return None if tree_path is None else self.read(tree_path)
-
-    def glob_repo_paths(self, pattern: str) -> list[str]:
-        """Existing repository paths matching an ``fnmatch`` pattern (changes included)."""
-        root = pattern_root(pattern)
-        tree_root = self.tree_path(root + "/") if root else ""
-        found: set[str] = set()
-        if tree_root is not None:
-            base = self.root / tree_root
-            if base.is_dir():
-                for path in base.rglob("*"):
-                    if ".git" in path.parts or not path.is_file():
-                        continue
-                    rel = path.relative_to(self.root).as_posix()
-                    if self.link_on(rel) is not None:
-                        continue
-                    repo = self.layout.repo_path(rel)
-                    if fnmatch.fnmatchcase(repo, pattern):
-                        found.add(repo)
-        for tree_path, data in self.changes.items():
-            repo = self.layout.repo_path(tree_path)
-            if fnmatch.fnmatchcase(repo, pattern):
-                if data is None:
-                    found.discard(repo)
-                else:
-                    found.add(repo)
-        return sorted(found)
-
-    def files_named(self, name: str, limit: int = 20) -> list[str]:
-        """Tree paths of existing files called ``name`` (for "moved elsewhere?" hints)."""
-        found = [p for p, data in self.changes.items() if data is not None
-                 and p.rsplit("/", 1)[-1] == name]
-        for path in self.root.rglob(name):
-            rel = path.relative_to(self.root).as_posix()
-            if ".git" not in path.parts and rel not in self.changes and path.is_file() \
-                    and self.link_on(rel) is None:
-                found.append(rel)
-            if len(found) >= limit:
-                break
-        return sorted(found)
-
-
-@dataclass
-class _FileOutcome:
-    report: FileReport
-    state: str  # "applied", "already" or "failed"
-    staged: dict[str, bytes | None] = field(default_factory=dict)
-    modes: dict[str, int] = field(default_factory=dict)
-
-
-def _encode(lines: list[str]) -> bytes:
-    return "".join(lines).encode("utf-8", "surrogateescape")
-
-
-def _eol(lines: list[str]) -> str:
-    crlf = sum(1 for line in lines if line.endswith("\r\n"))
-    lf = sum(1 for line in lines if line.endswith("\n")) - crlf
-    return "crlf" if crlf > lf else "lf" if lf else "none"
-
-
-def _without_cr(lines: list[str]) -> list[str]:
-    return [line[:-2] + "\n" if line.endswith("\r\n") else line for line in lines]
-
-
-def _eol_mismatch(lines: list[str], hunks: tuple[Hunk, ...],
-                  results: list[HunkResult], search: int) -> list[HunkResult]:
-    """Mark failed hunks that would apply if only line endings were equal."""
-    file_eol = _eol(lines)
-    patch_eol = _eol([text for h in hunks for _, text in h.lines])
-    if HunkStatus.FAILED not in {r.status for r in results} or "none" in (file_eol, patch_eol) \
-            or file_eol == patch_eol:
-        return results
-    plain = [Hunk(h.index, h.source_start, h.source_length, h.target_start, h.target_length,
-                  tuple((k, t[:-2] + "\n" if t.endswith("\r\n") else t) for k, t in h.lines),
-                  h.section) for h in hunks]
-    normalised = apply_file_hunks(_without_cr(lines), plain, fuzz_search=search)
-    marked = []
-    for result, trial in zip(results, normalised.results, strict=True):
-        if result.status == HunkStatus.FAILED and trial.status in APPLIED_STATUSES:
-            result = HunkResult(result.hunk, HunkStatus.EOL_MISMATCH, line=trial.line,
-                                text=result.text,
-                                note=f"the file has {file_eol.upper()} line endings and the "
-                                     f"patch {patch_eol.upper()}; not converting")
-        marked.append(result)
-    return marked
-
-
-def _apply_hunks(view: _TreeView, file_patch: FilePatch, current: str, max_fuzz: int
-                 ) -> tuple[list[HunkResult], list[str] | None, bool]:
-    """Apply the hunks with the fuzz policy: (results, new lines or None, all already)."""
-    lines = split_lines(current)
-    search = max(DEFAULT_FUZZ_SEARCH, max_fuzz)
-    outcome = apply_file_hunks(lines, file_patch.hunks, fuzz_search=search)
-    results = list(outcome.results)
-    for i, (result, hunk) in enumerate(zip(results, file_patch.hunks, strict=True)):
-        if result.status == HunkStatus.FUZZ and (result.fuzz or 0) > max_fuzz:
-            anchored = anchor_note(lines, hunk)
-            results[i] = HunkResult(
-                result.hunk, HunkStatus.FAILED, line=result.line, offset=result.offset,
-                fuzz=result.fuzz, changed_line=result.changed_line,
-                note=f"needs fuzz {result.fuzz}, the series allows {max_fuzz} here"
-                     + (f"; at fuzz 0 {anchored}" if anchored else ""))
-        elif result.status in APPLIED_STATUSES and not hunk.prefix_context and \
-                not hunk.suffix_context and len(lines) > len(hunk.preimage):
-            results[i] = replace(result, note=ZERO_CONTEXT_WARNING)
-    results = _eol_mismatch(lines, file_patch.hunks, results, search)
-    ok = all(r.status in APPLIED_STATUSES for r in results)
-    return results, (outcome.new_lines if ok else None), outcome.already_applied
-
-
-def _refuse(path: str, status: str, note: str, hunks: tuple[Hunk, ...],
-            hunk_status: HunkStatus) -> _FileOutcome:
-    results = tuple(HunkResult(h.index, hunk_status, note=note) for h in hunks)
-    return _FileOutcome(FileReport(path, status, results, note), "failed")
-
-
-def _moved_hint(view: _TreeView, file_patch: FilePatch, max_fuzz: int) -> str:
-    assert file_patch.old_path is not None
-    name = file_patch.old_path.rsplit("/", 1)[-1]
-    for candidate in view.files_named(name):
-        text = view.read(candidate)
-        if text is not None and file_patch.hunks and \
-                _apply_hunks(view, file_patch, text, max_fuzz)[1] is not None:
-            return f"; a file with matching content is at {candidate} (moved?)"
-    return ""
-
-
-def _resolve_plain_names(view: _TreeView, file_patch: FilePatch) -> FilePatch:
-    """The one file a plain (non-git) diff that names two files patches.
-
-    ``--- a/x.py.orig`` / ``+++ b/x.py`` means one file, not a rename. Like GNU patch 2.7
-    (and ``git apply``, which agree on this), take the name that exists; when both do,
-    the one with the fewest components, then the shortest base name, then the shortest.
-    """
-    old, new = file_patch.old_path, file_patch.new_path
-    if file_patch.git or file_patch.operation != Operation.MODIFY or old == new or \
-            old is None or new is None:
-        return file_patch
-    existing = [p for p in (old, new) if (t := view.tree_path(p)) is not None
-                and view.read(t) is not None]
-    chosen = min(existing or [old, new], key=lambda p: (p.count("/"), len(p.rsplit("/", 1)[-1]),
-                                                   len(p)))
-    return replace(file_patch, old_path=chosen, new_path=chosen)
-
-
-def _apply_file(view: _TreeView, patch_name: str, file_patch: FilePatch,
-                max_fuzz: int, strip: int) -> _FileOutcome:
-    """Apply one file patch to the view (without changing it); decide its status."""
-    file_patch = _resolve_plain_names(view, file_patch)
-    repo_path = file_patch.path
-    old = view.tree_path(file_patch.old_path) if file_patch.old_path else None
-    new = view.tree_path(file_patch.new_path) if file_patch.new_path else None
-    if (file_patch.old_path and old is None) or (file_patch.new_path and new is None):
-        raise BuilderError(f"{patch_name}: {repo_path} (after stripping {strip} leading "
-                           f"path components) is not in the {view.layout.kind} layout, "
-                           "which holds only python/",
-                           "check the strip level, or build from git (--source git) for "
-                           "files outside python/")
-    hunks = file_patch.hunks
-    for tree_path in dict.fromkeys(p for p in (old, new) if p is not None):
-        link = view.link_on(tree_path)
-        if link is not None:
-            return _refuse(repo_path, "symlink", f"{link} is a symbolic link: a patch never "
-                           "reads or writes through one (it could lead out of the tree); "
-                           "patch the file it points to under its own path",
-                           hunks, HunkStatus.SYMLINK)
-    if file_patch.symlink:
-        return _refuse(repo_path, "symlink", "the patch creates, deletes or retargets a "
-                       "symbolic link (git mode 120000); the builder never writes links: "
-                       "make the link in the build instead", hunks, HunkStatus.SYMLINK)
-    if file_patch.binary:
-        return _refuse(repo_path, "binary", "binary diffs (GIT binary patch) are not "
-                       "supported; ship the file another way", hunks, HunkStatus.BINARY)
-    if old is not None and old not in view.changes and (view.root / old).is_dir():
-        return _refuse(repo_path, "failed", f"{file_patch.old_path} is a folder, not a file",
-                       hunks, HunkStatus.FAILED)
-    if new is not None and (obstacle := view.obstacle(new)) is not None:
-        return _refuse(repo_path, "failed", f"cannot write {file_patch.new_path}: {obstacle}",
-                       hunks, HunkStatus.FAILED)
-    op = file_patch.operation
-    if op == Operation.MODIFY and old is not None and view.read(old) is None and \
-            len(hunks) == 1 and hunks[0].source_start == hunks[0].source_length == 0:
-        op = Operation.CREATE  # an empty old side on a missing file: GNU and git create it
-    if op == Operation.CREATE:
-        assert new is not None
-        existing = view.read(new)
-        content = "".join(t for h in hunks for t in h.postimage)
-        if existing is not None:
-            same = existing == content
-            note = ("the file to create already exists with identical content"
-                    if same else "the file to create already exists with different content")
-            refused = tuple(HunkResult(h.index, HunkStatus.NEW_FILE_EXISTS, note=note)
-                            for h in hunks)
-            return _FileOutcome(FileReport(repo_path, "already-applied" if same else
-                                           "new-file-exists", refused, note),
-                                "already" if same else "failed")
-        created = tuple(HunkResult(h.index, HunkStatus.CLEAN, line=1, offset=0, fuzz=0,
-                                   changed_line=1) for h in hunks)
-        return _FileOutcome(FileReport(repo_path, "created", created), "applied",
-                            {new: content.encode("utf-8", "surrogateescape")},
-                            {new: file_patch.new_mode or 0o644})
-    assert old is not None
-    current = view.read(old)
-    if current is None:
-        if op == Operation.DELETE:
-            note = "the file to delete is already absent"
-            return _FileOutcome(FileReport(repo_path, "already-applied", tuple(
-                HunkResult(h.index, HunkStatus.ALREADY_APPLIED, note=note) for h in hunks),
-                note), "already")
-        moved_to = view.read(new) if op == Operation.RENAME and new else None
-        if moved_to is not None:  # renamed already? then the hunks are in the new file
-            results, _, already = _apply_hunks(view, file_patch, moved_to, max_fuzz)
-            if already or not hunks:
-                return _FileOutcome(FileReport(repo_path, "already-applied", tuple(results),
-                                               "already renamed"), "already")
-        note = f"{file_patch.old_path} does not exist" + _moved_hint(view, file_patch,
-                                                                       max_fuzz)
-        return _refuse(repo_path, "missing-file", note, hunks, HunkStatus.MISSING_FILE)
-    if op in (Operation.RENAME, Operation.COPY) and new is not None and new != old and \
-            view.read(new) is not None:
-        note = f"{file_patch.new_path} already exists; the {op} would overwrite it"
-        return _refuse(repo_path, "new-file-exists", note, hunks, HunkStatus.NEW_FILE_EXISTS)
-    results, new_lines, already = _apply_hunks(view, file_patch, current, max_fuzz) \
-        if hunks else ([], split_lines(current), False)
-    report_hunks = tuple(results)
-    if new_lines is None:
-        if already:
-            return _FileOutcome(FileReport(repo_path, "already-applied", report_hunks),
-                                "already")
-        statuses = {r.status for r in results}
-        if HunkStatus.ALREADY_APPLIED in statuses and statuses <= {
-                HunkStatus.ALREADY_APPLIED, *APPLIED_STATUSES}:
-            note = "some hunks are already applied and others are not"
-        else:
-            note = "; ".join(f"hunk #{r.hunk}: {r.status}" + (f" ({r.note})" if r.note else "")
-                             for r in results if r.status not in APPLIED_STATUSES)
-        status = "eol-mismatch" if HunkStatus.EOL_MISMATCH in statuses else "failed"
-        return _FileOutcome(FileReport(repo_path, status, report_hunks, note), "failed")
-    mode = view.mode(old)
-    new_mode = file_patch.new_mode if file_patch.new_mode is not None else mode
-    if op == Operation.DELETE:
-        if new_lines:
-            note = "the file's content differs from what the patch deletes; not deleting it"
-            return _FileOutcome(FileReport(repo_path, "failed", report_hunks, note), "failed")
-        return _FileOutcome(FileReport(repo_path, "deleted", report_hunks), "applied", {old: None})
-    data = _encode(new_lines)
-    if op == Operation.MODIFY and not hunks:
-        if new_mode == mode:
-            return _FileOutcome(FileReport(repo_path, "already-applied", (),
-                                           f"mode is already {new_mode:o}"), "already")
-        return _FileOutcome(FileReport(repo_path, "mode", (), f"mode {mode:o} -> {new_mode:o}"),
-                            "applied", {old: data}, {old: new_mode or 0o644})
-    assert new is not None
-    staged: dict[str, bytes | None] = {new: data}
-    if op == Operation.RENAME and new != old:
-        staged[old] = None
-    status = {Operation.RENAME: "renamed", Operation.COPY: "copied"}.get(op, "patched")
-    return _FileOutcome(FileReport(repo_path, status, report_hunks), "applied", staged,
-                        {new: new_mode or 0o644})
-
-
-def _apply_patch(view: _TreeView, parsed: ParsedPatch, entry: SeriesEntry,
+def _apply_patch(view: TreeView, parsed: ParsedPatch, entry: SeriesEntry,
                  max_fuzz: int, fuzz_reason: str
                  ) -> tuple[PatchOutcome, dict[str, bytes | None], dict[str, int]]:
     """Apply one patch to the view; return its outcome and the changes to stage."""
     # Files of one patch see each other's changes (a patch may touch a file twice).
-    scratch = _TreeView(view.root, view.layout, dict(view.changes), dict(view.modes))
+    scratch = TreeView(view.root, view.layout, dict(view.changes), dict(view.modes))
     reports: list[FileReport] = []
-    states: set[str] = set()
     for file_patch in parsed.files:
-        outcome = _apply_file(scratch, parsed.path.name, file_patch, max_fuzz, entry.strip)
+        outcome = apply_file(scratch, parsed.path.name, file_patch, max_fuzz, entry.strip)
         reports.append(outcome.report)
-        states.add(outcome.state)
         scratch.changes.update(outcome.staged)
         scratch.modes.update(outcome.modes)
+    status = patch_status(r.status for r in reports)
     problems = [f"{r.path}: {r.status}" + (f" ({r.note})" if r.note else "")
-                for r in reports if r.status in _REFUSALS]
-    if not problems and states == {"applied", "already"}:
-        problems.append("part of the patch is already applied and part is not")
+                for r in reports if r.status.refused]
+    if status == PatchStatus.FAILED and not problems:
+        problems.append(PARTLY_APPLIED)
     # The scratch view started as a copy of ``view``: its dicts are the view after this
     # patch, so the caller can take them whole.
     staged, modes = scratch.changes, scratch.modes
-    if problems:
-        status, staged, modes = PatchStatus.FAILED, {}, {}
-    elif states == {"already"}:
-        status, staged, modes = PatchStatus.ALREADY_APPLIED, {}, {}
-    else:
-        status = PatchStatus.APPLIED
+    if status != PatchStatus.APPLIED:
+        staged, modes = {}, {}
     return PatchOutcome(name=parsed.path.name, sha256=parsed.sha256, status=status,
                         strip=entry.strip, max_fuzz=max_fuzz, fuzz_reason=fuzz_reason,
                         files=tuple(reports), message="; ".join(problems)), staged, modes
-
-
-_REFUSALS = frozenset({"failed", "new-file-exists", "missing-file", "eol-mismatch", "binary",
-                       "symlink"})
 
 
 def read_series(series: Series) -> dict[Path, ParsedPatch]:
@@ -643,7 +256,7 @@ class PatchStep:
 
 
 def replay_series(source: SourceResult, series: Series, *, fuzz: int | None = None
-                  ) -> tuple[list[PatchStep | PatchOutcome], _TreeView]:
+                  ) -> tuple[list[PatchStep | PatchOutcome], TreeView]:
     """Apply ``series`` to ``source`` in memory, one entry after another.
 
     Args:
@@ -662,7 +275,7 @@ def replay_series(source: SourceResult, series: Series, *, fuzz: int | None = No
     """
     version = source.upstream_version
     parsed = read_series(series)
-    view = _TreeView(source.tree, source.layout)
+    view = TreeView(source.tree, source.layout)
     steps: list[PatchStep | PatchOutcome] = []
     failed = False
     for entry in series.entries:
@@ -701,14 +314,14 @@ def replay_series(source: SourceResult, series: Series, *, fuzz: int | None = No
     return steps, view
 
 
-def _repo_mode(view: _TreeView, repo_path: str) -> int | None:
+def _repo_mode(view: TreeView, repo_path: str) -> int | None:
     tree_path = view.tree_path(repo_path)
     if tree_path is None or view.read_bytes(tree_path) is None:
         return None
     return view.mode(tree_path) or 0o644
 
 
-def _read_repo_bytes(view: _TreeView, repo_path: str) -> bytes | None:
+def _read_repo_bytes(view: TreeView, repo_path: str) -> bytes | None:
     tree_path = view.tree_path(repo_path)
     return None if tree_path is None else view.read_bytes(tree_path)
 
@@ -738,17 +351,17 @@ def plan_series(source: SourceResult, series: Series) -> tuple[PatchReport, Chan
 
 
 def _intent_report(entry: SeriesEntry, check: IntentCheck, held_before: bool,
-                   after: _TreeView) -> IntentReport:
+                   after: TreeView) -> IntentReport:
     outcome = check.evaluate_tree(after)
     return IntentReport(entry.name, check.describe(), held_before, outcome.holds,
                         outcome.detail)
 
 
 _HINTS = {
-    "symlink": "nothing was written; patches never go through symbolic links or create "
+    FileStatus.SYMLINK: "nothing was written; patches never go through symbolic links or create "
                "them (docs/patch-forms.md)",
-    "binary": "nothing was written; ship binary files another way",
-    "new-file-exists": "nothing was written; the tree already has that file: remove it "
+    FileStatus.BINARY: "nothing was written; ship binary files another way",
+    FileStatus.NEW_FILE_EXISTS: "nothing was written; the tree already has that file: remove it "
                        "or drop the creation from the patch",
 }
 
@@ -756,7 +369,7 @@ _HINTS = {
 def _failure(report: PatchReport) -> BuilderError:
     for outcome in report.patches:
         if outcome.status == PatchStatus.FAILED:
-            refusals = {f.status for f in outcome.files if f.status in _REFUSALS}
+            refusals = {f.status for f in outcome.files if f.status.refused}
             hint = _HINTS.get(next(iter(refusals)), "") if len(refusals) == 1 else ""
             return BuilderError(f"patch {outcome.name} failed: {outcome.message}",
                                 hint or "see the hunk report; fix or refresh the patch, or "

@@ -28,11 +28,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from builder.patching.status import FileStatus
+
 DEFAULT_FUZZ_SEARCH = 2  # GNU patch's default --fuzz
 
 
 class HunkStatus(StrEnum):
-    """What happened to one hunk."""
+    """What the matcher found for one hunk (file-level verdicts are
+    :class:`~builder.patching.status.FileStatus`)."""
 
     CLEAN = "clean"
     OFFSET = "offset"
@@ -40,12 +43,6 @@ class HunkStatus(StrEnum):
     FAILED = "failed"
     AMBIGUOUS = "ambiguous"
     ALREADY_APPLIED = "already-applied"
-    # Set by the patch stage, which sees files rather than lines:
-    NEW_FILE_EXISTS = "new-file-exists"
-    MISSING_FILE = "missing-file"
-    EOL_MISMATCH = "eol-mismatch"
-    BINARY = "binary"
-    SYMLINK = "symlink"
 
 
 APPLIED_STATUSES = frozenset({HunkStatus.CLEAN, HunkStatus.OFFSET, HunkStatus.FUZZ})
@@ -168,7 +165,9 @@ class HunkResult:
 
     Attributes:
         hunk: the hunk's 1-based index in its file.
-        status: see :class:`HunkStatus`.
+        status: see :class:`HunkStatus`; a :class:`~builder.patching.status.FileStatus`
+            refusal (``missing-file``, ``eol-mismatch`` ...) when a fact about the whole
+            file decided the hunk (set by the patch stage, which sees files).
         line: GNU-style landing line in the patched file (``None`` when not placed).
         offset: lines between the stated and the actual position (GNU's offset).
         fuzz: context lines ignored to place it.
@@ -180,7 +179,7 @@ class HunkResult:
     """
 
     hunk: int
-    status: HunkStatus
+    status: HunkStatus | FileStatus
     line: int | None = None
     offset: int | None = None
     fuzz: int | None = None
@@ -209,10 +208,19 @@ class HunkResult:
     def from_json(cls, data: dict[str, Any]) -> HunkResult:
         """Rebuild a result from :meth:`to_json` output (for example a stored provenance)."""
         miss = data.get("near_miss")
-        return cls(data["hunk"], HunkStatus(data["status"]), data["line"], data["offset"],
+        return cls(data["hunk"], _hunk_status(data["status"]), data["line"], data["offset"],
                    data["fuzz"], data["changed_line"], tuple(data.get("candidates", ())),
                    NearMiss(**miss) if miss else None, data.get("note", ""),
                    data.get("text", ""))
+
+
+def _hunk_status(value: str) -> HunkStatus | FileStatus:
+    """A stored hunk status: the matcher's when it has that value (``failed`` and
+    ``already-applied`` are in both vocabularies), else a file-level refusal."""
+    try:
+        return HunkStatus(value)
+    except ValueError:
+        return FileStatus(value)
 
 
 @dataclass

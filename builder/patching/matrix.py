@@ -22,12 +22,12 @@ from builder.core.options import Options
 from builder.patching.apply import (
     PatchOutcome,
     PatchReport,
-    PatchStatus,
     plan_series,
     read_series,
 )
 from builder.patching.hunks import HunkStatus
 from builder.patching.series import Series, load_series
+from builder.patching.status import PatchStatus
 from builder.source.fetch import (
     SourceResult,
     fetch_pin,

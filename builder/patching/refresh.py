@@ -25,7 +25,6 @@ from builder.core.config import load_targets
 from builder.core.errors import BuilderError
 from builder.core.options import Options
 from builder.patching.apply import (
-    PatchStatus,
     PatchStep,
     read_series,
     replay_series,
@@ -33,6 +32,7 @@ from builder.patching.apply import (
 from builder.patching.hunks import HunkStatus
 from builder.patching.patchfile import Operation, quote_path
 from builder.patching.series import Series, select_series
+from builder.patching.status import PatchStatus
 from builder.source.fetch import (
     SourceResult,
     obtain_source,
