@@ -13,11 +13,6 @@ renames.
 from __future__ import annotations
 
 import hashlib
-<<<<<<< HEAD
-import os
-=======
-import json
->>>>>>> i23-status
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
