@@ -12,7 +12,7 @@ from rich.table import Table
 
 from builder.core.cache import default_cache_root
 from builder.core.config import SOURCE_KINDS
-from builder.core.errors import BuilderError
+from builder.core.errors import BuilderError, ConfigurationError
 from builder.core.options import TARGETS_FILE, Options, find_targets_file
 from builder.core.pipconfig import pip_index
 
@@ -61,6 +61,18 @@ def source_args(parser: argparse.ArgumentParser) -> None:
                        help="use this SGLang checkout or unpacked sdist instead of fetching")
     group.add_argument("--upstream-version", metavar="VERSION",
                        help="the upstream version of --source-dir (default: its PKG-INFO)")
+    parser.set_defaults(validate=validate_source_args)
+
+
+def validate_source_args(args: argparse.Namespace) -> None:
+    """The rules of :func:`source_args`' flags that argparse cannot state.
+
+    Raises:
+        ConfigurationError: ``--upstream-version`` without ``--source-dir``.
+    """
+    if args.upstream_version and not args.source_dir:
+        raise ConfigurationError("--upstream-version only applies with --source-dir",
+                                 "give --source-dir DIR too, or drop --upstream-version")
 
 
 class PipIndexDefault:

@@ -25,13 +25,14 @@ from builder.core.progress import Reporter
 def add_commands(commands: Any) -> None:
     """Add ``preflight`` and ``kernels``."""
     preflight = commands.add_parser(
-        "preflight", help="kernel pins, SM120 arch and a CUDA toolchain check for a target",
+        "preflight", help="check this machine's CUDA toolchain for a target's kernels",
         description="Read the FlashInfer / kernel / torch pins from the target's upstream "
                     "source, derive the SM120 arch FlashInfer detects, and check a toolchain: "
                     "nvcc is the target's CUDA lane and really compiles for its archs, the "
                     "cuBLAS and cuRAND headers are there, torch is built for the lane (or "
-                    "the CPU). `kernels` runs the same checks before compiling. Exits 1 when "
-                    "a check fails.")
+                    "the CPU). `kernels` runs the same checks before compiling. Writes nothing "
+                    "(`kernels --save-request FILE` writes what a build would compile). Exits "
+                    "1 when a check fails.")
     common(preflight)
     source_args(preflight)
     preflight.add_argument("--nvcc", type=Path, metavar="PATH",
