@@ -23,7 +23,7 @@ examples:
 
 The wheel's version is <upstream>+<local label> (0.5.9+sm120.1). versions.lock (beside
 targets.toml) records what each version contains; a build whose patches, pins or builder
-output changed under the same label is refused: python -m builder label --target NAME --bump.
+output changed under the same label is refused: python -m builder next-label --target NAME.
 Inside the wheel, sglang-<version>.dist-info/sm120-provenance.json records the upstream pin,
 every patch (sha256, description, message, per-hunk status) and the intent checks.
 A rebuild with nothing changed comes from the cache in well under a second.
