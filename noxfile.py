@@ -165,7 +165,8 @@ def propose(session: nox.Session) -> None:
     session.run("git", "add", "targets.toml", external=True)
     session.run("git", "-c", "user.name=github-actions[bot]", "-c",
                 "user.email=41898282+github-actions[bot]@users.noreply.github.com",
-                "commit", "-m", f"targets: pin SGLang {version} (python -m builder add-target {version})",
+                "commit", "-m",
+                f"targets: pin SGLang {version} (python -m builder add-target {version})",
                 external=True)
     session.run("git", "push", "--force", "origin", branch, external=True)
     session.run("gh", "pr", "create", "--head", branch, "--title",

@@ -147,15 +147,15 @@ def _cmd_upstream(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any
 def _cmd_bump(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     from builder.ci.bump import run_bump
 
+    if args.latest:
+        print("note: `--latest` is deprecated and goes in the next release; find the "
+              "release with `upstream`, then `add-target VERSION`", file=sys.stderr)
     if bool(args.version) == bool(args.latest):
         raise BuilderError("give a VERSION or --latest (one of them)",
                            "python -m builder add-target 0.5.23")
     if args.cuda_lane is not None and not re.fullmatch(r"\d+\.\d+", args.cuda_lane):
         raise BuilderError(f"--cuda-lane {args.cuda_lane!r} is not like 13.0",
                            "write CUDA's major.minor")
-    if args.latest:
-        print("note: `--latest` is deprecated and goes in the next release; find the "
-              "release with `upstream`, then `add-target VERSION`", file=sys.stderr)
     report = run_bump(options(args, reporter), args.version, latest=args.latest,
                       pre=args.pre, local_label=args.local_label, cuda_lane=args.cuda_lane,
                       replace=args.replace, dry_run=args.dry_run)

@@ -79,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     # The listing is the description's (by stage), so argparse's own is suppressed.
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     prog="python -m builder",
                                      help=argparse.SUPPRESS)
 
     patching.add_commands(commands)
