@@ -7,10 +7,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import Any
-
-from packaging.version import Version
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from builder.cli.common import (
     common,
@@ -20,7 +17,9 @@ from builder.cli.common import (
     positive,
 )
 from builder.core.errors import BuilderError
-from builder.core.progress import Reporter
+
+if TYPE_CHECKING:
+    from builder.core.progress import Reporter
 
 
 def add_commands(commands: Any) -> None:
@@ -97,6 +96,8 @@ def add_commands(commands: Any) -> None:
 
 
 def _cmd_plan(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from rich.table import Table
+
     from builder.ci.plan import run_plan
 
     plan = run_plan(options(args, reporter), kernel_shards=args.kernel_shards)
@@ -112,6 +113,9 @@ def _cmd_plan(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
 
 
 def _cmd_upstream(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from packaging.version import Version
+    from rich.table import Table
+
     from builder.ci.upstream import run_upstream
 
     report = run_upstream(options(args, reporter), pre=args.pre)

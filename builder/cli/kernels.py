@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
-from typing import Any
-
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from builder.cli.common import (
     comma_names,
@@ -17,9 +14,10 @@ from builder.cli.common import (
     positive,
     source_args,
 )
-from builder.core.cache import atomic_write_bytes
 from builder.core.errors import BuilderError
-from builder.core.progress import Reporter
+
+if TYPE_CHECKING:
+    from builder.core.progress import Reporter
 
 
 def add_commands(commands: Any) -> None:
@@ -168,6 +166,8 @@ def _shard(text: str) -> Any:
 
 
 def _cmd_preflight(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from rich.table import Table
+
     from builder.kernels.preflight import run_preflight
 
     result = run_preflight(options(args, reporter), nvcc=args.nvcc, include_dirs=args.include,
@@ -194,6 +194,11 @@ def _cmd_preflight(args: argparse.Namespace, reporter: Reporter) -> dict[str, An
 
 
 def _cmd_kernels(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    import json
+
+    from rich.table import Table
+
+    from builder.core.cache import atomic_write_bytes
     from builder.kernels.build import ShardResult
     from builder.kernels.request import KernelOptions, kernel_request
     from builder.kernels.run import run_kernels

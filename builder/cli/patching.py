@@ -6,9 +6,6 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-
 from builder.cli.common import (
     comma_list,
     common,
@@ -18,11 +15,12 @@ from builder.cli.common import (
     series_args,
     source_args,
 )
-from builder.core.config import load_targets
 from builder.core.errors import BuilderError, ConfigurationError
-from builder.core.progress import Reporter
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from builder.core.progress import Reporter
     from builder.patching.apply import PatchReport
     from builder.patching.hunks import HunkResult
 
@@ -102,6 +100,10 @@ def finish_refresh(refresh: argparse.ArgumentParser) -> None:
 
 
 def _cmd_targets(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from rich.table import Table
+
+    from builder.core.config import load_targets
+
     targets = load_targets(args.targets_file)
     table = Table("target", "version", "sources", "CUDA", "arch list", title="Targets")
     for target in targets.targets.values():
@@ -194,6 +196,8 @@ def render_report(report: PatchReport, console: Console) -> None:
         report: the patch stage's report.
         console: where to print (its ``width`` decides the layout).
     """
+    from rich.table import Table
+
     rows = _report_rows(report)
     title = f"Patch report for upstream {report.upstream_version}"
     if _table_width(rows) > console.width:
@@ -296,6 +300,8 @@ def _cmd_matrix(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
 
 
 def _cmd_refresh(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from rich.table import Table
+
     from builder.patching.refresh import run_refresh
 
     results = run_refresh(options(args, reporter), accept_fuzz=args.accept_fuzz,

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
-
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from builder.cli.common import common
 from builder.core.cache import default_cache_root
 from builder.core.errors import BuilderError
-from builder.core.progress import Reporter
+
+if TYPE_CHECKING:
+    from builder.core.progress import Reporter
 
 _LOCK_EPILOG = """\
 The lock (versions.lock beside targets.toml; keep it in git) records, per target and
@@ -163,6 +163,8 @@ def _lock_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def _cmd_lock(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from rich.table import Table
+
     from builder.core.lock import VersionLock, lock_path
 
     if args.replace and not args.target:
@@ -223,6 +225,8 @@ def _cmd_next_label(args: argparse.Namespace, reporter: Reporter) -> dict[str, A
 
 
 def _cmd_cache(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from rich.table import Table
+
     from builder.core.cache import cache_entries, prune_cache
 
     root = args.cache_dir or default_cache_root()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from builder.cli.common import (
     common,
@@ -16,7 +16,9 @@ from builder.cli.common import (
     validate_source_args,
 )
 from builder.core.errors import ConfigurationError
-from builder.core.progress import Reporter
+
+if TYPE_CHECKING:
+    from builder.core.progress import Reporter
 
 _PIN_EPILOG = """\
 examples:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from builder.cli.common import (
     common,
     options,
     source_args,
 )
-from builder.core.progress import Reporter
+
+if TYPE_CHECKING:
+    from builder.core.progress import Reporter
 
 _WHEEL_EPILOG = """\
 examples:
