@@ -115,14 +115,19 @@ def add_commands(commands: Any) -> None:
 
 _IMAGE_GATES = ("gpu", "static")
 _WHEEL_GATES = ("smoke", "build")
+#: The image's flags and their defaults: given with --wheels-only they would do nothing.
+_IMAGE_DEFAULTS: tuple[tuple[str, object], ...] = (
+    ("registry", "localhost:5000"), ("repository", "sglang-sm120"), ("base_image", None),
+    ("kernel_wheel", []), ("pins_file", None), ("dockerfile", None), ("profiles_dir", None),
+    ("launch_profile", None), ("docker_host", None), ("gate_series", None))
 
 
 def _validate_release(args: argparse.Namespace) -> None:
     """``release``'s rules beyond argparse's; fills in the mode's default gate.
 
     Raises:
-        ConfigurationError: a gate of the other mode, or ``--smoke-report`` without
-            ``--wheels-only --gate smoke``.
+        ConfigurationError: a gate of the other mode, an image flag with
+            ``--wheels-only``, or ``--smoke-report`` without ``--wheels-only --gate smoke``.
     """
     validate_source_args(args)
     gates = _WHEEL_GATES if args.wheels_only else _IMAGE_GATES
@@ -132,6 +137,12 @@ def _validate_release(args: argparse.Namespace) -> None:
     elif args.gate not in gates:
         raise ConfigurationError(f"--gate {args.gate} does not apply to {mode}",
                                  f"give --gate {' or '.join(gates)}")
+    if args.wheels_only:
+        image_only = [f"--{name.replace('_', '-')}" for name, default in _IMAGE_DEFAULTS
+                      if getattr(args, name) != default]
+        if image_only:
+            raise ConfigurationError(f"{', '.join(image_only)} only apply with the image",
+                                     "drop them, or drop --wheels-only")
     if args.smoke_report is not None and args.gate != "smoke":
         raise ConfigurationError("--smoke-report only applies with --wheels-only --gate smoke",
                                  "drop --smoke-report, or give --wheels-only")
