@@ -101,7 +101,7 @@ def plan(session: nox.Session) -> None:
 def matrix(session: nox.Session) -> None:
     """The patch compatibility matrix as Markdown on stdout (for a job summary)."""
     session.install(".")
-    session.run("python", "-m", "builder", "check", "--format", "markdown", *session.posargs)
+    session.run("python", "-m", "builder", "matrix", "--format", "markdown", *session.posargs)
 
 
 @nox.session
@@ -123,18 +123,30 @@ def pin_images_check(session: nox.Session) -> None:
 
 @nox.session
 def bump(session: nox.Session) -> None:
-    """Pin the newest upstream release (``bump --latest``). With a new one, targets.toml
-    gains its target, pr-body.md holds the pull request body, and GitHub Actions gets the
-    outputs ``new=true`` and ``version=X`` (ci/upstream.yml)."""
+    """Pin the newest upstream release: ``upstream --json`` says which releases are newer
+    than every target, ``add-target VERSION`` pins the newest of them. With a new one,
+    targets.toml gains its target, pr-body.md holds the pull request body, and GitHub
+    Actions gets the outputs ``new=true`` and ``version=X`` (ci/upstream.yml)."""
+    from packaging.version import Version
+
     session.install(".")
-    out = session.run("python", "-m", "builder", "bump", "--latest", "--json",
-                      "--body-file", "pr-body.md", *session.posargs, silent=True)
-    report = json.loads(str(out))
-    new = report["status"] in ("added", "replaced")
-    session.log(f"bump --latest: {report['status']} {report['version']}")
+    # upstream exits 1 when the series needs a refresh: the report is then under "report".
+    out = json.loads(str(session.run("python", "-m", "builder", "upstream", "--json",
+                                     *session.posargs, silent=True, success_codes=[0, 1])))
+    report = out.get("report", out)
+    if "new_versions" not in report:
+        session.error(f"upstream failed: {out.get('error')}")
+    new = bool(report["new_versions"])
+    version = max(report["new_versions"], key=Version) if new else report["newest_target"]
+    if new:
+        added = json.loads(str(session.run(
+            "python", "-m", "builder", "add-target", version, "--json", "--body-file",
+            "pr-body.md", *session.posargs, silent=True)))
+        new = added["status"] in ("added", "replaced")
+    session.log(f"bump: {'added' if new else 'up to date at'} {version}")
     if "GITHUB_OUTPUT" in os.environ:
         with open(os.environ["GITHUB_OUTPUT"], "a") as outputs:
-            outputs.write(f"new={'true' if new else 'false'}\nversion={report['version']}\n")
+            outputs.write(f"new={'true' if new else 'false'}\nversion={version}\n")
 
 
 @nox.session(python=False)
@@ -153,7 +165,8 @@ def propose(session: nox.Session) -> None:
     session.run("git", "add", "targets.toml", external=True)
     session.run("git", "-c", "user.name=github-actions[bot]", "-c",
                 "user.email=41898282+github-actions[bot]@users.noreply.github.com",
-                "commit", "-m", f"targets: pin SGLang {version} (python -m builder bump --latest)",
+                "commit", "-m",
+                f"targets: pin SGLang {version} (python -m builder add-target {version})",
                 external=True)
     session.run("git", "push", "--force", "origin", branch, external=True)
     session.run("gh", "pr", "create", "--head", branch, "--title",

@@ -136,7 +136,7 @@ def project(tmp_path: Path) -> Path:
 
 
 def _bump(project: Path, cache: Path, *args: str) -> tuple[int, dict]:
-    done = run_cli("bump", *args, "--json", cwd=project, cache=cache)
+    done = run_cli("add-target", *args, "--json", cwd=project, cache=cache)
     return done.returncode, json.loads(done.stdout)
 
 
@@ -173,7 +173,7 @@ def test_an_existing_target_is_never_overwritten_silently(index: str, project: P
     cache = tmp_path / "cache"
     assert _bump(project, cache, "0.5.16", "--index-url", index)[0] == 0
     written = (project / "targets.toml").read_bytes()
-    done = run_cli("bump", "0.5.16", "--index-url", index, cwd=project, cache=cache)
+    done = run_cli("add-target", "0.5.16", "--index-url", index, cwd=project, cache=cache)
     assert done.returncode == 1
     assert "already has a target for 0.5.16" in done.stderr and "--replace" in done.stderr
     assert (project / "targets.toml").read_bytes() == written
@@ -203,7 +203,7 @@ def test_an_index_without_ranges_is_one_clear_error(index_root: Path, project: P
     server, url = _serve(index_root, ranges=False)
     try:
         before = (project / "targets.toml").read_bytes()
-        done = run_cli("bump", "0.5.16", "--index-url", url, cwd=project,
+        done = run_cli("add-target", "0.5.16", "--index-url", url, cwd=project,
                        cache=tmp_path / "cache")
         assert done.returncode == 1
         assert "could not read the METADATA of" in done.stderr
@@ -221,5 +221,5 @@ def test_bad_arguments(project: Path, tmp_path: Path) -> None:
     for args, message in ((("0.5.16", "--latest"), "give a VERSION or --latest"),
                           (("not-a-version",), "is not a PEP 440 version"),
                           (("0.5.16", "--cuda-lane", "13"), "is not like 13.0")):
-        done = run_cli("bump", *args, cwd=project, cache=tmp_path / "cache")
+        done = run_cli("add-target", *args, cwd=project, cache=tmp_path / "cache")
         assert done.returncode == 1 and message in done.stderr, done.stderr

@@ -97,16 +97,16 @@ def test_a_changed_series_under_the_same_label_is_refused_until_the_label_is_rai
                "Log line", "--name", "0002-log.patch", "--json", cwd=root, cache=cache))
     done = run_cli("wheel", "--json", cwd=root, cache=cache)
     data = refused(done, "0.5.9+sm120.7", "one version must always mean one content",
-                   "python -m builder label --target t --bump")
+                   "python -m builder next-label --target t")
     assert data["error"].startswith("wheel 0.5.9+sm120.7 of target t would have other content")
     assert (root / "dist" / WHEEL).read_bytes() == first  # nothing written
     assert json.loads(lock.read_text())["wheel"]["t"] == recorded
     check = run_cli("lock", "--check", "--json", cwd=root, cache=cache)
-    refused(check, "1 version(s) differ", "label --target t --bump")
+    refused(check, "1 version(s) differ", "next-label --target t")
 
     # The fix the message names.
     before = (root / "targets.toml").read_text()
-    bumped = ok(run_cli("label", "--target", "t", "--bump", "--json", cwd=root))
+    bumped = ok(run_cli("next-label", "--target", "t", "--json", cwd=root))
     assert bumped == {"target": "t", "old": "sm120.7", "new": "sm120.8",
                       "version": "0.5.9+sm120.8"}
     after = (root / "targets.toml").read_text()
@@ -141,7 +141,7 @@ def test_the_lock_refuses_kernel_and_image_versions_with_other_content(
         "image": {}}))
     done = run_cli("kernels", "--target", "t", "--modules", "norm", "--json", cwd=root,
                    cache=cache)
-    refused(done, "kernels 0.6.3+sm120.7.cu129 of target t", "label --target t --bump")
+    refused(done, "kernels 0.6.3+sm120.7.cu129 of target t", "next-label --target t")
     # Without the conflicting record the same command gets past the lock (and stops at
     # the toolchain: this machine has no CUDA 12.9 nvcc).
     (root / "versions.lock").unlink()
@@ -165,7 +165,7 @@ def test_the_lock_refuses_to_publish_an_image_tag_with_other_content(
                    "--repository-url", "http://127.0.0.1:9/", "--docker-host",
                    docker_engine.host, "--json", cwd=root, cache=cache)
     data = refused(done, f"image {tag} of target t would have other content",
-                   "label --target t --bump")
+                   "next-label --target t")
     assert data["report"]["published"] == []
     assert json.loads((root / "versions.lock").read_text())["image"] == lock["image"]
     tags = requests.get(f"http://{registry.host}/v2/journeys/tags/list", timeout=30)
@@ -331,7 +331,7 @@ def _publish_wheels_without_docker(sdists: dict[str, Path], cache: Path, tmp_pat
     env = {**package_index.env(), "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
 
     def publish(*extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "builder", "publish-wheels",
+        return subprocess.run([sys.executable, "-m", "builder", "release", "--wheels-only",
                                "--repository-url", package_index.url, "--json", *extra],
                               cwd=root, env={**os.environ, **env,
                                              "SGLANG_SM120_CACHE": str(cache)},
@@ -360,7 +360,7 @@ def _publish_wheels_without_docker(sdists: dict[str, Path], cache: Path, tmp_pat
     try:
         shutil.copy(REPO / "README.md", other.packages / WHEEL)
         done = subprocess.run(
-            [sys.executable, "-m", "builder", "publish-wheels", "--repository-url",
+            [sys.executable, "-m", "builder", "release", "--wheels-only", "--repository-url",
              other.url, "--gate", "build", "--json"], cwd=root,
             env={**os.environ, **other.env(), "SGLANG_SM120_CACHE": str(cache)},
             capture_output=True, text=True, timeout=900)
@@ -441,4 +441,4 @@ def test_wheel_help_has_a_description_and_examples() -> None:
     assert done.returncode == 0
     assert "Fetch the target's pinned upstream" in done.stdout
     assert "examples:\n  python -m builder wheel " in done.stdout
-    assert "label --target NAME --bump" in done.stdout
+    assert "next-label --target NAME" in done.stdout

@@ -80,7 +80,7 @@ def test_matrix_markdown_and_json(matrix) -> None:  # type: ignore[no-untyped-de
 
 
 def test_check_command_on_the_targets(shared_cache: Path) -> None:
-    done = run_cli("check", "--json", cache=shared_cache)
+    done = run_cli("matrix", "--json", cache=shared_cache)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert [c["target"] for c in data["columns"]] == [
@@ -105,7 +105,7 @@ def test_check_exits_1_when_a_target_would_break(sdists: dict[str, Path],
         'max_fuzz = 1\nreason', 'max_fuzz = 0\nreason')  # withdraw the 0.5.10 allowance
     project = write_project(tmp_path / "p", sdist=sdists["0.5.10.post1"],
                             version="0.5.10.post1", series=series)
-    done = run_cli("check", "--format", "markdown", cwd=project, cache=tmp_path / "cache")
+    done = run_cli("matrix", "--format", "markdown", cwd=project, cache=tmp_path / "cache")
     assert done.returncode == 1
     assert "needs fuzz 1 (allowed 0)" in done.stdout
     assert "the series would break: t" in done.stderr
@@ -116,21 +116,21 @@ def test_check_exits_1_when_a_target_would_break(sdists: dict[str, Path],
     (["--commits", "v0.5.9"], "'v0.5.9' is not a full 40-hex commit id"),
 ])
 def test_check_refuses_malformed_columns(args: list[str], message: str, tmp_path: Path) -> None:
-    done = run_cli("check", *args, cache=tmp_path / "cache")
+    done = run_cli("matrix", *args, cache=tmp_path / "cache")
     assert done.returncode == 1 and message in done.stderr and "Traceback" not in done.stderr
 
 
 def test_check_usage_errors() -> None:
-    done = run_cli("check", "--versions", "0.5.9", "--commits", "a" * 40)
+    done = run_cli("matrix", "--versions", "0.5.9", "--commits", "a" * 40)
     assert done.returncode == 2 and "not allowed with" in done.stderr
-    assert run_cli("check", "--git-url", "/tmp/x").returncode == 2
-    assert run_cli("check", "--versions", "").returncode == 2
+    assert run_cli("matrix", "--git-url", "/tmp/x").returncode == 2
+    assert run_cli("matrix", "--versions", "").returncode == 2
 
 
 def test_check_commits_are_judged_at_their_version(upstream_repo, tmp_path: Path  # type: ignore[no-untyped-def]
                                                    ) -> None:
     commit = upstream_repo.commits["0.5.10.post1"]
-    done = run_cli("check", "--json", "--git-url", str(upstream_repo.path), "--commits",
+    done = run_cli("matrix", "--json", "--git-url", str(upstream_repo.path), "--commits",
                    f"{commit}=0.5.10.post1", cache=tmp_path / "cache")
     assert done.returncode == 0, done.stderr
     seed = json.loads(done.stdout)["patches"][0]

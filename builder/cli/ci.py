@@ -1,15 +1,13 @@
-"""What the CI workflows call: ``plan`` (the build matrix) and ``upstream`` (the
-scheduled check)."""
+"""The series-and-targets commands the CI workflows call: ``plan`` (the build matrix),
+``upstream`` (report newer releases; writes nothing) and ``add-target`` (pin one release)."""
 
 from __future__ import annotations
 
 import argparse
 import re
+import sys
 from pathlib import Path
-from typing import Any
-
-from packaging.version import Version
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from builder.cli.common import (
     common,
@@ -19,11 +17,13 @@ from builder.cli.common import (
     positive,
 )
 from builder.core.errors import BuilderError
-from builder.core.progress import Reporter
+
+if TYPE_CHECKING:
+    from builder.core.progress import Reporter
 
 
 def add_commands(commands: Any) -> None:
-    """Add ``plan`` and ``upstream``."""
+    """Add ``plan``, ``upstream`` and ``add-target``."""
     plan = commands.add_parser(
         "plan", help="the CI build matrix: one entry per target of the targets file",
         description="Print what a CI job needs per target (name, versions, CUDA lane, arch "
@@ -38,12 +38,13 @@ def add_commands(commands: Any) -> None:
     plan.set_defaults(handler=_cmd_plan)
 
     upstream = commands.add_parser(
-        "upstream", help="newer upstream releases than any target, checked against the series",
+        "upstream", help="report releases newer than every target, checked against the series",
         description="List the project's releases on the simple index (PEP 691 JSON or PEP "
                     "503 HTML), keep those newer than the newest target (never yanked ones; "
                     "pre-releases with --pre), run the compatibility matrix on them and say "
-                    "which patches need a refresh and which became obsolete. Exits 1 when "
-                    "the series would break on a newer release.")
+                    "which patches need a refresh and which became obsolete. Writes nothing "
+                    "(pin a release with `add-target VERSION`). Exits 1 when the series "
+                    "would break on a newer release.")
     common(upstream, target=False)
     index_url_arg(upstream, "simple index to list and fetch releases from")
     upstream.add_argument("--pre", action="store_true",
@@ -55,7 +56,7 @@ def add_commands(commands: Any) -> None:
     upstream.set_defaults(handler=_cmd_upstream)
 
     bump = commands.add_parser(
-        "bump", help="pin an upstream release as a new target in targets.toml",
+        "add-target", help="pin one upstream release as a new target in targets.toml",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Add a [[target]] for an SGLang release, from the package index: its "
                     "sdist, else its CPython manylinux x86_64 wheels, with sha256; the CUDA "
@@ -66,18 +67,17 @@ def add_commands(commands: Any) -> None:
                     "existing target is never overwritten without --replace; the file keeps "
                     "its comments and order and is replaced atomically.",
         epilog="examples:\n"
-               "  python -m builder bump 0.5.23\n"
-               "  python -m builder bump --latest --format markdown > body.md   # CI\n"
-               "  python -m builder bump 0.5.20 --dry-run --json\n"
-               "  python -m builder bump 0.5.23 --replace --local-label sm120.2")
+               "  python -m builder add-target 0.5.23\n"
+               "  python -m builder add-target 0.5.20 --dry-run --json\n"
+               "  python -m builder add-target 0.5.23 --replace --local-label sm120.2\n"
+               "which release is new: `python -m builder upstream` (CI: nox -s bump runs "
+               "both)")
     common(bump, target=False)
     bump.add_argument("version", nargs="?", metavar="VERSION",
                       help="the upstream release (PEP 440), e.g. 0.5.23")
-    bump.add_argument("--latest", action="store_true",
-                      help="the newest release on the index; exits 0 with nothing written "
-                           "when a target has it already")
-    bump.add_argument("--pre", action="store_true",
-                      help="with --latest, also consider pre-releases")
+    # Deprecated (the old `bump --latest`): `upstream` finds the newest release.
+    bump.add_argument("--latest", action="store_true", help=argparse.SUPPRESS)
+    bump.add_argument("--pre", action="store_true", help=argparse.SUPPRESS)
     index_url_arg(bump, "simple index to read")
     bump.add_argument("--local-label", default="sm120.1", metavar="LABEL",
                       help="our PEP 440 local label (default: %(default)s)")
@@ -96,6 +96,8 @@ def add_commands(commands: Any) -> None:
 
 
 def _cmd_plan(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from rich.table import Table
+
     from builder.ci.plan import run_plan
 
     plan = run_plan(options(args, reporter), kernel_shards=args.kernel_shards)
@@ -111,6 +113,9 @@ def _cmd_plan(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
 
 
 def _cmd_upstream(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from packaging.version import Version
+    from rich.table import Table
+
     from builder.ci.upstream import run_upstream
 
     report = run_upstream(options(args, reporter), pre=args.pre)
@@ -146,9 +151,12 @@ def _cmd_upstream(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any
 def _cmd_bump(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     from builder.ci.bump import run_bump
 
+    if args.latest:
+        print("note: `--latest` is deprecated and goes in the next release; find the "
+              "release with `upstream`, then `add-target VERSION`", file=sys.stderr)
     if bool(args.version) == bool(args.latest):
         raise BuilderError("give a VERSION or --latest (one of them)",
-                           "python -m builder bump 0.5.23, or bump --latest")
+                           "python -m builder add-target 0.5.23")
     if args.cuda_lane is not None and not re.fullmatch(r"\d+\.\d+", args.cuda_lane):
         raise BuilderError(f"--cuda-lane {args.cuda_lane!r} is not like 13.0",
                            "write CUDA's major.minor")

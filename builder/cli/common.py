@@ -8,19 +8,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.table import Table
-
 from builder.core.basepins import PINS_FILE
 from builder.core.cache import default_cache_root
 from builder.core.config import SOURCE_KINDS
-from builder.core.errors import BuilderError
-from builder.core.options import TARGETS_FILE, Options, find_targets_file
-from builder.core.pipconfig import pip_index
+from builder.core.errors import BuilderError, ConfigurationError
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
+    from builder.core.options import Options
+    from builder.core.progress import Reporter
     from builder.image.run import ImageOptions
     from builder.patching.matrix import Matrix
-from builder.core.progress import Reporter
 
 
 def count(limit: int) -> Callable[[str], int]:
@@ -62,6 +61,18 @@ def source_args(parser: argparse.ArgumentParser) -> None:
                        help="use this SGLang checkout or unpacked sdist instead of fetching")
     group.add_argument("--upstream-version", metavar="VERSION",
                        help="the upstream version of --source-dir (default: its PKG-INFO)")
+    parser.set_defaults(validate=validate_source_args)
+
+
+def validate_source_args(args: argparse.Namespace) -> None:
+    """The rules of :func:`source_args`' flags that argparse cannot state.
+
+    Raises:
+        ConfigurationError: ``--upstream-version`` without ``--source-dir``.
+    """
+    if args.upstream_version and not args.source_dir:
+        raise ConfigurationError("--upstream-version only applies with --source-dir",
+                                 "give --source-dir DIR too, or drop --upstream-version")
 
 
 class PipIndexDefault:
@@ -69,6 +80,8 @@ class PipIndexDefault:
     ``--help`` prints it (so other commands never start pip)."""
 
     def __str__(self) -> str:
+        from builder.core.pipconfig import pip_index
+
         return str(pip_index())
 
 
@@ -137,6 +150,8 @@ def resolve_project_paths(args: argparse.Namespace) -> None:
     Raises:
         BuilderError: no targets file was given and none is found.
     """
+    from builder.core.options import TARGETS_FILE, find_targets_file
+
     if "targets_file" in args and args.targets_file is None:
         try:
             args.targets_file = find_targets_file()
@@ -154,6 +169,8 @@ def resolve_project_paths(args: argparse.Namespace) -> None:
 
 
 def options(args: argparse.Namespace, reporter: Reporter) -> Options:
+    from builder.core.options import Options
+
     return Options(
         targets_file=args.targets_file, target=getattr(args, "target", None),
         cache_dir=args.cache_dir or default_cache_root(),
@@ -224,6 +241,8 @@ def image_id_from(path: Path) -> str:
 
 
 def matrix_table(matrix: Matrix) -> Table:
+    from rich.table import Table
+
     table = Table(title="Patch compatibility")
     table.add_column("patch", overflow="fold")
     for column in matrix.columns:

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
-from typing import Any
-
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from builder.cli.common import (
     comma_names,
@@ -18,21 +15,23 @@ from builder.cli.common import (
     source_args,
 )
 from builder.core.basepins import PINS_FILE
-from builder.core.cache import atomic_write_bytes
 from builder.core.errors import BuilderError
-from builder.core.progress import Reporter
+
+if TYPE_CHECKING:
+    from builder.core.progress import Reporter
 
 
 def add_commands(commands: Any) -> None:
     """Add ``preflight`` and ``kernels``."""
     preflight = commands.add_parser(
-        "preflight", help="kernel pins, SM120 arch and a CUDA toolchain check for a target",
+        "preflight", help="check this machine's CUDA toolchain for a target's kernels",
         description="Read the FlashInfer / kernel / torch pins from the target's upstream "
                     "source, derive the SM120 arch FlashInfer detects, and check a toolchain: "
                     "nvcc is the target's CUDA lane and really compiles for its archs, the "
                     "cuBLAS and cuRAND headers are there, torch is built for the lane (or "
-                    "the CPU). `kernels` runs the same checks before compiling. Exits 1 when "
-                    "a check fails.")
+                    "the CPU). `kernels` runs the same checks before compiling. Writes nothing "
+                    "(`kernels --save-request FILE` writes what a build would compile). Exits "
+                    "1 when a check fails.")
     common(preflight)
     source_args(preflight)
     preflight.add_argument("--nvcc", type=Path, metavar="PATH",
@@ -168,6 +167,8 @@ def _shard(text: str) -> Any:
 
 
 def _cmd_preflight(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from rich.table import Table
+
     from builder.kernels.preflight import run_preflight
 
     result = run_preflight(options(args, reporter), nvcc=args.nvcc, include_dirs=args.include,
@@ -194,6 +195,11 @@ def _cmd_preflight(args: argparse.Namespace, reporter: Reporter) -> dict[str, An
 
 
 def _cmd_kernels(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    import json
+
+    from rich.table import Table
+
+    from builder.core.cache import atomic_write_bytes
     from builder.kernels.build import ShardResult
     from builder.kernels.request import KernelOptions, kernel_request
     from builder.kernels.run import run_kernels

@@ -1,8 +1,11 @@
-"""Command line: ``python -m builder`` / ``sglang-sm120``. Parses, calls a stage, prints.
+"""Command line: ``python -m builder`` / ``sglang-sm120``. Parses, validates, calls a stage,
+prints.
 
 One module per command group adds its commands (:mod:`builder.cli.patching`,
 :mod:`builder.cli.wheel`, :mod:`builder.cli.kernels`, :mod:`builder.cli.release`,
-:mod:`builder.cli.smoke`, :mod:`builder.cli.ci`); a handler imports its stage when it runs,
+:mod:`builder.cli.smoke`, :mod:`builder.cli.ci`, :mod:`builder.cli.project`). Each command
+sets a ``handler`` and may set a ``validate`` step (its own argument rules, raising
+:class:`~builder.core.errors.ConfigurationError`); a handler imports its stage when it runs,
 so a command loads only what it uses.
 """
 
@@ -14,51 +17,70 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from builder.cli import ci, kernels, patching, project, release, smoke, wheel
-from builder.cli.common import comma_list, resolve_project_paths
+from builder.cli.common import resolve_project_paths
 from builder.core.errors import BuilderError
-from builder.core.progress import Reporter
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from builder.core.progress import Reporter
+
+_DESCRIPTION = """\
+Build patched SGLang wheels, FlashInfer kernels and OCI images for SM120 (RTX PRO 6000
+Blackwell, RTX 5090) from pinned upstream releases.
+"""
+
+#: ``--help`` lists the commands by stage, one line each (the command's own help line).
+#: Every command is in exactly one stage (``build_parser`` checks it).
+STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("source and patches", ("targets", "fetch", "patch", "matrix", "refresh", "add-patch")),
+    ("wheel", ("wheel",)),
+    ("kernels", ("preflight", "kernels")),
+    ("images", ("pin-images", "image")),
+    ("release", ("smoke", "release")),
+    ("series and targets", ("upstream", "add-target", "next-label", "lock", "plan")),
+    ("cache", ("cache",)),
+)
 
 _EPILOG = """\
 examples:
-  python -m builder targets
-  python -m builder wheel                          # the default target's wheel into dist/
   python -m builder wheel --target sglang-0.5.7 --json
   python -m builder patch --target sglang-0.5.10.post1 --dry-run
-  python -m builder patch --source-dir ~/src/sglang --patch my.patch --max-fuzz 1 --dry-run
-  python -m builder check --format markdown        # the series x every target
-  python -m builder check --versions 0.5.9,0.5.11,0.5.13
-  python -m builder refresh --target sglang-0.5.10.post1 --accept-fuzz --dry-run
+  python -m builder matrix --versions 0.5.9,0.5.11,0.5.13 --format markdown
   python -m builder kernels --target sglang-0.5.9 --cuda-lane 13.0 --modules norm
-  python -m builder plan --json                    # the CI build matrix, one entry a target
-  python -m builder upstream --format markdown     # newer SGLang releases vs the series
-  python -m builder pin-images                     # base images' tags -> digests (pins.toml)
-  python -m builder image                          # the runtime OCI image on the pinned base
-  python -m builder image --base-image NAME:TAG@sha256:...   # ... or on another base
   python -m builder release --registry 127.0.0.1:5000 --repository-url http://127.0.0.1:8080/
-  python -m builder publish-wheels --repository-url http://127.0.0.1:8080/ --gate build
-  python -m builder lock --check                   # one version, one content (versions.lock)
-  python -m builder label --target sglang-0.5.9 --bump
-  python -m builder cache prune --older-than 30
+  python -m builder release --wheels-only --repository-url http://127.0.0.1:8080/ --gate build
+  python -m builder add-target 0.5.23
+  python -m builder next-label --target sglang-0.5.9
 
 Results go to stdout, progress and errors to stderr.
-exit status: 0 success, 1 the build refused or failed (one-line cause and a hint on
-stderr; with --json a JSON object with "error" on stdout), 2 bad usage.
+exit status: 0 ok, 1 failed, 2 bad input (flags, targets/series/request files), 3 missing
+tool or misconfigured runner, 4 source (download, index, archive), 5 patch, 6 build,
+7 publish, 130/143 interrupted. Errors print their kind, a one-line cause and a hint on
+stderr; with --json a JSON object with "error", "kind" and "exit_status" on stdout.
 """
+
+#: Old spellings kept for one release: old command -> the new command line's start.
+#: ``label`` is resolved in :func:`_rewrite_alias` (it meant two commands).
+_ALIASES: dict[str, tuple[str, ...]] = {
+    "check": ("matrix",),
+    "bump": ("add-target",),
+    "publish-wheels": ("release", "--wheels-only"),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser (also used to render ``--help``)."""
     parser = argparse.ArgumentParser(
-        prog="python -m builder",
-        description="Build patched SGLang wheels for SM120 (RTX PRO 6000 Blackwell, RTX "
-                    "5090) from pinned upstream releases: fetch -> patch -> wheel.",
-        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+        prog="python -m builder", usage="%(prog)s [-h] COMMAND ...", epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    # The listing is the description's (by stage), so argparse's own is suppressed.
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     prog="python -m builder",
+                                     help=argparse.SUPPRESS)
 
     patching.add_commands(commands)
     wheel.add_commands(commands)
@@ -69,7 +91,52 @@ def build_parser() -> argparse.ArgumentParser:
     smoke.add_commands(commands)
     ci.add_commands(commands)
     project.add_commands(commands)
+    parser.description = _DESCRIPTION + "\n" + _listing(commands)
     return parser
+
+
+def _listing(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> str:
+    """The commands by stage, each with its help line, as ``--help`` shows them.
+
+    Raises:
+        RuntimeError: a command is in no stage of :data:`STAGES` or in two (a bug).
+    """
+    helps = {action.dest: action.help or "" for action in commands._choices_actions}
+    staged = [name for _, names in STAGES for name in names]
+    if sorted(staged) != sorted(helps):
+        raise RuntimeError(f"STAGES and the commands differ: {sorted(staged)} vs "
+                           f"{sorted(helps)}")
+    width = max(map(len, staged)) + 2
+    lines = ["commands by stage (`python -m builder COMMAND --help` for its options):"]
+    for stage, names in STAGES:
+        lines.append(f"  {stage}")
+        lines += [f"    {name:{width}}{helps[name]}" for name in names]
+    return "\n".join(lines) + "\n"
+
+
+def _rewrite_alias(argv: list[str]) -> list[str]:
+    """Turn a deprecated spelling into the new one, with a one-line note on stderr.
+
+    Args:
+        argv: the arguments after the program name.
+
+    Returns:
+        The arguments to parse (``argv`` itself when no old spelling is used).
+    """
+    if not argv or argv[0] not in (*_ALIASES, "label"):
+        return argv
+    old, rest = argv[0], argv[1:]
+    if old == "label" and "--bump" in rest:
+        shown, start = "label --bump", ["next-label"]
+        rest = [arg for arg in rest if arg != "--bump"]
+    elif old == "label":  # it showed the lock state of one target
+        shown, start = "label", ["lock", "--check"]
+    else:
+        shown, start = old, list(_ALIASES[old])
+    print(f"note: `{shown}` is deprecated and goes in the next release; use "
+          f"`{' '.join(start)}`", file=sys.stderr)
+    new = [*start, *rest]
+    return new
 
 
 def _terminate(number: int, _frame: object) -> None:
@@ -77,56 +144,68 @@ def _terminate(number: int, _frame: object) -> None:
 
 
 def _print_error(exc: BuilderError) -> None:
-    from builder.cli.patching import render_report
+    """Print an error on stderr: its report (if it renders), its kind, cause and hint.
+
+    A :class:`~builder.patching.apply.PatchReport` prints as the patch report; any other
+    report with ``lines()`` prints those lines; other reports only go into ``--json``.
+    """
+    from rich.console import Console
 
     err = Console(stderr=True, highlight=False)
-    if type(exc.report).__name__ == "PatchReport":
-        render_report(exc.report, err)
-    if type(exc.report).__name__ == "ReleaseSummary":
-        err.print("release summary:", style="bold")
-        for line in exc.report.lines():
-            err.print(f"  {line}", markup=False, soft_wrap=True)
-    err.print("error:", style="bold red", end=" ")
+    _print_report(exc.report, err)
+    err.print(f"{exc.kind}:", style="bold red", end=" ")
     err.print(exc.cause, markup=False, soft_wrap=True)
     if exc.hint:
         err.print("hint:", style="bold", end=" ")
         err.print(exc.hint, markup=False, soft_wrap=True)
 
 
+def _print_report(report: object, err: Console) -> None:
+    if report is None:
+        return
+    from builder.patching.apply import PatchReport
+
+    if isinstance(report, PatchReport):
+        patching.render_report(report, err)
+        return
+    lines = getattr(report, "lines", None)
+    if callable(lines):
+        err.print("summary:", style="bold")
+        for line in lines():
+            err.print(f"  {line}", markup=False, soft_wrap=True)
+
+
+def _fail(exc: BuilderError, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(exc.to_json(), indent=2))
+    else:
+        _print_error(exc)
+    return exc.exit_status
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; return the exit status (0 ok, 1 refused or failed, 2 usage)."""
+    """Run the CLI; return the exit status (see ``--help``: 0 ok, 1 failed, 2 bad input,
+    3 missing tool, 4 source, 5 patch, 6 build, 7 publish, 130/143 interrupted)."""
+    from builder.core.progress import Reporter
+
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "upstream_version", None) and not getattr(args, "source_dir", None):
-        parser.error("--upstream-version only applies with --source-dir")
-    if args.command == "check":
-        if args.git_url and not args.commits:
-            parser.error("--git-url only applies with --commits")
-        for flag in ("versions", "commits"):
-            if getattr(args, flag) is not None and not comma_list(getattr(args, flag)):
-                parser.error(f"--{flag} is empty")
-    reporter = Reporter(quiet=args.json, progress=getattr(args, "progress", False))
+    args = parser.parse_args(_rewrite_alias(list(sys.argv[1:] if argv is None else argv)))
     handler: Callable[[argparse.Namespace, Reporter], dict[str, Any]] = args.handler
+    validate: Callable[[argparse.Namespace], None] | None = getattr(args, "validate", None)
     previous = signal.signal(signal.SIGTERM, _terminate)  # clean up as on Ctrl-C
     try:
+        if validate is not None:
+            validate(args)
+        reporter = Reporter(quiet=args.json, progress=getattr(args, "progress", False))
         resolve_project_paths(args)
         payload = handler(args, reporter)
     except BuilderError as exc:
-        if args.json:
-            print(json.dumps(exc.to_json(), indent=2))
-        else:
-            _print_error(exc)
-        return exc.exit_status
+        return _fail(exc, args.json)
     except OSError as exc:  # a path the user gave cannot be read or written
         where = f": {exc.filename}" if exc.filename else ""
-        error = BuilderError(f"{exc.strerror or exc}{where}",
-                             "check the paths given (--dist, --cache-dir, ...) and their "
-                             "permissions")
-        if args.json:
-            print(json.dumps(error.to_json(), indent=2))
-        else:
-            _print_error(error)
-        return 1
+        return _fail(BuilderError(f"{exc.strerror or exc}{where}",
+                                  "check the paths given (--dist, --cache-dir, ...) and "
+                                  "their permissions"), args.json)
     except KeyboardInterrupt as exc:
         print("interrupted; nothing half-written was kept", file=sys.stderr)
         return 143 if exc.args == (signal.SIGTERM,) else 130

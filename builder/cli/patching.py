@@ -6,9 +6,6 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-
 from builder.cli.common import (
     comma_list,
     common,
@@ -18,11 +15,12 @@ from builder.cli.common import (
     series_args,
     source_args,
 )
-from builder.core.config import load_targets
-from builder.core.errors import BuilderError
-from builder.core.progress import Reporter
+from builder.core.errors import BuilderError, ConfigurationError
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from builder.core.progress import Reporter
     from builder.patching.apply import PatchReport
     from builder.patching.hunks import HunkResult
 
@@ -53,9 +51,9 @@ def add_commands(commands: Any) -> None:
 
 
 def add_matrix_commands(commands: Any) -> argparse.ArgumentParser:
-    """Add ``check`` and the first half of ``refresh`` (its arguments keep their order)."""
+    """Add ``matrix`` and the first half of ``refresh`` (its arguments keep their order)."""
     check = commands.add_parser(
-        "check", help="compatibility matrix: the series on several upstream releases",
+        "matrix", help="the series on several upstream releases (patch x release)",
         description="Apply the series (in memory) to every target, or to --versions "
                     "found on the index (sdist, else a released wheel read as source), or "
                     "to --commits of a git repository, and print patch x release. Exits 1 "
@@ -72,7 +70,7 @@ def add_matrix_commands(commands: Any) -> argparse.ArgumentParser:
                        help="series to check (default: the default target's)")
     check.add_argument("--format", choices=("table", "markdown"), default="table",
                        help="human output: a table, or Markdown for a pull request")
-    check.set_defaults(handler=_cmd_check)
+    check.set_defaults(handler=_cmd_matrix, validate=_validate_matrix)
 
     refresh = commands.add_parser(
         "refresh", help="regenerate the series' patches against a target's upstream",
@@ -102,6 +100,10 @@ def finish_refresh(refresh: argparse.ArgumentParser) -> None:
 
 
 def _cmd_targets(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from rich.table import Table
+
+    from builder.core.config import load_targets
+
     targets = load_targets(args.targets_file)
     table = Table("target", "version", "sources", "CUDA", "arch list", title="Targets")
     for target in targets.targets.values():
@@ -198,6 +200,8 @@ def render_report(report: PatchReport, console: Console) -> None:
         report: the patch stage's report.
         console: where to print (its ``width`` decides the layout).
     """
+    from rich.table import Table
+
     from builder.patching.hunks import HunkStatus
     from builder.patching.status import PatchStatus
 
@@ -273,7 +277,21 @@ def _cmd_patch(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
             "report": result.report.to_json()}
 
 
-def _cmd_check(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+def _validate_matrix(args: argparse.Namespace) -> None:
+    """``matrix``'s rules beyond argparse's.
+
+    Raises:
+        ConfigurationError: ``--git-url`` without ``--commits``, or an empty list.
+    """
+    if args.git_url and not args.commits:
+        raise ConfigurationError("--git-url only applies with --commits",
+                                 "give --commits C1,C2 too, or drop --git-url")
+    for flag in ("versions", "commits"):
+        if getattr(args, flag) is not None and not comma_list(getattr(args, flag)):
+            raise ConfigurationError(f"--{flag} is empty", f"give --{flag} A,B or drop it")
+
+
+def _cmd_matrix(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     from builder.patching.matrix import run_check
 
     matrix = run_check(options(args, reporter), versions=comma_list(args.versions),
@@ -291,6 +309,8 @@ def _cmd_check(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
 
 
 def _cmd_refresh(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from rich.table import Table
+
     from builder.patching.refresh import run_refresh
 
     results = run_refresh(options(args, reporter), accept_fuzz=args.accept_fuzz,

@@ -1,17 +1,18 @@
-"""The project's housekeeping commands: ``lock``, ``label`` and ``cache``."""
+"""The project's housekeeping commands: ``lock``, ``next-label``, ``cache`` and
+``add-patch``."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
-
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from builder.cli.common import common
 from builder.core.cache import default_cache_root
 from builder.core.errors import BuilderError
-from builder.core.progress import Reporter
+
+if TYPE_CHECKING:
+    from builder.core.progress import Reporter
 
 _LOCK_EPILOG = """\
 The lock (versions.lock beside targets.toml; keep it in git) records, per target and
@@ -23,14 +24,15 @@ with other content and record new ones themselves.
 examples:
   python -m builder lock                       # record every target's new versions
   python -m builder lock --check               # CI: exit 1 if a version is new or differs
-  python -m builder label --target sglang-0.5.9 --bump    # sm120.1 -> sm120.2
+  python -m builder lock --check --target sglang-0.5.9   # one target's lock state
+  python -m builder next-label --target sglang-0.5.9     # sm120.1 -> sm120.2
   python -m builder lock --target sglang-0.5.9 --replace  # only for a never-published label
 """
 
 _LABEL_EPILOG = """\
 examples:
-  python -m builder label --target sglang-0.5.9            # the label and its lock state
-  python -m builder label --target sglang-0.5.9 --bump     # sm120.1 -> sm120.2 in targets.toml
+  python -m builder next-label --target sglang-0.5.9     # sm120.1 -> sm120.2 in targets.toml
+  python -m builder lock --check --target sglang-0.5.9   # then: is the new version recorded?
 """
 
 _CACHE_EPILOG = """\
@@ -61,7 +63,7 @@ examples:
 
 
 def add_commands(commands: Any) -> None:
-    """Add ``lock``, ``label``, ``cache`` and ``add-patch``."""
+    """Add ``add-patch``, ``lock``, ``next-label`` and ``cache``."""
     add = commands.add_parser(
         "add-patch", help="store a patch (from a repository or an sdist tree) in the series",
         description="Copy a patch into the series folder in the repository layout, and "
@@ -99,14 +101,13 @@ def add_commands(commands: Any) -> None:
     lock.set_defaults(handler=_cmd_lock)
 
     label = commands.add_parser(
-        "label", help="show or raise a target's local version label (sm120.1 -> sm120.2)",
-        description="Show a target's local label, version and lock state; --bump raises the "
-                    "label's build number in the targets file (only that line changes).",
+        "next-label", help="raise a target's build number (sm120.1 -> sm120.2)",
+        description="Raise the build number of a target's local label in the targets file "
+                    "(only that line changes), for a version whose content changed. "
+                    "`lock --check --target NAME` shows a target's lock state.",
         epilog=_LABEL_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     common(label)
-    label.add_argument("--bump", action="store_true",
-                       help="raise the build number: sm120.1 -> sm120.2")
-    label.set_defaults(handler=_cmd_label)
+    label.set_defaults(handler=_cmd_next_label)
 
     cache = commands.add_parser(
         "cache", help="list, prune or clean the build cache",
@@ -162,6 +163,8 @@ def _lock_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def _cmd_lock(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from rich.table import Table
+
     from builder.core.lock import VersionLock, lock_path
 
     if args.replace and not args.target:
@@ -184,8 +187,8 @@ def _cmd_lock(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
             raise BuilderError(
                 f"versions.lock is not up to date: {len(differs)} version(s) differ, "
                 f"{len(new)} not recorded (first: {bad[0]['target']} {bad[0]['version']})",
-                f"raise the label: python -m builder label --target {bad[0]['target']} "
-                "--bump" if differs else "record them: python -m builder lock",
+                f"raise the label: python -m builder next-label --target {bad[0]['target']}"
+                if differs else "record them: python -m builder lock",
                 report=None)
         return {"lock": str(path), "targets": rows}
     lock = VersionLock(path)
@@ -200,7 +203,7 @@ def _cmd_lock(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
             f"{len(differs)} version(s) would change content: "
             + ", ".join(f"{r['target']} {r['version']}" for r in differs)
             + "; nothing was recorded",
-            f"raise the label: python -m builder label --target {first['target']} --bump")
+            f"raise the label: python -m builder next-label --target {first['target']}")
     for row in new:
         lock.record("wheel", row["target"], row["version"], row["digest"])
     reporter.result(f"{len(new)} version(s) recorded in {path}" if new else
@@ -208,28 +211,22 @@ def _cmd_lock(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     return {"lock": str(path), "targets": rows}
 
 
-def _cmd_label(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+def _cmd_next_label(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     from builder.core.config import load_targets
     from builder.core.labels import bump_label
 
     target = load_targets(args.targets_file).get(args.target)
-    if args.bump:
-        old, new = bump_label(args.targets_file, target.name)
-        reporter.result(f"{target.name}: local label {old} -> {new} in {args.targets_file} "
-                        f"(version {target.upstream_version}+{new}); build again, and commit "
-                        "targets.toml with versions.lock")
-        return {"target": target.name, "old": old, "new": new,
-                "version": f"{target.upstream_version}+{new}"}
-    row = _lock_rows(argparse.Namespace(**{**vars(args), "target": target.name}))[0]
-    hint = {"recorded": "the lock records this content for it",
-            "new": "not in the lock yet: the next build records it",
-            "differs": "the lock records other content: raise it with --bump"}[row["state"]]
-    reporter.result(f"{target.name}: local label {target.local_label}, version "
-                    f"{target.version}; {hint}")
-    return {"target": target.name, "label": target.local_label, **row}
+    old, new = bump_label(args.targets_file, target.name)
+    reporter.result(f"{target.name}: local label {old} -> {new} in {args.targets_file} "
+                    f"(version {target.upstream_version}+{new}); build again, and commit "
+                    "targets.toml with versions.lock")
+    return {"target": target.name, "old": old, "new": new,
+            "version": f"{target.upstream_version}+{new}"}
 
 
 def _cmd_cache(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from rich.table import Table
+
     from builder.core.cache import cache_entries, prune_cache
 
     root = args.cache_dir or default_cache_root()
@@ -277,6 +274,6 @@ def _cmd_add_patch(args: argparse.Namespace, reporter: Reporter) -> dict[str, An
     converted = " (converted from the sdist layout)" if layout == "sdist" else ""
     reporter.result(f"stored {stored}{converted}, sha256 {digest}; entry added to {series}")
     reporter.result("next: add [[patch.intent]] checks to the entry, then `python -m builder "
-                    "check` and `python -m builder wheel` (a changed series needs a new "
-                    "label: `python -m builder label --target NAME --bump`)")
+                    "matrix` and `python -m builder wheel` (a changed series needs a new "
+                    "label: `python -m builder next-label --target NAME`)")
     return {"patch": str(stored), "layout": layout, "sha256": digest, "series": str(series)}

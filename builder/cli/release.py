@@ -1,10 +1,11 @@
-"""The image and release commands: ``pin-images``, ``image`` and ``release``."""
+"""The image and release commands: ``pin-images``, ``image`` and ``release`` (which
+also publishes the wheels alone, ``--wheels-only``)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from builder.cli.common import (
     common,
@@ -12,9 +13,13 @@ from builder.cli.common import (
     image_options_from,
     options,
     source_args,
+    validate_source_args,
 )
 from builder.core.basepins import PINS_FILE
-from builder.core.progress import Reporter
+from builder.core.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from builder.core.progress import Reporter
 
 _PIN_EPILOG = """\
 examples:
@@ -31,7 +36,7 @@ resolved (--check) or a registry failed (the pins file is then unchanged), 2 bad
 
 
 def add_commands(commands: Any) -> None:
-    """Add ``pin-images``, ``image``, ``release`` and ``publish-wheels``."""
+    """Add ``pin-images``, ``image`` and ``release``."""
     pin = commands.add_parser(
         "pin-images", help="resolve the base images' tags to digests (images/pins.toml)",
         description="Resolve every base image in the pins file, upstream's runtime images "
@@ -65,16 +70,23 @@ def add_commands(commands: Any) -> None:
     image.set_defaults(handler=_cmd_image, series=None, patch=None, strip=1, max_fuzz=0)
 
     release = commands.add_parser(
-        "release", help="wheel -> image -> smoke gate -> publish wheels and image",
-        description="Build the wheel and the image, run the smoke gate (--gate gpu, the "
-                    "default: the smoke test on this runner's GPU inside the image; --gate "
-                    "static: only the provenance and the patched line read inside the image), "
-                    "and only if it passes upload the wheels with twine (TWINE_USERNAME / "
-                    "TWINE_PASSWORD or keyring) and push the image "
-                    "(SGLANG_SM120_REGISTRY_USERNAME / _PASSWORD, or docker login). "
-                    "Re-running never overwrites: a file or tag already there with the "
-                    "same content counts as published, with other content it is an error. "
-                    "The summary lists exactly what was published.")
+        "release", help="build, gate and publish: wheels and image, or --wheels-only",
+        description="Build the wheel and, unless --wheels-only, the image; open the gate; and "
+                    "only then publish. With the image: --gate gpu (the default) runs the "
+                    "smoke test on this runner's GPU inside the image, --gate static only "
+                    "reads the provenance and the patched line inside the image; the image "
+                    "is pushed (SGLANG_SM120_REGISTRY_USERNAME / _PASSWORD, or docker login). "
+                    "With --wheels-only (no Docker Engine): --gate smoke (the default) takes "
+                    "the smoke test's report for this very wheel from a GPU runner "
+                    "(--smoke-report), --gate build relies on the build's own checks. The "
+                    "wheels go through twine either way (TWINE_USERNAME / TWINE_PASSWORD or "
+                    "keyring), after the index's simple page is read: the same file with the "
+                    "same sha256 counts as published, the same name with other bytes is an "
+                    "error, never an overwrite; the index must then list our sha256. The "
+                    "summary lists exactly what was published. One command with a mode, not "
+                    "two: both build the same wheel and publish it through the same checks; "
+                    "only whether an image is built decides which gate can run.",
+        epilog=_PUBLISH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     common(release)
     source_args(release)
     image_args(release)
@@ -83,59 +95,75 @@ def add_commands(commands: Any) -> None:
     release.add_argument("--publish-index-url", metavar="URL",
                          help="the simple index of that repository, read to find files "
                               "already published (default: <repository-url>/simple/)")
-    release.add_argument("--gate", choices=("gpu", "static"), default="gpu",
-                         help="gpu: the smoke test on this runner's GPU, in the image "
-                              "(default; `smoke`); static: only the provenance and patched "
-                              "line read inside the image, no GPU (a dry run of publishing)")
+    release.add_argument("--wheels-only", action="store_true",
+                         help="publish the wheel(s) alone: no image, no Docker Engine")
+    release.add_argument("--gate", choices=_IMAGE_GATES + _WHEEL_GATES, default=None,
+                         help="with the image: gpu (default; the smoke test on this "
+                              "runner's GPU, in the image) or static (provenance and patched "
+                              "line read in the image, no GPU); with --wheels-only: smoke "
+                              "(default; a passed --smoke-report for this wheel) or build "
+                              "(the build's own checks alone)")
     release.add_argument("--gate-series", type=Path, default=None,
                          metavar="FILE", help="series whose intent checks the gpu gate "
                                               "verifies in the image (default: "
                                               "patches/series.toml beside the targets file)")
-    release.set_defaults(handler=_cmd_release, series=None, patch=None, strip=1, max_fuzz=0)
+    release.add_argument("--smoke-report", type=Path, metavar="FILE",
+                         help="--wheels-only --gate smoke: the report of `smoke --mode host "
+                              "--sglang-wheel WHEEL --output FILE` run on a GPU runner")
+    release.set_defaults(handler=_cmd_release, validate=_validate_release, series=None,
+                         patch=None, strip=1, max_fuzz=0)
 
-    wheels = commands.add_parser(
-        "publish-wheels", help="wheel -> gate -> index: publish the wheel(s) alone, no Docker",
-        description="Build the target's wheel(s) and upload them to your index with "
-                    "release's checks: the index's simple page is read first (the same file "
-                    "with the same sha256 counts as published; the same name with other "
-                    "bytes is an error, never an overwrite), then twine uploads "
-                    "(TWINE_USERNAME / TWINE_PASSWORD or keyring) and the index must list "
-                    "our sha256. No Docker Engine is needed. The gate: --gate smoke (the "
-                    "default) takes the smoke test's report for this very wheel from a GPU "
-                    "runner; --gate build relies on the build's own checks (patches, intent "
-                    "checks, version lock).",
-        epilog=_PUBLISH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    common(wheels)
-    source_args(wheels)
-    wheels.add_argument("--repository-url", required=True, metavar="URL",
-                        help="where twine uploads the wheels (pypiserver: its root URL)")
-    wheels.add_argument("--publish-index-url", metavar="URL",
-                        help="the simple index of that repository (default: "
-                             "<repository-url>/simple/)")
-    wheels.add_argument("--gate", choices=("smoke", "build"), default="smoke",
-                        help="smoke: a passed smoke report for this wheel (--smoke-report; "
-                             "default); build: the build's own checks alone")
-    wheels.add_argument("--smoke-report", type=Path, metavar="FILE",
-                        help="the report of `smoke --mode host --sglang-wheel WHEEL --output "
-                             "FILE` run on a GPU runner")
-    wheels.add_argument("--dist", type=Path, default=Path("dist"), metavar="DIR",
-                        help="where the wheels go (default: %(default)s)")
-    wheels.set_defaults(handler=_cmd_publish_wheels, series=None, patch=None, strip=1,
-                        max_fuzz=0)
+
+_IMAGE_GATES = ("gpu", "static")
+_WHEEL_GATES = ("smoke", "build")
+#: The image's flags and their defaults: given with --wheels-only they would do nothing.
+_IMAGE_DEFAULTS: tuple[tuple[str, object], ...] = (
+    ("registry", "localhost:5000"), ("repository", "sglang-sm120"), ("base_image", None),
+    ("kernel_wheel", []), ("pins_file", None), ("dockerfile", None), ("profiles_dir", None),
+    ("launch_profile", None), ("docker_host", None), ("gate_series", None))
+
+
+def _validate_release(args: argparse.Namespace) -> None:
+    """``release``'s rules beyond argparse's; fills in the mode's default gate.
+
+    Raises:
+        ConfigurationError: a gate of the other mode, an image flag with
+            ``--wheels-only``, or ``--smoke-report`` without ``--wheels-only --gate smoke``.
+    """
+    validate_source_args(args)
+    gates = _WHEEL_GATES if args.wheels_only else _IMAGE_GATES
+    mode = "--wheels-only" if args.wheels_only else "a release with the image"
+    if args.gate is None:
+        args.gate = gates[0]
+    elif args.gate not in gates:
+        raise ConfigurationError(f"--gate {args.gate} does not apply to {mode}",
+                                 f"give --gate {' or '.join(gates)}")
+    if args.wheels_only:
+        image_only = [f"--{name.replace('_', '-')}" for name, default in _IMAGE_DEFAULTS
+                      if getattr(args, name) != default]
+        if image_only:
+            raise ConfigurationError(f"{', '.join(image_only)} only apply with the image",
+                                     "drop them, or drop --wheels-only")
+    if args.smoke_report is not None and args.gate != "smoke":
+        raise ConfigurationError("--smoke-report only applies with --wheels-only --gate smoke",
+                                 "drop --smoke-report, or give --wheels-only")
 
 
 _PUBLISH_EPILOG = """\
 examples:
-  # on the GPU runner: build, install, smoke-test the wheel, keep the report
+  # wheels alone: on the GPU runner: build, install, smoke-test the wheel, keep the report
   python -m builder wheel --target sglang-0.5.9
   pip install dist/sglang-0.5.9+sm120.1-py3-none-any.whl
   python -m builder smoke --mode host --sglang-wheel dist/sglang-0.5.9+sm120.1-py3-none-any.whl \\
       --output smoke.json
   # then publish exactly that wheel
-  TWINE_USERNAME=... TWINE_PASSWORD=... python -m builder publish-wheels \\
-      --target sglang-0.5.9 --repository-url https://index.example/ --smoke-report smoke.json
+  TWINE_USERNAME=... TWINE_PASSWORD=... python -m builder release \\
+      --wheels-only --target sglang-0.5.9 --repository-url https://index.example/ \\
+      --smoke-report smoke.json
   # or on the build's own checks alone (no GPU proof)
-  python -m builder publish-wheels --repository-url http://127.0.0.1:8080/ --gate build
+  python -m builder release --wheels-only --repository-url http://127.0.0.1:8080/ --gate build
+  # wheels and image, the image smoke-tested on this runner's GPU
+  python -m builder release --registry 127.0.0.1:5000 --repository-url http://127.0.0.1:8080/
 """
 
 
@@ -181,7 +209,7 @@ def _cmd_image(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     return result.describe()
 
 
-def _cmd_publish_wheels(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+def _publish_wheels(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     from builder.release.publish import Index
     from builder.release.wheels import run_publish_wheels
 
@@ -196,6 +224,8 @@ def _cmd_release(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]
     from builder.release.publish import Index
     from builder.release.run import gpu_gate, run_release, static_gate
 
+    if args.wheels_only:
+        return _publish_wheels(args, reporter)
     index = Index.from_urls(args.repository_url, args.publish_index_url)
     image = image_options_from(args)
     gate = gpu_gate(docker_host=image.docker_host, series=args.gate_series) \

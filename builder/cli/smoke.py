@@ -6,15 +6,13 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
 from builder.cli.common import (
     image_id_from,
 )
 from builder.core.errors import BuilderError
-from builder.core.progress import Reporter
 
 if TYPE_CHECKING:
+    from builder.core.progress import Reporter
     from builder.smoke.gpu import SmokeReport
 
 _SMOKE_EPILOG = """\
@@ -89,6 +87,8 @@ def add_commands(commands: Any) -> None:
 
 
 def _render_smoke(report: SmokeReport, reporter: Reporter) -> None:
+    from rich.table import Table
+
     table = Table(title=f"Smoke test ({report.mode} mode)")
     for column in ("check", "status", "counted", "detail"):
         table.add_column(column, overflow="fold")

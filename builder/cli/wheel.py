@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from builder.cli.common import (
     common,
     options,
     source_args,
 )
-from builder.core.progress import Reporter
+
+if TYPE_CHECKING:
+    from builder.core.progress import Reporter
 
 _WHEEL_EPILOG = """\
 examples:
@@ -23,7 +25,7 @@ examples:
 
 The wheel's version is <upstream>+<local label> (0.5.9+sm120.1). versions.lock (beside
 targets.toml) records what each version contains; a build whose patches, pins or builder
-output changed under the same label is refused: python -m builder label --target NAME --bump.
+output changed under the same label is refused: python -m builder next-label --target NAME.
 Inside the wheel, sglang-<version>.dist-info/sm120-provenance.json records the upstream pin,
 every patch (sha256, description, message, per-hunk status) and the intent checks.
 A rebuild with nothing changed comes from the cache in well under a second.

@@ -106,7 +106,7 @@ class VersionLock:
                 f"{kind} {version} of target {target} would have other content than the "
                 f"{version} recorded in {self.path} (recorded {str(verdict.recorded)[:12]}, "
                 f"now {digest[:12]}): one version must always mean one content",
-                f"raise the local label: python -m builder label --target {target} --bump "
+                f"raise the local label: python -m builder next-label --target {target} "
                 f"--targets-file {self.path.parent / 'targets.toml'} (then build again); "
                 "only if this version was never published: python -m builder lock "
                 f"--target {target} --replace")
