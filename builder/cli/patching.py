@@ -100,19 +100,20 @@ def finish_refresh(refresh: argparse.ArgumentParser) -> None:
 
 
 def _cmd_targets(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
-    from rich.table import Table
-
     from builder.core.config import load_targets
 
     targets = load_targets(args.targets_file)
-    table = Table("target", "version", "sources", "CUDA", "arch list", title="Targets")
-    for target in targets.targets.values():
-        mark = " (default)" if target.name == targets.default else ""
-        kinds = ", ".join(p.kind + ("*" if p.kind == target.prefer else "")
-                          for p in target.sources)
-        table.add_row(target.name + mark, target.version, kinds, target.cuda_lane,
-                      " ".join(target.arch_list))
-    reporter.result(table)
+    if not reporter.quiet:  # --json prints no table: rich stays unloaded
+        from rich.table import Table
+
+        table = Table("target", "version", "sources", "CUDA", "arch list", title="Targets")
+        for target in targets.targets.values():
+            mark = " (default)" if target.name == targets.default else ""
+            kinds = ", ".join(p.kind + ("*" if p.kind == target.prefer else "")
+                              for p in target.sources)
+            table.add_row(target.name + mark, target.version, kinds, target.cuda_lane,
+                          " ".join(target.arch_list))
+        reporter.result(table)
     return {"default": targets.default,
             "targets": [t.describe() for t in targets.targets.values()]}
 

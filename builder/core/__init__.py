@@ -12,12 +12,33 @@
 The core imports no stage.
 """
 
-from builder.core.cache import Cache, default_cache_root
-from builder.core.config import Target, TargetsFile, load_targets
-from builder.core.errors import BuilderError
-from builder.core.layout import Layout
-from builder.core.options import Options, select_target
-from builder.core.progress import Reporter
+from __future__ import annotations
 
-__all__ = ["BuilderError", "Cache", "Layout", "Options", "Reporter", "Target", "TargetsFile",
-           "default_cache_root", "load_targets", "select_target"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from builder.core.cache import Cache, default_cache_root
+    from builder.core.config import Target, TargetsFile, load_targets
+    from builder.core.errors import BuilderError
+    from builder.core.layout import Layout
+    from builder.core.options import Options, select_target
+    from builder.core.progress import Reporter
+
+# Each name's module, imported on first use (PEP 562): a command that needs only the
+# errors or the options does not load the cache, tomlkit or rich.
+_HOME = {"Cache": "cache", "default_cache_root": "cache", "Target": "config",
+         "TargetsFile": "config", "load_targets": "config", "BuilderError": "errors",
+         "Layout": "layout", "Options": "options", "select_target": "options",
+         "Reporter": "progress"}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'builder.core' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"builder.core.{_HOME[name]}"), name)
+
+
+def __dir__() -> list[str]:
+    return __all__

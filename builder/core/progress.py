@@ -6,16 +6,12 @@ import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cached_property
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TransferSpeedColumn,
-)
+if TYPE_CHECKING:  # rich loads on first print, not at start-up (``targets --json``)
+    from rich.console import Console
+    from rich.progress import Progress
 
 _STEP = re.compile(r"^\[\d+/\d+\]|^\[sm120-builder\]|\berror\b|^FAILED", re.IGNORECASE)
 
@@ -34,8 +30,21 @@ class Reporter:
                  progress: bool = False) -> None:
         self.quiet = quiet
         self.verbose = verbose
-        self.console = Console(stderr=True, quiet=quiet and not progress, highlight=False)
-        self.out = Console(quiet=quiet, highlight=False)
+        self.progress = progress
+
+    @cached_property
+    def console(self) -> Console:
+        """The standard-error console (progress, errors), made on first use."""
+        from rich.console import Console
+
+        return Console(stderr=True, quiet=self.quiet and not self.progress, highlight=False)
+
+    @cached_property
+    def out(self) -> Console:
+        """The standard-output console (results), made on first use."""
+        from rich.console import Console
+
+        return Console(quiet=self.quiet, highlight=False)
 
     def info(self, message: str) -> None:
         """Print one line of progress on standard error (text is never read as markup)."""
@@ -63,6 +72,14 @@ class Reporter:
     @contextmanager
     def download(self, label: str, total: int | None) -> Iterator[Progress]:
         """Yield a byte progress bar (advance it with ``progress.advance(0, n)``)."""
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TransferSpeedColumn,
+        )
+
         progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                             TransferSpeedColumn(), console=self.console,
                             disable=self.quiet, transient=False)
@@ -73,6 +90,8 @@ class Reporter:
     @contextmanager
     def working(self, label: str) -> Iterator[None]:
         """Show a spinner with the elapsed time while a long step runs."""
+        from rich.progress import Progress, TextColumn, TimeElapsedColumn
+
         progress = Progress(TextColumn("{task.description}"), TimeElapsedColumn(),
                             console=self.console, disable=self.quiet, transient=True)
         with progress:
