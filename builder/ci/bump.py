@@ -33,7 +33,7 @@ from packaging.version import InvalidVersion, Version
 
 from builder.ci.upstream import Finding, assess, newer_releases
 from builder.core.config import SdistPin, WheelPin, load_targets
-from builder.core.errors import BuilderError
+from builder.core.errors import ConfigurationError, SourceError
 from builder.core.options import Options
 from builder.core.pipconfig import resolve_index
 from builder.kernels.pins import exact_torch, read_pins, sm120_arch, torch_cuda_lane
@@ -163,8 +163,8 @@ def _latest(project: str, index_url: str, pre: bool) -> Version:
     releases = [r for r in list_releases(project, index_url) if not r.yanked
                 and (pre or not r.version.is_prerelease)]
     if not releases:
-        raise BuilderError(f"{index_url} lists no release of {project}",
-                           "check --index-url")
+        raise SourceError(f"{index_url} lists no release of {project}",
+                          "check --index-url")
     return max(r.version for r in releases)
 
 
@@ -188,10 +188,10 @@ def _sources(project: str, version: Version, index_url: str
             wheels.append(WheelPin(project, str(version), name, sha))
             tags += sorted({t.interpreter for t in wheel_tags})
     if not wheels:
-        raise BuilderError(f"{index_url} lists neither an sdist nor a CPython manylinux "
-                           f"x86_64 wheel (with a sha256, not yanked) of {project} {version}",
-                           "check the version; a release with other wheels only cannot be "
-                           "pinned by bump")
+        raise SourceError(f"{index_url} lists neither an sdist nor a CPython manylinux "
+                          f"x86_64 wheel (with a sha256, not yanked) of {project} {version}",
+                          "check the version; a release with other wheels only cannot be "
+                          "pinned by bump")
     return tuple(wheels), tuple(dict.fromkeys(tags))
 
 
@@ -203,13 +203,13 @@ def _cuda_lane(torch: Version, index_url: str) -> str:
                                      and t.platform.endswith("_x86_64")
                                      for t in parse_wheel_filename(f[0])[3])]
     if not linux:
-        raise BuilderError(f"{index_url} lists no Linux x86_64 wheel of torch {torch}",
-                           "pass --cuda-lane X.Y (the CUDA of that torch build)")
+        raise SourceError(f"{index_url} lists no Linux x86_64 wheel of torch {torch}",
+                          "pass --cuda-lane X.Y (the CUDA of that torch build)")
     metadata = remote_wheel_metadata(linux[0][1])
     lane = torch_cuda_lane([str(r) for r in metadata.get_all("Requires-Dist") or []])
     if lane is None:
-        raise BuilderError(f"{linux[0][0]} pins no NVIDIA CUDA runtime (a CPU build?)",
-                           "pass --cuda-lane X.Y")
+        raise SourceError(f"{linux[0][0]} pins no NVIDIA CUDA runtime (a CPU build?)",
+                          "pass --cuda-lane X.Y")
     return lane
 
 
@@ -230,9 +230,9 @@ def plan_target(options: Options, version: Version, *, local_label: str = DEFAUL
     torch = exact_torch(pins)
     if cuda_lane is None:
         if torch is None:
-            raise BuilderError(f"{project} {version} pins no exact torch "
-                               f"({pins.torch or 'no torch requirement'})",
-                               "pass --cuda-lane X.Y")
+            raise SourceError(f"{project} {version} pins no exact torch "
+                              f"({pins.torch or 'no torch requirement'})",
+                              "pass --cuda-lane X.Y")
         options.reporter.info(f"Reading torch {torch}'s CUDA from its wheel on the index")
         cuda_lane = _cuda_lane(torch, _index_url(options))
     return NewTarget(name=f"{project}-{version}", upstream_version=str(version),
@@ -293,7 +293,7 @@ def write_target(path: Path, target: NewTarget, *, replace: bool = False) -> Lit
     document = tomlkit.parse(text)
     tables = document.get("target")
     if tables is None:
-        raise BuilderError(f"{path} declares no [[target]]", "see docs/upstream.md")
+        raise ConfigurationError(f"{path} declares no [[target]]", "see docs/upstream.md")
     existing = [i for i, t in enumerate(tables)
                 if t.get("name") == target.name
                 or _same_version(t.get("upstream_version"), target.upstream_version)]
@@ -301,9 +301,9 @@ def write_target(path: Path, target: NewTarget, *, replace: bool = False) -> Lit
     new = _target_table(target, series)
     if existing and not replace:
         names = ", ".join(str(tables[i].get("name")) for i in existing)
-        raise BuilderError(f"{path} already has a target for {target.upstream_version} "
-                           f"({names})", "pass --replace to overwrite it (the diff shows "
-                           "what changed), or --local-label to pin it again under a new name")
+        raise ConfigurationError(f"{path} already has a target for {target.upstream_version} "
+                                 f"({names})", "pass --replace to overwrite it (the diff shows "
+                                 "what changed), or --local-label to pin it again under a new name")
     if existing:
         tables[existing[0]] = new
         for index in reversed(existing[1:]):
@@ -367,12 +367,12 @@ def run_bump(options: Options, version: str | None, *, latest: bool = False,
         try:
             wanted = Version(version or "")
         except InvalidVersion:
-            raise BuilderError(f"{version!r} is not a PEP 440 version",
-                               "write it like 0.5.23, or pass --latest") from None
+            raise ConfigurationError(f"{version!r} is not a PEP 440 version",
+                                     "write it like 0.5.23, or pass --latest") from None
     if not replace and any(t.upstream_version == wanted or t.name == f"{project}-{wanted}"
                            for t in targets.targets.values()):
-        raise BuilderError(f"{options.targets_file} already has a target for {wanted}",
-                           "pass --replace to overwrite it explicitly")
+        raise ConfigurationError(f"{options.targets_file} already has a target for {wanted}",
+                                 "pass --replace to overwrite it explicitly")
     options.reporter.info(f"Pinning {project} {wanted} from {_index_url(options)}")
     target = plan_target(options, wanted, local_label=local_label, cuda_lane=cuda_lane)
     matrix = run_check(options, versions=[str(wanted)])

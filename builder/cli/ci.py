@@ -16,7 +16,7 @@ from builder.cli.common import (
     options,
     positive,
 )
-from builder.core.errors import BuilderError
+from builder.core.errors import ConfigurationError, PatchError
 
 if TYPE_CHECKING:
     from builder.core.progress import Reporter
@@ -142,9 +142,10 @@ def _cmd_upstream(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any
     if report.needs_refresh:
         broken = sorted({f.version for f in report.findings if f.action == "refresh"},
                         key=Version)
-        raise BuilderError(f"the series needs a refresh for {', '.join(broken)}",
-                           "python -m builder refresh --target NAME after pinning the release "
-                           "(docs/patches.md: Refresh)", report=report)
+        raise PatchError(
+            f"the series needs a refresh for {', '.join(broken)}",
+            "python -m builder refresh --target NAME after pinning the release "
+            "(docs/patches.md: Refresh)", report=report)
     return report.to_json()
 
 
@@ -155,11 +156,11 @@ def _cmd_bump(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
         print("note: `--latest` is deprecated and goes in the next release; find the "
               "release with `upstream`, then `add-target VERSION`", file=sys.stderr)
     if bool(args.version) == bool(args.latest):
-        raise BuilderError("give a VERSION or --latest (one of them)",
-                           "python -m builder add-target 0.5.23")
+        raise ConfigurationError("give a VERSION or --latest (one of them)",
+                                 "python -m builder add-target 0.5.23")
     if args.cuda_lane is not None and not re.fullmatch(r"\d+\.\d+", args.cuda_lane):
-        raise BuilderError(f"--cuda-lane {args.cuda_lane!r} is not like 13.0",
-                           "write CUDA's major.minor")
+        raise ConfigurationError(f"--cuda-lane {args.cuda_lane!r} is not like 13.0",
+                                 "write CUDA's major.minor")
     report = run_bump(options(args, reporter), args.version, latest=args.latest,
                       pre=args.pre, local_label=args.local_label, cuda_lane=args.cuda_lane,
                       replace=args.replace, dry_run=args.dry_run)

@@ -232,11 +232,11 @@ def image_id_from(path: Path) -> str:
         data = json.loads(path.read_text())
         image_id = data["image_id"] if "image_id" in data else data["image"]["image_id"]
     except OSError as error:
-        raise BuilderError(f"cannot read {path}: {error.strerror}",
-                           "write it with `python -m builder image --json > FILE`") from None
+        raise ConfigurationError(f"cannot read {path}: {error.strerror}",
+                                 "write it with `python -m builder image --json > FILE`") from None
     except (ValueError, KeyError, TypeError):
-        raise BuilderError(f"{path} holds no image ID", "write it with "
-                           "`python -m builder image --json > FILE`") from None
+        raise ConfigurationError(f"{path} holds no image ID", "write it with "
+                                 "`python -m builder image --json > FILE`") from None
     return str(image_id)
 
 

@@ -15,7 +15,7 @@ from builder.cli.common import (
     source_args,
 )
 from builder.core.basepins import PINS_FILE
-from builder.core.errors import BuilderError
+from builder.core.errors import BuilderError, ConfigurationError
 
 if TYPE_CHECKING:
     from builder.core.progress import Reporter
@@ -187,10 +187,10 @@ def _cmd_preflight(args: argparse.Namespace, reporter: Reporter) -> dict[str, An
     if not result.ok:
         failed = [c for c in result.checks if not c.ok]
         fixes = list(dict.fromkeys(c.fix for c in failed if c.fix))
-        raise BuilderError(f"toolchain preflight failed: {failed[0].name}: {failed[0].detail}"
-                           + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""),
-                           "; ".join(fixes) or "see the table; fix the toolchain before "
-                           "compiling", report=result)
+        raise ConfigurationError(f"toolchain preflight failed: {failed[0].name}: {failed[0].detail}"
+                                 + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""),
+                                 "; ".join(fixes) or "see the table; fix the toolchain before "
+                                 "compiling", report=result)
     return result.to_json()
 
 

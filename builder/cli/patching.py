@@ -15,7 +15,7 @@ from builder.cli.common import (
     series_args,
     source_args,
 )
-from builder.core.errors import BuilderError, ConfigurationError
+from builder.core.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -303,9 +303,9 @@ def _cmd_matrix(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
         reporter.result(matrix_table(matrix))
         reporter.result("✓ / ✗: the patch's intent checks hold / fail after the series")
     if matrix.broken_targets:
-        raise BuilderError(f"the series would break: {', '.join(matrix.broken_targets)}",
-                           "run python -m builder patch --target NAME --dry-run for detail",
-                           report=matrix)
+        raise ConfigurationError(f"the series would break: {', '.join(matrix.broken_targets)}",
+                                 "run python -m builder patch --target NAME --dry-run for detail",
+                                 report=matrix)
     return matrix.to_json()
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from builder.cli.common import common
 from builder.core.cache import default_cache_root
-from builder.core.errors import BuilderError
+from builder.core.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from builder.core.progress import Reporter
@@ -168,9 +168,9 @@ def _cmd_lock(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     from builder.core.lock import VersionLock, lock_path
 
     if args.replace and not args.target:
-        raise BuilderError("--replace needs --target", "name the one target to re-record")
+        raise ConfigurationError("--replace needs --target", "name the one target to re-record")
     if args.replace and args.check:
-        raise BuilderError("--replace and --check exclude each other", "give one of them")
+        raise ConfigurationError("--replace and --check exclude each other", "give one of them")
     rows = _lock_rows(args)
     path = lock_path(args.targets_file)
     table = Table(title=str(path))
@@ -184,7 +184,7 @@ def _cmd_lock(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     if args.check:
         if differs or new:
             bad = differs or new
-            raise BuilderError(
+            raise ConfigurationError(
                 f"versions.lock is not up to date: {len(differs)} version(s) differ, "
                 f"{len(new)} not recorded (first: {bad[0]['target']} {bad[0]['version']})",
                 f"raise the label: python -m builder next-label --target {bad[0]['target']}"
@@ -199,7 +199,7 @@ def _cmd_lock(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
         return {"lock": str(path), "targets": rows}
     if differs:
         first = differs[0]
-        raise BuilderError(
+        raise ConfigurationError(
             f"{len(differs)} version(s) would change content: "
             + ", ".join(f"{r['target']} {r['version']}" for r in differs)
             + "; nothing was recorded",

@@ -169,7 +169,6 @@ examples:
 
 def _cmd_pin_images(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     from builder.core.config import load_targets
-    from builder.core.errors import BuilderError
     from builder.image.pin import pin_images
 
     targets = load_targets(args.targets_file) if args.targets_file.is_file() else None
@@ -189,7 +188,7 @@ def _cmd_pin_images(args: argparse.Namespace, reporter: Reporter) -> dict[str, A
                  f"{'written' if report.written else 'unchanged'}\n")
     reporter.raw("".join(lines))
     if args.check and report.drifted:
-        raise BuilderError(
+        raise ConfigurationError(
             f"{len(report.drifted)} base image pin(s) no longer match their tag: "
             + ", ".join(f"{o.pin.name} ({o.status})" for o in report.drifted),
             "run `python -m builder pin-images`, rebuild and test, then commit "

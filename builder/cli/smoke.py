@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from builder.cli.common import (
     image_id_from,
 )
-from builder.core.errors import BuilderError
+from builder.core.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from builder.core.progress import Reporter
@@ -105,9 +105,9 @@ def _cmd_smoke(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     if args.image and args.image.startswith("@"):
         args.image = image_id_from(Path(args.image[1:]))
     if args.mode == "image" and not args.image:
-        raise BuilderError("--mode image needs --image REF", "name the image to test")
+        raise ConfigurationError("--mode image needs --image REF", "name the image to test")
     if args.probe_output is not None and args.mode == "image":
-        raise BuilderError("--probe-output judges a host-mode probe", "drop --mode image")
+        raise ConfigurationError("--probe-output judges a host-mode probe", "drop --mode image")
     report = run_smoke(SmokeOptions(
         mode=args.mode, image=args.image, python=args.python, series=args.series,
         sglang_wheel=args.sglang_wheel, expect_provenance=args.expect_provenance,

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from builder.core.errors import BuilderError
+from builder.core.errors import ConfigurationError
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 #: The pins file, relative to the project root (the folder of ``targets.toml``).
@@ -71,8 +71,8 @@ class BasePin:
             BuilderError: the digest is not resolved yet (the hint names ``pin-images``).
         """
         if not self.digest:
-            raise BuilderError(f"{self.describe()} ({self.name}) is not pinned by digest",
-                               f"{_FIX}, or pass --base-image NAME@sha256:...")
+            raise ConfigurationError(f"{self.describe()} ({self.name}) is not pinned by digest",
+                                     f"{_FIX}, or pass --base-image NAME@sha256:...")
         return f"{self.name}@{self.digest}"
 
     def describe(self) -> str:
@@ -118,10 +118,11 @@ class BasePins:
         for pin in self.runtime():
             if pin.upstream_version == version and pin.cuda_lane == lane:
                 return pin
-        raise BuilderError(f"{self.path} pins no base image for sglang {version} / CUDA {lane}",
-                           "add a [[base]] entry for it (name = upstream's tag, digest = \"\") "
-                           "and run `python -m builder pin-images`, or pass "
-                           "--base-image NAME@sha256:...")
+        raise ConfigurationError(
+            f"{self.path} pins no base image for sglang {version} / CUDA {lane}",
+            "add a [[base]] entry for it (name = upstream's tag, digest = \"\") "
+            "and run `python -m builder pin-images`, or pass "
+            "--base-image NAME@sha256:...")
 
     def kernel_base(self, lane: str) -> BasePin:
         """The ``[[kernel_base]]`` entry for ``lane``.
@@ -132,32 +133,32 @@ class BasePins:
         for pin in self.pins:
             if pin.kind == "kernel_base" and pin.cuda_lane == lane:
                 return pin
-        raise BuilderError(f"{self.path} pins no kernel build base for CUDA {lane}",
-                           "add a [[kernel_base]] entry for it and run `python -m builder "
-                           "pin-images`, or pass --base-image")
+        raise ConfigurationError(f"{self.path} pins no kernel build base for CUDA {lane}",
+                                 "add a [[kernel_base]] entry for it and run `python -m builder "
+                                 "pin-images`, or pass --base-image")
 
 
 def _check(where: str, kind: str, entry: object) -> BasePin:
     required, allowed = _REQUIRED[kind], _REQUIRED[kind] | _OPTIONAL
     if not isinstance(entry, dict) or not required <= set(entry) <= allowed or \
             not all(isinstance(v, str) for v in entry.values()):
-        raise BuilderError(f"{where}: needs the string keys {', '.join(sorted(required))} "
-                           f"(and may have {', '.join(sorted(_OPTIONAL))}), nothing else",
-                           "see the comment at the top of the pins file")
+        raise ConfigurationError(f"{where}: needs the string keys {', '.join(sorted(required))} "
+                                 f"(and may have {', '.join(sorted(_OPTIONAL))}), nothing else",
+                                 "see the comment at the top of the pins file")
     for key in ("digest", "index_digest"):
         if entry.get(key) and not DIGEST.match(entry[key]):
-            raise BuilderError(f"{where}: {key} {entry[key]!r} is not sha256:<64 hex>",
-                               f"write a manifest digest, or \"\" and {_FIX}")
+            raise ConfigurationError(f"{where}: {key} {entry[key]!r} is not sha256:<64 hex>",
+                                     f"write a manifest digest, or \"\" and {_FIX}")
     if not re.fullmatch(r"\d+\.\d+", entry["cuda_lane"]):
-        raise BuilderError(f"{where}: cuda_lane {entry['cuda_lane']!r} is not major.minor",
-                           "write it like \"12.9\"")
+        raise ConfigurationError(f"{where}: cuda_lane {entry['cuda_lane']!r} is not major.minor",
+                                 "write it like \"12.9\"")
     version = None
     if kind == "base":
         try:
             version = Version(entry["upstream_version"])
         except InvalidVersion:
-            raise BuilderError(f"{where}: {entry['upstream_version']!r} is not a PEP 440 "
-                               "version", "write it like \"0.5.9\"") from None
+            raise ConfigurationError(f"{where}: {entry['upstream_version']!r} is not a PEP 440 "
+                                     "version", "write it like \"0.5.9\"") from None
     return BasePin(kind, version, entry["cuda_lane"], entry["name"], entry["digest"],
                    entry.get("index_digest", ""), entry.get("platform", ""),
                    entry.get("resolved", ""))
@@ -178,14 +179,14 @@ def load_base_pins(path: Path) -> BasePins:
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
-        raise BuilderError(f"base image pins file {path} not found",
-                           "run from the project root, or pass --pins-file") from None
+        raise ConfigurationError(f"base image pins file {path} not found",
+                                 "run from the project root, or pass --pins-file") from None
     except tomllib.TOMLDecodeError as exc:
-        raise BuilderError(f"{path} is not valid TOML: {exc}", "fix the file") from None
+        raise ConfigurationError(f"{path} is not valid TOML: {exc}", "fix the file") from None
     unknown = set(data) - set(_REQUIRED)
     if unknown:
-        raise BuilderError(f"{path}: unknown keys {sorted(unknown)}",
-                           "only [[base]] and [[kernel_base]] tables")
+        raise ConfigurationError(f"{path}: unknown keys {sorted(unknown)}",
+                                 "only [[base]] and [[kernel_base]] tables")
     pins = [_check(f"{path} [[{kind}]] #{number}", kind, entry)
             for kind in _REQUIRED for number, entry in enumerate(data.get(kind, []), 1)]
     return BasePins(path, tuple(pins))
@@ -207,8 +208,8 @@ def write_base_pins(pins: BasePins, updated: list[BasePin]) -> None:
     document = tomlkit.parse(pins.path.read_text())
     tables = [table for kind in _REQUIRED for table in document.get(kind, [])]
     if len(tables) != len(updated):
-        raise BuilderError(f"{pins.path} changed while it was being resolved",
-                           "run `python -m builder pin-images` again")
+        raise ConfigurationError(f"{pins.path} changed while it was being resolved",
+                                 "run `python -m builder pin-images` again")
     for table, pin in zip(tables, updated, strict=True):
         table["digest"] = pin.digest
         for key in ("index_digest", "platform", "resolved"):

@@ -18,7 +18,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from builder.core.errors import BuilderError
+from builder.core.errors import ConfigurationError
 
 SourceKind = Literal["sdist", "wheel", "git"]
 SOURCE_KINDS: tuple[SourceKind, ...] = ("sdist", "wheel", "git")
@@ -128,9 +128,9 @@ def local_version(upstream: Version | str, label: str) -> str:
     try:
         Version(version)
     except InvalidVersion:
-        raise BuilderError(f"{version!r} (upstream {base} with local label {label!r}) is not "
-                           "a PEP 440 version", "fix upstream_version or local_label in the "
-                           "targets file") from None
+        raise ConfigurationError(f"{version!r} (upstream {base} with local label {label!r}) is not "
+                                 "a PEP 440 version", "fix upstream_version or local_label in the "
+                                 "targets file") from None
     return version
 
 
@@ -183,9 +183,9 @@ class Target:
         """
         lane = requested or self.cuda_lane
         if lane not in self.cuda_lanes:
-            raise BuilderError(f"target {self.name} is built for CUDA "
-                               f"{', '.join(self.cuda_lanes)}, not {lane}",
-                               "add the lane to extra_cuda_lanes in the targets file")
+            raise ConfigurationError(f"target {self.name} is built for CUDA "
+                                     f"{', '.join(self.cuda_lanes)}, not {lane}",
+                                     "add the lane to extra_cuda_lanes in the targets file")
         return lane
 
     @property
@@ -209,9 +209,10 @@ class Target:
             if pin.kind == wanted:
                 return pin
         declared = ", ".join(sorted({p.kind for p in self.sources}))
-        raise BuilderError(f"target {self.name!r} declares no {wanted} source (it has: {declared})",
-                           "add a [[target.source]] of that kind to the targets file, "
-                           "or choose another with --source")
+        raise ConfigurationError(
+            f"target {self.name!r} declares no {wanted} source (it has: {declared})",
+            "add a [[target.source]] of that kind to the targets file, "
+            "or choose another with --source")
 
     def describe(self) -> dict[str, Any]:
         """Return the target as JSON-ready data."""
@@ -250,8 +251,9 @@ class TargetsFile:
             return self.targets[wanted]
         except KeyError:
             known = ", ".join(self.targets)
-            raise BuilderError(f"unknown target {wanted!r} in {self.path}",
-                               f"known targets: {known} (python -m builder targets)") from None
+            raise ConfigurationError(
+                f"unknown target {wanted!r} in {self.path}",
+                f"known targets: {known} (python -m builder targets)") from None
 
 
 def read_toml(path: Path, what: str) -> dict[str, Any]:
@@ -259,13 +261,13 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
         with path.open("rb") as handle:
             return tomllib.load(handle)
     except FileNotFoundError:
-        raise BuilderError(f"{what} not found: {path}",
-                           "check the path; the commands find targets.toml in the current "
-                           "folder or the nearest one above, or take --targets-file FILE "
-                           "(series paths are relative to the file naming them)") from None
+        raise ConfigurationError(f"{what} not found: {path}",
+                                 "check the path; the commands find targets.toml in the current "
+                                 "folder or the nearest one above, or take --targets-file FILE "
+                                 "(series paths are relative to the file naming them)") from None
     except tomllib.TOMLDecodeError as exc:
-        raise BuilderError(f"{what} {path} is not valid TOML: {exc}",
-                           "fix the syntax error at the position shown") from None
+        raise ConfigurationError(f"{what} {path} is not valid TOML: {exc}",
+                                 "fix the syntax error at the position shown") from None
 
 
 FORMAT_HINT = ("see docs/patches.md (Adding a patch, Pinning a new release) for the file "
@@ -286,12 +288,12 @@ def require(table: dict[str, Any], key: str, kind: type, where: str) -> Any:
         BuilderError: the key is missing or holds another type.
     """
     if key not in table:
-        raise BuilderError(f"{where}: missing key {key!r}", FORMAT_HINT)
+        raise ConfigurationError(f"{where}: missing key {key!r}", FORMAT_HINT)
     value = table[key]
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         noun = {str: "a string", int: "an integer", list: "an array"}.get(kind, kind.__name__)
-        raise BuilderError(f"{where}: {key!r} must be {noun}, got {value!r}",
-                           FORMAT_HINT)
+        raise ConfigurationError(f"{where}: {key!r} must be {noun}, got {value!r}",
+                                 FORMAT_HINT)
     return value
 
 
@@ -300,33 +302,33 @@ def require(table: dict[str, Any], key: str, kind: type, where: str) -> Any:
 def known_keys(table: Any, allowed: set[str], where: str) -> dict[str, Any]:
     """Refuse a non-table or a key nobody reads (a typo would silently do nothing)."""
     if not isinstance(table, dict):
-        raise BuilderError(f"{where}: expected a table, got {table!r}",
-                           "use [[...]] for arrays of tables; " + FORMAT_HINT)
+        raise ConfigurationError(f"{where}: expected a table, got {table!r}",
+                                 "use [[...]] for arrays of tables; " + FORMAT_HINT)
     unknown = sorted(set(table) - allowed)
     if unknown:
-        raise BuilderError(f"{where}: unknown key(s) {', '.join(unknown)}",
-                           f"known keys: {', '.join(sorted(allowed))}")
+        raise ConfigurationError(f"{where}: unknown key(s) {', '.join(unknown)}",
+                                 f"known keys: {', '.join(sorted(allowed))}")
     return table
 
 
 def table_array(table: dict[str, Any], key: str, where: str) -> list[Any]:
     value = table.get(key, [])
     if not isinstance(value, list):
-        raise BuilderError(f"{where}: {key!r} must be an array of tables ([[...{key}]])",
-                           FORMAT_HINT)
+        raise ConfigurationError(f"{where}: {key!r} must be an array of tables ([[...{key}]])",
+                                 FORMAT_HINT)
     return value
 
 
 def specifier(text: str, where: str) -> SpecifierSet:
     clauses = [c.strip() for c in text.split(",")]
     if not text.strip() or not all(clauses):
-        raise BuilderError(f"{where}: version range {text!r} is empty or has an empty clause",
-                           "write it like '>=0.5.7,<0.5.11'")
+        raise ConfigurationError(f"{where}: version range {text!r} is empty or has an empty clause",
+                                 "write it like '>=0.5.7,<0.5.11'")
     try:
         return SpecifierSet(text)
     except InvalidSpecifier:
-        raise BuilderError(f"{where}: {text!r} is not a PEP 440 version range",
-                           "write it like '>=0.5.7,<0.5.11'") from None
+        raise ConfigurationError(f"{where}: {text!r} is not a PEP 440 version range",
+                                 "write it like '>=0.5.7,<0.5.11'") from None
 
 
 def normalized_version(text: str, where: str) -> str:
@@ -341,53 +343,53 @@ def normalized_version(text: str, where: str) -> str:
     try:
         return str(Version(text))
     except InvalidVersion:
-        raise BuilderError(f"{where}: version {text!r} is not a PEP 440 version",
-                           "write it like 0.5.9 or 0.5.10.post1") from None
+        raise ConfigurationError(f"{where}: version {text!r} is not a PEP 440 version",
+                                 "write it like 0.5.9 or 0.5.10.post1") from None
 
 
 def _parse_source(table: Any, where: str) -> Pin:
     if not isinstance(table, dict):
-        raise BuilderError(f"{where}: expected a table, got {table!r}",
-                           "use [[target.source]]; " + FORMAT_HINT)
+        raise ConfigurationError(f"{where}: expected a table, got {table!r}",
+                                 "use [[target.source]]; " + FORMAT_HINT)
     kind = require(table, "kind", str, where)
     if kind in _SOURCE_KEYS:
         known_keys(table, _SOURCE_KEYS[kind], where)
     if kind in ("sdist", "wheel"):
         sha = require(table, "sha256", str, where).lower()
         if not SHA256.match(sha):
-            raise BuilderError(f"{where}: sha256 {sha!r} is not 64 hex digits",
-                               "copy the sha256 from the index's file listing")
+            raise ConfigurationError(f"{where}: sha256 {sha!r} is not 64 hex digits",
+                                     "copy the sha256 from the index's file listing")
         url = table.get("url")
         if url is not None and not isinstance(url, str):
-            raise BuilderError(f"{where}: 'url' must be a string", "quote the URL")
+            raise ConfigurationError(f"{where}: 'url' must be a string", "quote the URL")
         project = require(table, "project", str, where)
         version = normalized_version(require(table, "version", str, where), where)
         if kind == "sdist":
             return SdistPin(project=project, version=version, sha256=sha, url=url)
         filename = require(table, "filename", str, where)
         if not filename.endswith(".whl"):
-            raise BuilderError(f"{where}: wheel filename {filename!r} does not end in .whl",
-                               "copy the wheel's file name from the index")
+            raise ConfigurationError(f"{where}: wheel filename {filename!r} does not end in .whl",
+                                     "copy the wheel's file name from the index")
         try:  # PEP 427 file name: {name}-{version}(-{build})?-{python}-{abi}-{platform}.whl
             file_name, file_version, _, _ = parse_wheel_filename(filename)
         except (InvalidWheelFilename, InvalidVersion):
-            raise BuilderError(f"{where}: {filename!r} is not a valid wheel file name",
-                               "copy the wheel's file name from the index") from None
+            raise ConfigurationError(f"{where}: {filename!r} is not a valid wheel file name",
+                                     "copy the wheel's file name from the index") from None
         if file_name != canonicalize_name(project) or file_version != Version(version):
-            raise BuilderError(f"{where}: wheel {filename} is {file_name} {file_version}, "
-                               f"but the pin says {project} {version}",
-                               "make the pin's project and version match the file name")
+            raise ConfigurationError(f"{where}: wheel {filename} is {file_name} {file_version}, "
+                                     f"but the pin says {project} {version}",
+                                     "make the pin's project and version match the file name")
         return WheelPin(project=project, version=version, filename=filename, sha256=sha,
                         url=url)
     if kind == "git":
         commit = require(table, "commit", str, where)
         if not _COMMIT.match(commit):
-            raise BuilderError(
+            raise ConfigurationError(
                 f"{where}: git pin {commit!r} is not a full 40-hex commit id",
                 "a tag or branch can move; pin the commit (git rev-parse TAG^{commit})")
         return GitPin(url=require(table, "url", str, where), commit=commit)
-    raise BuilderError(f"{where}: unknown source kind {kind!r}",
-                       f"use one of: {', '.join(SOURCE_KINDS)}")
+    raise ConfigurationError(f"{where}: unknown source kind {kind!r}",
+                             f"use one of: {', '.join(SOURCE_KINDS)}")
 
 
 _TARGET_KEYS = {"name", "upstream_version", "local_label", "series", "prefer", "cuda_lane",
@@ -406,54 +408,54 @@ def _parse_target(table: dict[str, Any], base: Path, where: str) -> Target:
     try:
         upstream = Version(require(table, "upstream_version", str, where))
     except InvalidVersion:
-        raise BuilderError(f"{where}: upstream_version is not a PEP 440 version",
-                           "write it like 0.5.9 or 0.5.10.post1") from None
+        raise ConfigurationError(f"{where}: upstream_version is not a PEP 440 version",
+                                 "write it like 0.5.9 or 0.5.10.post1") from None
     label = require(table, "local_label", str, where)
     if not _LOCAL_LABEL.match(label):
-        raise BuilderError(f"{where}: local_label {label!r} is not a PEP 440 local label",
-                           "use lowercase letters and digits separated by dots, e.g. sm120.1")
+        raise ConfigurationError(f"{where}: local_label {label!r} is not a PEP 440 local label",
+                                 "use lowercase letters and digits separated by dots, e.g. sm120.1")
     # Every version written from here on (wheel name, METADATA, image tag and label) is
     # made from these two: checked now, before any work starts.
     version = local_version(upstream, label)
     if not _OCI_TAG.fullmatch(version.replace("+", "-") + "-cu000"):
-        raise BuilderError(f"{where}: version {version} makes no valid image tag",
-                           "shorten upstream_version or local_label")
+        raise ConfigurationError(f"{where}: version {version} makes no valid image tag",
+                                 "shorten upstream_version or local_label")
     sources = tuple(_parse_source(s, f"{where} source #{i}")
                     for i, s in enumerate(table_array(table, "source", where), 1))
     if not sources:
-        raise BuilderError(f"{where}: declares no source", "add a [[target.source]] table")
+        raise ConfigurationError(f"{where}: declares no source", "add a [[target.source]] table")
     prefer = table.get("prefer", sources[0].kind)
     if prefer not in SOURCE_KINDS:
-        raise BuilderError(f"{where}: prefer must be one of {', '.join(SOURCE_KINDS)}",
-                           "name the kind of one of the target's [[target.source]] tables")
+        raise ConfigurationError(f"{where}: prefer must be one of {', '.join(SOURCE_KINDS)}",
+                                 "name the kind of one of the target's [[target.source]] tables")
     for pin in sources:
         if not isinstance(pin, GitPin) and Version(pin.version) != upstream:
-            raise BuilderError(f"{where}: {pin.kind} version {pin.version} differs from "
-                               f"upstream_version {upstream}", "make them agree")
+            raise ConfigurationError(f"{where}: {pin.kind} version {pin.version} differs from "
+                                     f"upstream_version {upstream}", "make them agree")
     arch_list = tuple(require(table, "arch_list", list, where))
     for arch in arch_list:
         if not isinstance(arch, str) or not _ARCH.match(arch):
-            raise BuilderError(f"{where}: arch {arch!r} is not like '12.0a' or '12.0f'",
-                               "12.0a for FlashInfer <= 0.6.6, 12.0f from 0.6.7")
+            raise ConfigurationError(f"{where}: arch {arch!r} is not like '12.0a' or '12.0f'",
+                                     "12.0a for FlashInfer <= 0.6.6, 12.0f from 0.6.7")
     lanes = [require(table, "cuda_lane", str, where),
              *table.get("extra_cuda_lanes", [])]
     for lane in lanes:
         if not isinstance(lane, str) or not _LANE.match(lane):
-            raise BuilderError(f"{where}: CUDA lane {lane!r} is not like '12.9'",
-                               "write CUDA's major.minor as a string")
+            raise ConfigurationError(f"{where}: CUDA lane {lane!r} is not like '12.9'",
+                                     "write CUDA's major.minor as a string")
     if len(set(lanes)) != len(lanes):
-        raise BuilderError(f"{where}: a CUDA lane is listed twice", "list each lane once")
+        raise ConfigurationError(f"{where}: a CUDA lane is listed twice", "list each lane once")
     kernels = known_keys(table.get("kernels", {}), _KERNEL_KEYS, f"{where} [target.kernels]")
     groups = kernels.get("groups")
     head_dims = kernels.get("head_dims")
     if groups is not None and (not isinstance(groups, list) or not groups or
                                not all(isinstance(g, str) and g for g in groups)):
-        raise BuilderError(f"{where}: kernels.groups must be a non-empty list of names",
-                           "e.g. groups = [\"norm\", \"fused_moe_sm120\"]")
+        raise ConfigurationError(f"{where}: kernels.groups must be a non-empty list of names",
+                                 "e.g. groups = [\"norm\", \"fused_moe_sm120\"]")
     if head_dims is not None and (not isinstance(head_dims, list) or not head_dims or
                                   not all(is_integer(h) and h > 0 for h in head_dims)):
-        raise BuilderError(f"{where}: kernels.head_dims must be a non-empty list of "
-                           "positive integers", "e.g. head_dims = [64, 128]")
+        raise ConfigurationError(f"{where}: kernels.head_dims must be a non-empty list of "
+                                 "positive integers", "e.g. head_dims = [64, 128]")
     return Target(name=name, upstream_version=upstream, local_label=label,
                   series=(base / require(table, "series", str, where)).resolve(),
                   sources=sources, prefer=prefer, cuda_lane=lanes[0], arch_list=arch_list,
@@ -481,16 +483,16 @@ def load_targets(path: Path) -> TargetsFile:
     known_keys(data, {"default", "target"}, where)
     tables = table_array(data, "target", where)
     if not tables:
-        raise BuilderError(f"{where}: declares no [[target]]", FORMAT_HINT)
+        raise ConfigurationError(f"{where}: declares no [[target]]", FORMAT_HINT)
     targets: dict[str, Target] = {}
     for index, table in enumerate(tables, 1):
         target = _parse_target(table, path.parent, f"{where} target #{index}")
         if target.name in targets:
-            raise BuilderError(f"{where}: target {target.name!r} is declared twice",
-                               "give every target its own name")
+            raise ConfigurationError(f"{where}: target {target.name!r} is declared twice",
+                                     "give every target its own name")
         targets[target.name] = target
     default = data.get("default") or next(iter(targets), "")
     if default not in targets:
-        raise BuilderError(f"{where}: default target {default!r} is not declared",
-                           f"declared: {', '.join(targets)}")
+        raise ConfigurationError(f"{where}: default target {default!r} is not declared",
+                                 f"declared: {', '.join(targets)}")
     return TargetsFile(path=path, default=default, targets=targets)

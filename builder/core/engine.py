@@ -29,7 +29,7 @@ import docker.errors
 import requests.exceptions
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from builder.core.errors import BuilderError
+from builder.core.errors import MissingToolError
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 _STEP = re.compile(r"^\[[^\]]*\d+/\d+\] ")  # a Dockerfile step: "[2/2] RUN …", "[stage 1/3] …"
@@ -56,8 +56,8 @@ def connect(host: str | None = None, *, timeout: int = 600) -> docker.DockerClie
         client = docker.DockerClient(base_url=address, timeout=timeout)
         client.ping()
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-        raise BuilderError(f"no Docker Engine answers at {address}: {_short(exc)}",
-                           "start dockerd, or pass --docker-host / set DOCKER_HOST") from None
+        raise MissingToolError(f"no Docker Engine answers at {address}: {_short(exc)}",
+                               "start dockerd, or pass --docker-host / set DOCKER_HOST") from None
     return client
 
 

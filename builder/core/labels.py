@@ -67,7 +67,7 @@ def bump_label(targets_file: Path, target: str) -> tuple[str, str]:
     atomic_write_bytes(targets_file, tomlkit.dumps(document).encode("utf-8"))
     try:
         if load_targets(targets_file).get(target).local_label != new:
-            raise BuilderError(f"{targets_file}: the label edit did not take", "")
+            raise ConfigurationError(f"{targets_file}: the label edit did not take", "")
     except BuilderError:
         atomic_write_bytes(targets_file, original)  # never leave it broken
         raise

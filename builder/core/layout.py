@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from builder.core.errors import BuilderError
+from builder.core.errors import ConfigurationError
 
 PACKAGE_FOLDER = "python"  # the repository folder that holds SGLang's pyproject.toml
 
@@ -55,6 +55,7 @@ class Layout:
             return Layout("git")
         if (tree / "pyproject.toml").is_file() or any(tree.glob("*.dist-info")):
             return Layout("sdist")  # an unpacked sdist, or an unpacked wheel
-        raise BuilderError(f"{tree} has no pyproject.toml, python/pyproject.toml or .dist-info",
-                           "point --source-dir at an SGLang checkout, or an unpacked sdist "
-                           "or wheel")
+        raise ConfigurationError(
+            f"{tree} has no pyproject.toml, python/pyproject.toml or .dist-info",
+            "point --source-dir at an SGLang checkout, or an unpacked sdist "
+            "or wheel")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from builder.core.cache import atomic_write_bytes
-from builder.core.errors import BuilderError
+from builder.core.errors import ConfigurationError
 
 LOCK_FILE = "versions.lock"
 SCHEMA = 1
@@ -71,19 +71,20 @@ class VersionLock:
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
-            raise BuilderError(f"the lock file {path} cannot be read: {exc}",
-                               "restore it from git (git checkout -- versions.lock)") from None
+            raise ConfigurationError(
+                f"the lock file {path} cannot be read: {exc}",
+                "restore it from git (git checkout -- versions.lock)") from None
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-            raise BuilderError(f"the lock file {path} is not a schema-{SCHEMA} version lock",
-                               "restore it from git, or delete it and run "
-                               "`python -m builder lock` to record every target again")
+            raise ConfigurationError(f"the lock file {path} is not a schema-{SCHEMA} version lock",
+                                     "restore it from git, or delete it and run "
+                                     "`python -m builder lock` to record every target again")
         for kind in KINDS:
             table = data.get(kind, {})
             if not isinstance(table, dict) or not all(
                     isinstance(v, dict) and all(isinstance(d, str) for d in v.values())
                     for v in table.values()):
-                raise BuilderError(f"the lock file {path}: {kind!r} is not "
-                                   "{target: {version: digest}}", "restore it from git")
+                raise ConfigurationError(f"the lock file {path}: {kind!r} is not "
+                                         "{target: {version: digest}}", "restore it from git")
             self.entries[kind] = {t: dict(v) for t, v in table.items()}
 
     def check(self, kind: Kind, target: str, version: str, digest: str) -> LockCheck:
@@ -102,7 +103,7 @@ class VersionLock:
         """
         verdict = self.check(kind, target, version, digest)
         if verdict.state == "differs":
-            raise BuilderError(
+            raise ConfigurationError(
                 f"{kind} {version} of target {target} would have other content than the "
                 f"{version} recorded in {self.path} (recorded {str(verdict.recorded)[:12]}, "
                 f"now {digest[:12]}): one version must always mean one content",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from builder.core.cache import Cache, default_cache_root
 from builder.core.config import SourceKind, Target, load_targets
-from builder.core.errors import BuilderError
+from builder.core.errors import ConfigurationError
 from builder.core.pipconfig import IndexChoice, resolve_index
 from builder.core.progress import Reporter
 
@@ -38,9 +38,9 @@ def find_targets_file(start: Path | None = None) -> Path:
         candidate = folder / TARGETS_FILE
         if candidate.is_file():
             return candidate
-    raise BuilderError(f"no {TARGETS_FILE} in {here} or any folder above it",
-                       "run inside the project (a clone of sglang-sm120-builder), or pass "
-                       "--targets-file PATH")
+    raise ConfigurationError(f"no {TARGETS_FILE} in {here} or any folder above it",
+                             "run inside the project (a clone of sglang-sm120-builder), or pass "
+                             "--targets-file PATH")
 
 
 @dataclass(frozen=True)

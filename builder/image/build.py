@@ -44,7 +44,7 @@ from builder.core.basepins import load_base_pins as load_base_pins  # re-exporte
 from builder.core.cache import sha256_file, sha256_json
 from builder.core.config import GitPin, Target
 from builder.core.engine import BuildkitTrace, StreamError, read_stream
-from builder.core.errors import BuilderError
+from builder.core.errors import BuildError
 from builder.core.progress import Reporter
 from builder.image.profile import LAUNCHER_PATH, LAUNCHER_SOURCE, PROFILE_PATH, LaunchProfile
 from builder.wheel.build import WheelResult
@@ -90,10 +90,10 @@ class BaseImage:
         """
         name, at, digest = text.partition("@")
         if not at or not name or not _DIGEST.match(digest):
-            raise BuilderError(f"base image {text!r} is not pinned by digest",
-                               "write it as NAME:TAG@sha256:<64 hex> (`python -m builder "
-                               "pin-images` resolves pins; docker inspect --format "
-                               "'{{index .RepoDigests 0}}' NAME gives one)")
+            raise BuildError(f"base image {text!r} is not pinned by digest",
+                             "write it as NAME:TAG@sha256:<64 hex> (`python -m builder "
+                             "pin-images` resolves pins; docker inspect --format "
+                             "'{{index .RepoDigests 0}}' NAME gives one)")
         return BaseImage(name, digest)
 
 
@@ -133,8 +133,8 @@ def read_extra_wheel(path: Path) -> ExtraWheel:
     try:
         name, version, _, _ = parse_wheel_filename(path.name)
     except InvalidWheelFilename:
-        raise BuilderError(f"{path.name} is not a wheel file name",
-                           "pass .whl files to --kernel-wheel") from None
+        raise BuildError(f"{path.name} is not a wheel file name",
+                         "pass .whl files to --kernel-wheel") from None
     try:
         with zipfile.ZipFile(path) as archive:
             # Beside flashinfer_jit_cache/__init__.py (FlashInfer <= 0.6), or in a provider's
@@ -145,7 +145,7 @@ def read_extra_wheel(path: Path) -> ExtraWheel:
                 and n.endswith("/sm120-manifest.json"))]
             raw = archive.read(found[0]) if found else None
     except (OSError, zipfile.BadZipFile) as exc:
-        raise BuilderError(f"cannot read wheel {path}: {exc}", "check the path") from None
+        raise BuildError(f"cannot read wheel {path}: {exc}", "check the path") from None
     manifest = None
     if raw is not None:
         try:
@@ -153,8 +153,8 @@ def read_extra_wheel(path: Path) -> ExtraWheel:
         except ValueError:
             manifest = None
         if not isinstance(manifest, dict) or not isinstance(manifest.get("arch_list"), list):
-            raise BuilderError(f"{path.name}: {KERNEL_MANIFEST} is not a manifest with an "
-                               "arch_list", "rebuild the kernel wheel")
+            raise BuildError(f"{path.name}: {KERNEL_MANIFEST} is not a manifest with an "
+                             "arch_list", "rebuild the kernel wheel")
     return ExtraWheel(path, str(name), str(version), sha256_file(path), manifest)
 
 
@@ -300,10 +300,10 @@ def ensure_base(client: docker.DockerClient, base: BaseImage, reporter: Reporter
         return str(api.inspect_image(base.reference)["Id"])
     except (StreamError, docker.errors.APIError, requests.exceptions.RequestException) as exc:
         message = getattr(exc, "explanation", None) or str(exc)
-        raise BuilderError(f"base image {base.reference} is missing: it is not in the engine "
-                           f"and pulling it failed: {message}",
-                           "check the digest in images/pins.toml or --base-image, and that "
-                           "its registry is reachable") from None
+        raise BuildError(f"base image {base.reference} is missing: it is not in the engine "
+                         f"and pulling it failed: {message}",
+                         "check the digest in images/pins.toml or --base-image, and that "
+                         "its registry is reachable") from None
 
 
 def _context(dockerfile: Path, wheels: Sequence[Path], mtime: int, out: Path,
@@ -362,7 +362,7 @@ def build_image(client: docker.DockerClient, *, dockerfile: Path, target: Target
             the log's tail); or the build added more or fewer than one layer.
     """
     if not wheels:
-        raise BuilderError("no sglang wheel to put in the image", "build the wheel first")
+        raise BuildError("no sglang wheel to put in the image", "build the wheel first")
     base_id = ensure_base(client, base, reporter)
     api = client.api
     base_layers = api.inspect_image(base_id)["RootFS"].get("Layers", [])
@@ -371,8 +371,8 @@ def build_image(client: docker.DockerClient, *, dockerfile: Path, target: Target
                     *(f"{w.name}=={w.version}" for w in extra_wheels))
     names = [canonicalize_name(r.split("==")[0]) for r in requirements]
     if len(set(names)) != len(names):
-        raise BuilderError(f"two wheels of one distribution: {', '.join(requirements)}",
-                           "pass each kernel wheel once")
+        raise BuildError(f"two wheels of one distribution: {', '.join(requirements)}",
+                         "pass each kernel wheel once")
     epoch = source_date_epoch(wheels[0].provenance)
     trace = BuildkitTrace(reporter.info)
     params = {"t": list(tags), "version": "2", "networkmode": "none", "rm": True,
@@ -399,21 +399,21 @@ def build_image(client: docker.DockerClient, *, dockerfile: Path, target: Target
                     if event.get("id") == "moby.image.id" and isinstance(aux, dict):
                         image_id = aux.get("ID")
         except StreamError as exc:
-            raise BuilderError(f"image build failed: {exc}",
-                               "the build log's last lines:\n" + trace.tail()) from None
+            raise BuildError(f"image build failed: {exc}",
+                             "the build log's last lines:\n" + trace.tail()) from None
         except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
             message = getattr(exc, "explanation", None) or str(exc)
-            raise BuilderError(f"the engine refused the image build: {message}",
-                               "an engine with BuildKit (Docker >= 18.09) is needed") from None
+            raise BuildError(f"the engine refused the image build: {message}",
+                             "an engine with BuildKit (Docker >= 18.09) is needed") from None
     if not image_id:
-        raise BuilderError("the image build ended without an image ID",
-                           "the build log's last lines:\n" + trace.tail())
+        raise BuildError("the image build ended without an image ID",
+                         "the build log's last lines:\n" + trace.tail())
     info = api.inspect_image(image_id)
     layers = info["RootFS"].get("Layers", [])
     added = len(layers) - len(base_layers)
     if layers[:len(base_layers)] != base_layers or added != 1:
-        raise BuilderError(f"the image build added {added} layers on the base, not 1",
-                           "images/Dockerfile must install the wheels in one RUN step")
+        raise BuildError(f"the image build added {added} layers on the base, not 1",
+                         "images/Dockerfile must install the wheels in one RUN step")
     history = api.history(image_id)
     executed = tuple(trace.executed())
     reporter.info(f"image {image_id} ({'cached' if not executed else 'built'}), layer "

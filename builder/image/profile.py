@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.core.config import Target
-from builder.core.errors import BuilderError
+from builder.core.errors import ConfigurationError
 
 PROFILE_PATH = "/etc/sglang-sm120/profile.toml"
 LAUNCHER_PATH = "/usr/local/bin/sglang-sm120-serve"
@@ -78,29 +78,29 @@ def load_profile(path: Path, target: Target) -> LaunchProfile:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise BuilderError(f"no SM120 launch profile for target {target.name}: {path} not "
-                           "found", f"write {path} (copy the nearest release's profile and "
-                           "check its options), or pass --launch-profile FILE") from None
+        raise ConfigurationError(f"no SM120 launch profile for target {target.name}: {path} not "
+                                 "found", f"write {path} (copy the nearest release's profile and "
+                                 "check its options), or pass --launch-profile FILE") from None
     try:
         data = tomllib.loads(raw.decode())
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise BuilderError(f"{path} is not valid TOML: {exc}", "fix the file") from None
+        raise ConfigurationError(f"{path} is not valid TOML: {exc}", "fix the file") from None
     unknown = set(data) - {"target", "upstream_version", "args"}
     if unknown:
-        raise BuilderError(f"{path}: unknown keys {sorted(unknown)}",
-                           "only target, upstream_version and [args]")
+        raise ConfigurationError(f"{path}: unknown keys {sorted(unknown)}",
+                                 "only target, upstream_version and [args]")
     if data.get("upstream_version") != str(target.upstream_version):
-        raise BuilderError(f"{path} is for sglang {data.get('upstream_version')!r}, target "
-                           f"{target.name} is {target.upstream_version}",
-                           "use the profile written for this release")
+        raise ConfigurationError(f"{path} is for sglang {data.get('upstream_version')!r}, target "
+                                 f"{target.name} is {target.upstream_version}",
+                                 "use the profile written for this release")
     args = data.get("args")
     if not isinstance(args, dict):
-        raise BuilderError(f"{path} has no [args] table", "add [args] (it may be empty)")
+        raise ConfigurationError(f"{path} has no [args] table", "add [args] (it may be empty)")
     for option, value in args.items():
         if not option.startswith("--") or not _value_ok(value):
-            raise BuilderError(f"{path} [args]: {option!r} = {value!r} is not an option with "
-                               "a string, number, true/false or list value",
-                               'write it like "--max-running-requests" = 128')
+            raise ConfigurationError(f"{path} [args]: {option!r} = {value!r} is not an option with "
+                                     "a string, number, true/false or list value",
+                                     'write it like "--max-running-requests" = 128')
     return LaunchProfile(path, raw.decode(), args, hashlib.sha256(raw).hexdigest())
 
 

@@ -27,7 +27,7 @@ import docker.auth
 import docker.errors
 import requests
 
-from builder.core.errors import BuilderError
+from builder.core.errors import SourceError
 
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
                "application/vnd.docker.distribution.manifest.list.v2+json")
@@ -60,12 +60,12 @@ class ImageName:
             BuilderError: no tag, or a digest instead of one.
         """
         if "@" in name:
-            raise BuilderError(f"{name!r} already names a digest",
-                               "write the tag in the pins file's name; the digest goes in "
-                               "its digest key")
+            raise SourceError(f"{name!r} already names a digest",
+                              "write the tag in the pins file's name; the digest goes in "
+                              "its digest key")
         path, colon, tag = name.rpartition(":")
         if not colon or "/" in tag or not tag:
-            raise BuilderError(f"image name {name!r} has no tag", "write it as NAME:TAG")
+            raise SourceError(f"image name {name!r} has no tag", "write it as NAME:TAG")
         registry, repository = docker.auth.resolve_repository_name(path)
         if registry in ("docker.io", "index.docker.io") and "/" not in repository:
             repository = f"library/{repository}"
@@ -130,8 +130,8 @@ class RegistryClient:
         try:
             auth = docker.auth.load_config(config_path).resolve_authconfig(name.registry)
         except docker.errors.DockerException as exc:
-            raise BuilderError(f"cannot read Docker's credentials for {name.registry}: {exc}",
-                               "check ~/.docker/config.json (docker login)") from None
+            raise SourceError(f"cannot read Docker's credentials for {name.registry}: {exc}",
+                              "check ~/.docker/config.json (docker login)") from None
         self.credentials: tuple[str, str] | None = None
         # docker-py's keys: username/password from "auth", Username/Secret from helpers.
         auth = {k.lower(): v for k, v in (auth or {}).items()}
@@ -148,47 +148,47 @@ class RegistryClient:
         try:
             return self.session.request(method, url, headers=headers, timeout=self.timeout)
         except requests.RequestException as exc:
-            raise BuilderError(f"registry {self.name.registry} is not reachable: "
-                               f"{type(exc).__name__}: {exc}",
-                               "check the network (and a proxy)"
-                               ) from None
+            raise SourceError(f"registry {self.name.registry} is not reachable: "
+                              f"{type(exc).__name__}: {exc}",
+                              "check the network (and a proxy)"
+                              ) from None
 
     def _authenticate(self, challenge: str) -> None:
         scheme, _, rest = challenge.partition(" ")
         params = dict(_CHALLENGE.findall(rest))
         if scheme.lower() == "basic":
             if not self.credentials:
-                raise BuilderError(f"registry {self.name.registry} needs a login",
-                                   f"docker login {self.name.registry}")
+                raise SourceError(f"registry {self.name.registry} needs a login",
+                                  f"docker login {self.name.registry}")
             self._authorization = requests.auth._basic_auth_str(*self.credentials)
             return
         if scheme.lower() != "bearer" or "realm" not in params:
-            raise BuilderError(f"registry {self.name.registry} asks for an authentication "
-                               f"this client does not speak: {challenge!r}",
-                               "use docker-py / the Docker CLI to resolve this image")
+            raise SourceError(f"registry {self.name.registry} asks for an authentication "
+                              f"this client does not speak: {challenge!r}",
+                              "use docker-py / the Docker CLI to resolve this image")
         query = {"service": params.get("service", ""),
                  "scope": params.get("scope", f"repository:{self.name.repository}:pull")}
         try:
             answer = self.session.get(params["realm"], params=query, timeout=self.timeout,
                                       auth=self.credentials)
         except requests.RequestException as exc:
-            raise BuilderError(f"the token service of {self.name.registry} "
-                               f"({params['realm']}) is not reachable: {exc}",
-                               "check the network") from None
+            raise SourceError(f"the token service of {self.name.registry} "
+                              f"({params['realm']}) is not reachable: {exc}",
+                              "check the network") from None
         if answer.status_code in (401, 403):
-            raise BuilderError(f"the token service of {self.name.registry} refused "
-                               f"{'the credentials' if self.credentials else 'anonymous pull'}"
-                               f" (HTTP {answer.status_code})",
-                               f"docker login {self.name.registry} with an account that "
-                               "may pull it")
+            raise SourceError(f"the token service of {self.name.registry} refused "
+                              f"{'the credentials' if self.credentials else 'anonymous pull'}"
+                              f" (HTTP {answer.status_code})",
+                              f"docker login {self.name.registry} with an account that "
+                              "may pull it")
         try:
             body = answer.json()
             token = body.get("token") or body.get("access_token")
         except (ValueError, AttributeError):
             token = None
         if answer.status_code != 200 or not isinstance(token, str) or not token:
-            raise BuilderError(f"the token service of {self.name.registry} gave no token "
-                               f"(HTTP {answer.status_code})", "try again later")
+            raise SourceError(f"the token service of {self.name.registry} gave no token "
+                              f"(HTTP {answer.status_code})", "try again later")
         self._authorization = f"Bearer {token}"
 
     def manifest(self, reference: str, method: str = "GET") -> tuple[requests.Response, str]:
@@ -215,27 +215,27 @@ class RegistryClient:
             else f"{self._where()}@{reference}"
         if response.status_code in (401, 403):
             whose = f"user {self.credentials[0]!r}" if self.credentials else "anonymous pull"
-            raise BuilderError(f"registry {self.name.registry} refused {whose} access to "
-                               f"{what} (HTTP {response.status_code})",
-                               f"docker login {self.name.registry} with an account that may "
-                               "pull it")
+            raise SourceError(f"registry {self.name.registry} refused {whose} access to "
+                              f"{what} (HTTP {response.status_code})",
+                              f"docker login {self.name.registry} with an account that may "
+                              "pull it")
         if response.status_code == 404:
-            raise BuilderError(f"{what} does not exist in its registry (HTTP 404)",
-                               "check the tag in the pins file (upstream may have renamed it)")
+            raise SourceError(f"{what} does not exist in its registry (HTTP 404)",
+                              "check the tag in the pins file (upstream may have renamed it)")
         if response.status_code != 200:
-            raise BuilderError(f"registry {self.name.registry} answered HTTP "
-                               f"{response.status_code} for {what}", "try again later")
+            raise SourceError(f"registry {self.name.registry} answered HTTP "
+                              f"{response.status_code} for {what}", "try again later")
         digest = response.headers.get("Docker-Content-Digest", "")
         if method == "GET":
             actual = "sha256:" + hashlib.sha256(response.content).hexdigest()
             if digest and digest != actual:
-                raise BuilderError(f"registry {self.name.registry} served {what} with digest "
-                                   f"{digest} but its body hashes to {actual}",
-                                   "a proxy may be rewriting it; try again")
+                raise SourceError(f"registry {self.name.registry} served {what} with digest "
+                                  f"{digest} but its body hashes to {actual}",
+                                  "a proxy may be rewriting it; try again")
             digest = actual
         if not digest:
-            raise BuilderError(f"registry {self.name.registry} sent no digest for {what}",
-                               "resolve it with GET")
+            raise SourceError(f"registry {self.name.registry} sent no digest for {what}",
+                              "resolve it with GET")
         return response, digest
 
     def blob_json(self, digest: str) -> dict[str, Any]:
@@ -245,17 +245,17 @@ class RegistryClient:
             BuilderError: refused, missing, not JSON, or not matching its digest.
         """
         if not digest.startswith("sha256:"):
-            raise BuilderError(f"{self._where()}: a manifest without a config digest",
-                               "the registry's manifest is malformed")
+            raise SourceError(f"{self._where()}: a manifest without a config digest",
+                              "the registry's manifest is malformed")
         url = f"{self.name.base_url}/v2/{self.name.repository}/blobs/{digest}"
         response = self._send("GET", url, {})
         if response.status_code != 200:
-            raise BuilderError(f"registry {self.name.registry} answered HTTP "
-                               f"{response.status_code} for the config blob {digest} of "
-                               f"{self._where()}", "try again later")
+            raise SourceError(f"registry {self.name.registry} answered HTTP "
+                              f"{response.status_code} for the config blob {digest} of "
+                              f"{self._where()}", "try again later")
         if "sha256:" + hashlib.sha256(response.content).hexdigest() != digest:
-            raise BuilderError(f"{self._where()}: config blob {digest} does not match its "
-                               "digest", "a proxy may be rewriting it; try again")
+            raise SourceError(f"{self._where()}: config blob {digest} does not match its "
+                              "digest", "a proxy may be rewriting it; try again")
         return _json_object(response, f"{self._where()}: config blob {digest} is not JSON",
                             "the registry's manifest is malformed")
 
@@ -295,17 +295,17 @@ def resolve(name: str, *, platform: str = "linux/amd64", timeout: float = 30,
         config = body.get("config") or {}
         found = _platform({"platform": client.blob_json(str(config.get("digest", "")))})
         if found.split("/")[:2] != platform.split("/")[:2]:
-            raise BuilderError(f"{name} is a single-platform image for {found}, not "
-                               f"{platform}", "pin the tag of the platform the build uses")
+            raise SourceError(f"{name} is a single-platform image for {found}, not "
+                              f"{platform}", "pin the tag of the platform the build uses")
         return Resolution(digest, "", found, media_type)
     matches = [entry for entry in body.get("manifests", [])
                if isinstance(entry, dict) and _platform(entry) == platform]
     if not matches:
         offered = sorted({_platform(e) for e in body.get("manifests", [])
                           if isinstance(e, dict)})
-        raise BuilderError(f"{name} is a multi-platform image without {platform} (it has "
-                           f"{', '.join(offered) or 'none'})",
-                           "pin another tag, or the build's platform")
+        raise SourceError(f"{name} is a multi-platform image without {platform} (it has "
+                          f"{', '.join(offered) or 'none'})",
+                          "pin another tag, or the build's platform")
     chosen = str(matches[0].get("digest", ""))
     # The platform manifest must exist too: an index may list one the registry lost.
     client.manifest(chosen, "HEAD")
@@ -323,5 +323,5 @@ def _json_object(response: requests.Response, cause: str, hint: str) -> dict[str
     except ValueError:
         data = None
     if not isinstance(data, dict):
-        raise BuilderError(cause, hint)
+        raise SourceError(cause, hint)
     return data

@@ -9,7 +9,7 @@ import docker
 
 from builder.core.basepins import PINS_FILE
 from builder.core.engine import connect
-from builder.core.errors import BuilderError
+from builder.core.errors import BuildError
 from builder.core.options import Options, select_target
 from builder.image.build import (
     BaseImage,
@@ -69,8 +69,8 @@ def run_image(options: Options, image_options: ImageOptions,
     profile = load_profile(image_options.launch_profile or
                            profile_path(image_options.profiles_dir, target), target)
     if not image_options.dockerfile.is_file():
-        raise BuilderError(f"{image_options.dockerfile} not found",
-                           "run from the project root (images/Dockerfile)")
+        raise BuildError(f"{image_options.dockerfile} not found",
+                         "run from the project root (images/Dockerfile)")
     wheels = run_wheels(options)
     tags = image_tags(image_options.registry, image_options.repository, target,
                       pins.lanes(target.upstream_version))

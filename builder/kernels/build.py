@@ -32,7 +32,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from builder.core.cache import Cache, legacy_entry, sha256_file, sha256_json
-from builder.core.errors import BuilderError
+from builder.core.errors import BuilderError, BuildError
 from builder.core.progress import Reporter
 from builder.kernels import jitcache
 from builder.kernels.pins import DEFAULT_GROUPS, KernelPins, uses_providers
@@ -67,10 +67,10 @@ def check_groups(groups: tuple[str, ...]) -> None:
     """
     unknown = [g for g in groups if not _GROUP.match(g)]
     if unknown:
-        raise BuilderError(f"unknown module group {', '.join(map(repr, unknown))}",
-                           "groups: norm, activation, sampling, rope, page, attention, "
-                           "trtllm_utils, fused_moe_smNN, fp4_quantization_smNN, "
-                           "fp4_gemm_smNN (e.g. fused_moe_sm120, fp4_quantization_sm120f)")
+        raise BuildError(f"unknown module group {', '.join(map(repr, unknown))}",
+                         "groups: norm, activation, sampling, rope, page, attention, "
+                         "trtllm_utils, fused_moe_smNN, fp4_quantization_smNN, "
+                         "fp4_gemm_smNN (e.g. fused_moe_sm120, fp4_quantization_sm120f)")
 #: The local label segment of a ``--fast-build`` kernel wheel (``0.6.14+sm120.1.cu130.fastbuild``).
 FAST_BUILD_LABEL = "fastbuild"
 
@@ -140,9 +140,9 @@ class KernelRequest:
         """
         fast = data.get("fast_build", False) if isinstance(data, dict) else False
         if not isinstance(fast, bool):
-            raise BuilderError(f"not a kernel request (fast_build is {fast!r}, not true or "
-                               "false)", "write it with `python -m builder kernels "
-                               "--save-request`")
+            raise BuildError(f"not a kernel request (fast_build is {fast!r}, not true or "
+                             "false)", "write it with `python -m builder kernels "
+                             "--save-request`")
         try:
             pins = data["pins"]
             request = cls(data["target"], KernelPins(
@@ -154,19 +154,19 @@ class KernelRequest:
                 tuple(int(h) for h in data["head_dims"]), int(data["epoch"]), fast)
         except (KeyError, TypeError, ValueError, InvalidVersion) as error:
             what = f"no field {error}" if isinstance(error, KeyError) else str(error)
-            raise BuilderError(f"not a kernel request ({what})",
-                               "write it with `python -m builder kernels --save-request`") \
+            raise BuildError(f"not a kernel request ({what})",
+                             "write it with `python -m builder kernels --save-request`") \
                 from None
         # A fast build must never pass for a full one, nor the other way round.
         if is_fast_build_version(request.version) != fast:
-            raise BuilderError(f"the request's version {request.version} and its fast_build "
-                               f"({str(fast).lower()}) disagree",
-                               "write it again with `python -m builder kernels "
-                               "--save-request`, not by hand")
+            raise BuildError(f"the request's version {request.version} and its fast_build "
+                             f"({str(fast).lower()}) disagree",
+                             "write it again with `python -m builder kernels "
+                             "--save-request`, not by hand")
         if fast and not has_fused_moe(request.groups):
-            raise BuilderError("the request is a fast build without a fused_moe_smNN group",
-                               "write it again with `python -m builder kernels "
-                               "--save-request`, not by hand")
+            raise BuildError("the request is a fast build without a fused_moe_smNN group",
+                             "write it again with `python -m builder kernels "
+                             "--save-request`, not by hand")
         return request
 
 
@@ -442,7 +442,7 @@ def build_kernels(build: KernelBuild, dist_dir: Path) -> KernelResult:
             message), or a library lacks SASS for an arch or has SASS for another.
     """
     if dist_dir.exists() and not dist_dir.is_dir():  # before any work, not after
-        raise BuilderError(f"{dist_dir} is not a folder", "pass --dist a folder")
+        raise BuildError(f"{dist_dir} is not a folder", "pass --dist a folder")
     request, cache, key = build.request, build.cache, build.key
     stats: dict[str, Any] | None = None
     costs = costs_file(cache, request)
@@ -500,9 +500,9 @@ def compile_shard(build: KernelBuild, shard: Shard, *,
             or a compile failed (the log's tail is in the message).
     """
     if build.sccache is None:
-        raise BuilderError("a shard without --sccache compiles objects nobody can reuse",
-                           "add --sccache, with the final job's shared backend "
-                           "(SCCACHE_REDIS_ENDPOINT, SCCACHE_BUCKET ...)")
+        raise BuildError("a shard without --sccache compiles objects nobody can reuse",
+                         "add --sccache, with the final job's shared backend "
+                         "(SCCACHE_REDIS_ENDPOINT, SCCACHE_BUCKET ...)")
     request, cache, key, jobs = build.request, build.cache, build.key, build.jobs
     recorded = costs_file(cache, request)
     # The same split on every runner: a given file, else this cache's record, else the
@@ -601,7 +601,7 @@ def _toolchain(build: KernelBuild, work: Path) -> Toolchain:
         torch_hint = "; --build-torch torch==X (a CPU build is enough to compile)" \
             if any(c.name == "torch" for c in failed) else ""
         fixes = "".join(f"; {c.fix}" for c in failed if c.fix and c.name != "torch")
-        raise BuilderError("the toolchain cannot build these kernels: " + "; ".join(
+        raise BuildError("the toolchain cannot build these kernels: " + "; ".join(
             f"{c.name}: {c.detail}" for c in failed),
             "fix the toolchain (see `python -m builder preflight`)" + fixes + torch_hint)
     return toolchain
@@ -669,7 +669,7 @@ def _run_driver(build: KernelBuild, site: _Site, extra: dict[str, Any],
                                      env=environment, capture_output=True, text=True,
                                      check=False)
             if started.returncode != 0:
-                raise BuilderError("sccache did not start: " + (
+                raise BuildError("sccache did not start: " + (
                     started.stderr or started.stdout).strip()[-300:],
                     "check the SCCACHE_* settings (its cache backend must answer)")
         log = work / "build.log"
@@ -689,10 +689,10 @@ def _run_driver(build: KernelBuild, site: _Site, extra: dict[str, Any],
         result = {}
     if code != 0 or not ({"modules", "steps"} & set(result)):
         if "error" in result:
-            raise BuilderError(result["error"], "module groups: " + ", ".join(DEFAULT_GROUPS)
-                               + ", fused_moe_smNN, fp4_quantization_smNN, fp4_gemm_smNN")
+            raise BuildError(result["error"], "module groups: " + ", ".join(DEFAULT_GROUPS)
+                             + ", fused_moe_smNN, fp4_quantization_smNN, fp4_gemm_smNN")
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-        raise BuilderError(f"compiling FlashInfer modules failed:\n{tail}", "")
+        raise BuildError(f"compiling FlashInfer modules failed:\n{tail}", "")
     return result, stats
 
 
@@ -723,9 +723,9 @@ def _compile(build: KernelBuild, site: _Site, tmp: Path,
         library = modules / info["path"]
         sass, ptx = sass_archs(toolchain.cuobjdump, library)
         if sass != expected:
-            raise BuilderError(f"{info['path']} has SASS for {', '.join(sass) or 'nothing'}, "
-                               f"expected exactly {', '.join(expected)}",
-                               "check FLASHINFER_CUDA_ARCH_LIST and the module's own flags")
+            raise BuildError(f"{info['path']} has SASS for {', '.join(sass) or 'nothing'}, "
+                             f"expected exactly {', '.join(expected)}",
+                             "check FLASHINFER_CUDA_ARCH_LIST and the module's own flags")
         entries.append({"name": name, "group": info["group"], "path": info["path"],
                         "sha256": sha256_file(library), "sass": sass, "ptx": ptx})
     flags = {name: [info["cflags"], info["cuda_cflags"]]
@@ -789,8 +789,8 @@ def sm120_path_modules(env: PythonEnv, lane: str) -> dict[str, Any]:
     try:
         data: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])["paths"]
     except (IndexError, ValueError, KeyError):
-        raise BuilderError("reading FlashInfer's SM120 code paths failed: "
-                           + done.stderr.strip()[-600:], "") from None
+        raise BuildError("reading FlashInfer's SM120 code paths failed: "
+                         + done.stderr.strip()[-600:], "") from None
     return data
 
 
@@ -809,9 +809,9 @@ def list_modules(env: PythonEnv, groups: tuple[str, ...], arch_list: tuple[str, 
     try:
         data: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
-        raise BuilderError("listing FlashInfer's modules failed: "
-                           + done.stderr.strip()[-600:], "") from None
+        raise BuildError("listing FlashInfer's modules failed: "
+                         + done.stderr.strip()[-600:], "") from None
     if "error" in data:
-        raise BuilderError(data["error"], "see `python -m builder kernels --help` for groups")
+        raise BuildError(data["error"], "see `python -m builder kernels --help` for groups")
     groups_found: dict[str, list[str]] = data["groups"]
     return groups_found

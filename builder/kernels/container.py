@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from builder.core.basepins import load_base_pins
 from builder.core.cache import Cache, atomic_write_bytes, sha256_file, sha256_json
 from builder.core.engine import StreamError, connect, read_stream
-from builder.core.errors import BuilderError
+from builder.core.errors import BuildError
 from builder.core.progress import Reporter
 from builder.kernels.build import (
     KernelRequest,
@@ -65,8 +65,8 @@ def _events(stream: Iterator[dict[str, Any]], reporter: Reporter, what: str) -> 
     try:
         events = read_stream(stream, show)
     except StreamError as error:
-        raise BuilderError(f"{what} failed: {str(error).strip()}",
-                           "the log above shows the step") from None
+        raise BuildError(f"{what} failed: {str(error).strip()}",
+                         "the log above shows the step") from None
     image: str | None = None
     for event in events:
         aux = event.get("aux")
@@ -93,11 +93,11 @@ def _base_python(client: docker.DockerClient, base: str) -> tuple[str, bool]:
                                            "[:2], os.path.exists('/usr/local/cuda/bin/nvcc'))"],
                                     remove=True, network_mode="none")
     except ImageNotFound:
-        raise BuilderError(f"the base image {base} is not in the engine",
-                           "pull it (docker pull) or pass --base-image") from None
+        raise BuildError(f"the base image {base} is not in the engine",
+                         "pull it (docker pull) or pass --base-image") from None
     except ContainerError as error:
-        raise BuilderError(f"the base image {base} has no working python3: {error}",
-                           "use a base with Python 3.11 or newer and its venv module") from None
+        raise BuildError(f"the base image {base} has no working python3: {error}",
+                         "use a base with Python 3.11 or newer and its venv module") from None
     version, toolkit = bytes(out).decode().split()
     return version, toolkit == "True"
 
@@ -131,8 +131,8 @@ def wheelhouse(requirements: list[str], python: str, cache: Cache, reporter: Rep
                                   check=False)
         if done.returncode != 0:
             tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-6:])
-            raise BuilderError(f"could not download the build container's wheels:\n{tail}",
-                               "check the network and the pins")
+            raise BuildError(f"could not download the build container's wheels:\n{tail}",
+                             "check the network and the pins")
 
     # Gigabytes of wheels: recorded, but not hashed again on every use (pip checks the
     # hashes of what it installs from here against their RECORD).
@@ -145,8 +145,8 @@ def _builder_requirements() -> list[str]:
     try:
         found = importlib.metadata.requires("sglang-sm120-builder") or []
     except importlib.metadata.PackageNotFoundError:
-        raise BuilderError("the builder is not installed, so its requirements are unknown",
-                           "pip install . (or run through nox)") from None
+        raise BuildError("the builder is not installed, so its requirements are unknown",
+                         "pip install . (or run through nox)") from None
     return [r for r in found if "extra ==" not in r]
 
 
@@ -172,9 +172,9 @@ def build_image(client: docker.DockerClient, base: str, toolkit: str | None, cac
     python, has_toolkit = _base_python(client, base)
     toolkit = toolkit or ("base" if has_toolkit else "pypi")
     if toolkit == "base" and not has_toolkit:
-        raise BuilderError(f"the base image {base} has no CUDA toolkit "
-                           "(/usr/local/cuda/bin/nvcc)",
-                           "use an nvidia/cuda:*-devel base, or --toolkit pypi")
+        raise BuildError(f"the base image {base} has no CUDA toolkit "
+                         "(/usr/local/cuda/bin/nvcc)",
+                         "use an nvidia/cuda:*-devel base, or --toolkit pypi")
     house = wheelhouse(_builder_requirements(), python, cache, reporter)
     with tempfile.TemporaryDirectory(prefix="kernels-build-") as scratch:
         context = Path(scratch)
@@ -295,13 +295,13 @@ def build_kernels_in_container(request: KernelRequest, options: KernelOptions, *
                            cache.root / Path(result["log"]).relative_to("/cache"))
     if status.get("StatusCode") != 0 or "wheel" not in result:
         cause = result.get("error") or f"exit {status.get('StatusCode')}:\n{tail.strip()}"
-        raise BuilderError(f"the build container failed: {cause}",
-                           result.get("hint") or "see the log above (--verbose for all of it)")
+        raise BuildError(f"the build container failed: {cause}",
+                         result.get("hint") or "see the log above (--verbose for all of it)")
     wheel = dist_dir / Path(result["wheel"]).name
     shim = dist_dir / Path(result["shim"]).name if result.get("shim") else None
     for path, digest in ((wheel, result["sha256"]), (shim, result.get("shim_sha256"))):
         if path is not None and sha256_file(path) != digest:
-            raise BuilderError(f"{path} does not match what the container reported", "")
+            raise BuildError(f"{path} does not match what the container reported", "")
     return KernelResult(request, wheel, result["sha256"], result["manifest"], result["cached"],
                         result.get("sccache"), None, result.get("compile_seconds"), shim,
                         result.get("shim_sha256"))

@@ -32,7 +32,7 @@ from typing import Any
 
 from wheel.wheelfile import WheelFile
 
-from builder.core.errors import BuilderError
+from builder.core.errors import BuildError
 from builder.core.reproducible import record_timestamp, zip_timestamp
 
 PACKAGE = "flashinfer_jit_cache"
@@ -126,8 +126,8 @@ def read_manifest(wheel: Path) -> dict[str, Any]:
                 f"{PACKAGE}/{MANIFEST}")
             data: dict[str, Any] = json.loads(archive.read(name))
     except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
-        raise BuilderError(f"{wheel} is not a kernel wheel of this builder ({error})",
-                           "build one with `python -m builder kernels`") from None
+        raise BuildError(f"{wheel} is not a kernel wheel of this builder ({error})",
+                         "build one with `python -m builder kernels`") from None
     return data
 
 
@@ -280,8 +280,8 @@ def pack_provider(modules_dir: Path, version: str, manifest: dict[str, Any], epo
             exactly its own).
     """
     if len(manifest["arch_list"]) != 1:
-        raise BuilderError(f"a FlashInfer >= 0.7 provider holds one arch, not "
-                           f"{' '.join(manifest['arch_list'])}", "build once per arch")
+        raise BuildError(f"a FlashInfer >= 0.7 provider holds one arch, not "
+                         f"{' '.join(manifest['arch_list'])}", "build once per arch")
     ident = provider_id(manifest["arch_list"][0])
     distribution = f"{PACKAGE.replace('_', '-')}-{ident}"
     package = f"{PACKAGE}/providers/{ident}"

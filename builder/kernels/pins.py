@@ -21,7 +21,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from builder.core.errors import BuilderError
+from builder.core.errors import ConfigurationError
 
 if TYPE_CHECKING:  # an annotation only: a saved request's build never imports the source stage
     from builder.source.fetch import SourceResult
@@ -66,8 +66,8 @@ def _requirements(source: SourceResult) -> list[str]:
     for metadata in source.tree.glob("*.dist-info/METADATA"):
         message = email.parser.BytesParser().parsebytes(metadata.read_bytes())
         return [str(r) for r in message.get_all("Requires-Dist") or []]
-    raise BuilderError(f"{source.tree} has neither pyproject.toml nor a wheel's METADATA",
-                       "the kernel pins are read from the upstream source itself")
+    raise ConfigurationError(f"{source.tree} has neither pyproject.toml nor a wheel's METADATA",
+                             "the kernel pins are read from the upstream source itself")
 
 
 def _exact(requirement: Requirement) -> Version | None:
@@ -97,16 +97,17 @@ def read_pins(source: SourceResult) -> KernelPins:
     flashinfer_req = found.get("flashinfer-python")
     flashinfer = _exact(flashinfer_req) if flashinfer_req else None
     if flashinfer is None:
-        raise BuilderError(f"upstream {source.upstream_version} does not pin flashinfer_python "
-                           "exactly (==)", "the kernels must match one FlashInfer version")
+        raise ConfigurationError(
+            f"upstream {source.upstream_version} does not pin flashinfer_python "
+            "exactly (==)", "the kernels must match one FlashInfer version")
     cubin_req = found.get("flashinfer-cubin")
     cubin = _exact(cubin_req) if cubin_req else None
     for name in ("flashinfer-cubin", "flashinfer-jit-cache"):
         other = _exact(found[name]) if name in found else None
         if other is not None and other.public != flashinfer.public:
-            raise BuilderError(f"upstream {source.upstream_version} pins flashinfer_python "
-                               f"{flashinfer} but {name} {other}: the versions disagree",
-                               "FlashInfer requires them to match; check the release")
+            raise ConfigurationError(f"upstream {source.upstream_version} pins flashinfer_python "
+                                     f"{flashinfer} but {name} {other}: the versions disagree",
+                                     "FlashInfer requires them to match; check the release")
     kernel = next(((name, str(_exact(found[name]))) for name in _KERNEL_PACKAGES
                    if name in found and _exact(found[name]) is not None), None)
     torch, cuda = found.get("torch"), found.get("cuda-python")
@@ -135,13 +136,13 @@ def check_arch_list(arch_list: tuple[str, ...], pins: KernelPins) -> str:
     wanted = sm120_arch(pins.flashinfer)
     for arch in arch_list:
         if arch == "12.0":
-            raise BuilderError("arch 12.0 without a suffix breaks FlashInfer's FP4 code in "
-                               "ptxas", f"use {wanted} for FlashInfer {pins.flashinfer}")
+            raise ConfigurationError("arch 12.0 without a suffix breaks FlashInfer's FP4 code in "
+                                     "ptxas", f"use {wanted} for FlashInfer {pins.flashinfer}")
         if arch.startswith("12.0") and arch != wanted:
-            raise BuilderError(f"the target lists {arch} but FlashInfer {pins.flashinfer} "
-                               f"detects an SM120 GPU as {wanted}",
-                               f"set arch_list to [\"{wanted}\"] (12.0a up to FlashInfer "
-                               "0.6.6, 12.0f from 0.6.7)")
+            raise ConfigurationError(f"the target lists {arch} but FlashInfer {pins.flashinfer} "
+                                     f"detects an SM120 GPU as {wanted}",
+                                     f"set arch_list to [\"{wanted}\"] (12.0a up to FlashInfer "
+                                     "0.6.6, 12.0f from 0.6.7)")
     return wanted
 
 

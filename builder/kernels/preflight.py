@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from builder.core.errors import BuilderError
+from builder.core.errors import MissingToolError
 from builder.core.options import Options, select_target
 from builder.kernels.pins import (
     KernelPins,
@@ -117,8 +117,8 @@ def discover_nvcc(lane: str) -> Path:
     for candidate in candidates:
         if candidate.is_file():
             return candidate
-    raise BuilderError(f"no nvcc found (CUDA_HOME, PATH, /usr/local/cuda) for CUDA {lane}",
-                       lane_fix(lane, None))
+    raise MissingToolError(f"no nvcc found (CUDA_HOME, PATH, /usr/local/cuda) for CUDA {lane}",
+                           lane_fix(lane, None))
 
 
 def default_include_dirs(nvcc: Path, python: Path | None = None) -> list[Path]:

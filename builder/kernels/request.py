@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.core.basepins import PINS_FILE
-from builder.core.errors import BuilderError, ConfigurationError
+from builder.core.errors import ConfigurationError
 from builder.core.options import Options, select_target
 from builder.kernels.build import (
     DEFAULT_HEAD_DIMS,
@@ -120,11 +120,11 @@ def kernel_request(options: Options, kernel: KernelOptions) -> KernelRequest:
         try:
             data = json.loads(kernel.request_file.read_text())
         except OSError as error:
-            raise BuilderError(f"cannot read the request {kernel.request_file}: "
-                               f"{error.strerror}", "write one with --save-request") from None
+            raise ConfigurationError(f"cannot read the request {kernel.request_file}: "
+                                     f"{error.strerror}", "write one with --save-request") from None
         except ValueError:
-            raise BuilderError(f"{kernel.request_file} is not JSON",
-                               "write a request with --save-request") from None
+            raise ConfigurationError(f"{kernel.request_file} is not JSON",
+                                     "write a request with --save-request") from None
         request = KernelRequest.from_json(data)
         check_groups(request.groups)
         return request
@@ -143,22 +143,22 @@ def kernel_request(options: Options, kernel: KernelOptions) -> KernelRequest:
         arch_list = kernel.arch_list
         for arch in arch_list:
             if not re.fullmatch(r"\d+\.\d+[af]?", arch):
-                raise BuilderError(f"arch {arch!r} is not like 9.0a or 12.0a",
-                                   "write compute capability major.minor, with a or f")
+                raise ConfigurationError(f"arch {arch!r} is not like 9.0a or 12.0a",
+                                         "write compute capability major.minor, with a or f")
         check_arch_list(arch_list, pins)  # a plain 12.0, or the other SM120 variant
         label += "." + ".".join(arch_code(a).replace("_", "") for a in arch_list)
     if kernel.fast_build:
         if not has_fused_moe(tuple(kernel.groups or target.kernel_groups
                                    or default_groups(arch_list))):
-            raise BuilderError("--fast-build changes only the fused MoE modules, and none "
-                               "is in the module groups", "add a fused_moe_smNN group to "
-                               "--modules, or leave --fast-build out")
+            raise ConfigurationError("--fast-build changes only the fused MoE modules, and none "
+                                     "is in the module groups", "add a fused_moe_smNN group to "
+                                     "--modules, or leave --fast-build out")
         # Its own version: a fast build must never pass for the full one.
         label += "." + FAST_BUILD_LABEL
     if uses_providers(pins.flashinfer) and len(arch_list) != 1:
-        raise BuilderError(f"FlashInfer {pins.flashinfer} reads one provider wheel per arch; "
-                           f"the arch list has {' '.join(arch_list)}",
-                           "build once per arch (--arch-list 12.0f, then --arch-list 9.0a)")
+        raise ConfigurationError(f"FlashInfer {pins.flashinfer} reads one provider wheel per arch; "
+                                 f"the arch list has {' '.join(arch_list)}",
+                                 "build once per arch (--arch-list 12.0f, then --arch-list 9.0a)")
     groups = tuple(kernel.groups or target.kernel_groups or default_groups(arch_list))
     check_groups(groups)
     # Head dims matter to the attention group alone (and so to the cache key).

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from builder.core.cache import Cache, sha256_file, sha256_json
-from builder.core.errors import BuilderError
+from builder.core.errors import BuildError, MissingToolError
 from builder.core.lock import VersionLock, lock_path
 from builder.core.options import Options
 from builder.core.progress import Reporter
@@ -83,9 +83,9 @@ def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult | Shard
             seconds (:meth:`builder.kernels.shard.StepCosts.read`).
     """
     if kernel.shard is not None and not kernel.sccache:
-        raise BuilderError("a shard without --sccache compiles objects nobody can reuse",
-                           "add --sccache, with the final job's shared backend "
-                           "(SCCACHE_REDIS_ENDPOINT, SCCACHE_BUCKET ...)")
+        raise BuildError("a shard without --sccache compiles objects nobody can reuse",
+                         "add --sccache, with the final job's shared backend "
+                         "(SCCACHE_REDIS_ENDPOINT, SCCACHE_BUCKET ...)")
     if kernel.step_costs is not None:  # refused before any environment or container
         StepCosts(kernel.step_costs).read()
     request = kernel_request(options, kernel)
@@ -106,8 +106,8 @@ def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult | Shard
         here = next((release[0] for lane in lanes if (found := local_nvcc(lane))
                      and (release := nvcc_release(found))), None)
         pypi = next((lane for lane in lanes if lane.split(".")[0] != "12"), None)
-        raise BuilderError(f"no nvcc for CUDA {request.lane} on this machine, and PyPI has "
-                           "none for CUDA 12", lane_fix(request.lane, here or pypi, lanes))
+        raise MissingToolError(f"no nvcc for CUDA {request.lane} on this machine, and PyPI has "
+                               "none for CUDA 12", lane_fix(request.lane, here or pypi, lanes))
     cache = Cache(options.cache_dir)
     if kernel.mode == "container":
         from builder.kernels.container import build_kernels_in_container

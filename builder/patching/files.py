@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from builder.core.errors import BuilderError
+from builder.core.errors import PatchError
 from builder.core.layout import Layout
 from builder.patching.hunks import (
     APPLIED_STATUSES,
@@ -320,11 +320,11 @@ def apply_file(view: TreeView, patch_name: str, file_patch: FilePatch,
     old = view.tree_path(file_patch.old_path) if file_patch.old_path else None
     new = view.tree_path(file_patch.new_path) if file_patch.new_path else None
     if (file_patch.old_path and old is None) or (file_patch.new_path and new is None):
-        raise BuilderError(f"{patch_name}: {repo_path} (after stripping {strip} leading "
-                           f"path components) is not in the {view.layout.kind} layout, "
-                           "which holds only python/",
-                           "check the strip level, or build from git (--source git) for "
-                           "files outside python/")
+        raise PatchError(f"{patch_name}: {repo_path} (after stripping {strip} leading "
+                         f"path components) is not in the {view.layout.kind} layout, "
+                         "which holds only python/",
+                         "check the strip level, or build from git (--source git) for "
+                         "files outside python/")
     hunks = file_patch.hunks
     for tree_path in dict.fromkeys(p for p in (old, new) if p is not None):
         link = view.link_on(tree_path)

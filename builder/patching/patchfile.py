@@ -28,7 +28,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from builder.core.cache import sha256_file
-from builder.core.errors import BuilderError
+from builder.core.errors import BuilderError, PatchError
 from builder.patching.hunks import Hunk, split_lines
 
 
@@ -297,24 +297,24 @@ def _strip(name: str, strip: int, patch: Path) -> str:
             ``..`` component.
     """
     if name.startswith("/") and strip == 0:
-        raise BuilderError(f"{patch.name}: absolute path {name!r}", "refusing to write there")
+        raise PatchError(f"{patch.name}: absolute path {name!r}", "refusing to write there")
     rest = name
     for _ in range(strip):
         cut = rest.find("/")
         if cut < 0:
-            raise BuilderError(f"{patch.name}: path {name!r} has no component left after "
-                               f"stripping {strip}", "check the series' strip level for it")
+            raise PatchError(f"{patch.name}: path {name!r} has no component left after "
+                             f"stripping {strip}", "check the series' strip level for it")
         rest = rest[cut:].lstrip("/")
     parts = [p for p in rest.split("/") if p and p != "."]
     if not parts:
-        raise BuilderError(f"{patch.name}: path {name!r} has no component left after "
-                           f"stripping {strip}", "check the series' strip level for it")
+        raise PatchError(f"{patch.name}: path {name!r} has no component left after "
+                         f"stripping {strip}", "check the series' strip level for it")
     if ".." in parts:
-        raise BuilderError(f"{patch.name}: unsafe path {name!r} (a '..' component)",
-                           "refusing to write outside the tree")
+        raise PatchError(f"{patch.name}: unsafe path {name!r} (a '..' component)",
+                         "refusing to write outside the tree")
     if any(part.lower() == ".git" for part in parts):  # hooks there would run code
-        raise BuilderError(f"{patch.name}: unsafe path {name!r} (inside .git)",
-                           "a patch changes source files, never the repository itself")
+        raise PatchError(f"{patch.name}: unsafe path {name!r} (inside .git)",
+                         "a patch changes source files, never the repository itself")
     return "/".join(parts)
 
 
@@ -426,8 +426,8 @@ def _sections(body: str, offset: int, patch: Path) -> list[_Section]:
                                  "(a line between hunks that is not part of one?)")
             if line.startswith("*** ") and index + 1 < len(lines) and \
                     lines[index + 1].startswith("--- "):
-                raise BuilderError(f"{patch.name} is a context diff (diff -c)",
-                                   "regenerate it as a unified diff: diff -u, git diff")
+                raise PatchError(f"{patch.name} is a context diff (diff -c)",
+                                 "regenerate it as a unified diff: diff -u, git diff")
             index += 1
             continue
         if index + 1 < len(lines) and lines[index].startswith("--- ") and \
@@ -526,30 +526,30 @@ def parse_patch(path: Path, strip: int) -> ParsedPatch:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise BuilderError(f"patch file not found: {path}",
-                           "check the series file's 'file' entries") from None
+        raise PatchError(f"patch file not found: {path}",
+                         "check the series file's 'file' entries") from None
     except OSError as exc:
-        raise BuilderError(f"cannot read patch file {path}: {exc.strerror}",
-                           "check its permissions") from None
+        raise PatchError(f"cannot read patch file {path}: {exc.strerror}",
+                         "check its permissions") from None
     wide = _wide_encoding(data)
     if wide:
-        raise BuilderError(f"{path.name} is encoded as {wide}, not UTF-8 or ASCII",
-                           f"convert it: iconv -f {wide.split()[0]} -t UTF-8 {path.name} "
-                           "> fixed.patch (PowerShell's > writes UTF-16; use git diff "
-                           "--output=FILE or Out-File -Encoding utf8)")
+        raise PatchError(f"{path.name} is encoded as {wide}, not UTF-8 or ASCII",
+                         f"convert it: iconv -f {wide.split()[0]} -t UTF-8 {path.name} "
+                         "> fixed.patch (PowerShell's > writes UTF-16; use git diff "
+                         "--output=FILE or Out-File -Encoding utf8)")
     if not data.strip():
-        raise BuilderError(f"{path.name} is empty", "an empty or truncated patch file; "
-                           "regenerate it, or drop it from the series")
+        raise PatchError(f"{path.name} is empty", "an empty or truncated patch file; "
+                         "regenerate it, or drop it from the series")
     header, body = split_header(data.decode("utf-8", "surrogateescape"))
     offset = header.count("\n")
     files = tuple(_file_patch(section, strip, path)
                   for section in _sections(body, offset, path))
     if not files and re.search(r"(?m)^\*\*\* .*\n--- .*\n\*{15}", header + body):
-        raise BuilderError(f"{path.name} is a context diff (diff -c)",
-                           "regenerate it as a unified diff: diff -u, git diff")
+        raise PatchError(f"{path.name} is a context diff (diff -c)",
+                         "regenerate it as a unified diff: diff -u, git diff")
     if not files:
-        raise BuilderError(f"{path.name} contains no diff",
-                           "an empty or truncated patch file; regenerate it")
+        raise PatchError(f"{path.name} contains no diff",
+                         "an empty or truncated patch file; regenerate it")
     return ParsedPatch(path=path, sha256=sha256_file(path), header=header, files=files)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from builder.core.cache import atomic_write_bytes
 from builder.core.config import load_targets
-from builder.core.errors import BuilderError
+from builder.core.errors import PatchError
 from builder.core.options import Options
 from builder.patching.apply import (
     PatchStep,
@@ -175,8 +175,8 @@ def _prefixes(step: PatchStep) -> tuple[str, str]:
         return ("a/", "b/")
     if step.entry.strip == 0:
         return ("", "")
-    raise BuilderError(f"cannot refresh {step.entry.name}: strip level {step.entry.strip}",
-                       "refresh writes a/ b/ paths (strip 1) or bare paths (strip 0)")
+    raise PatchError(f"cannot refresh {step.entry.name}: strip level {step.entry.strip}",
+                     "refresh writes a/ b/ paths (strip 1) or bare paths (strip 0)")
 
 
 def _new_text(step: PatchStep) -> str:
@@ -279,7 +279,7 @@ def refresh_series(source: SourceResult, series: Series, *, accept_fuzz: bool = 
                      h.status == HunkStatus.FAILED and "needs fuzz" in h.note]
             hint = ("pass --accept-fuzz, then review every hunk shown before and after"
                     if needs and not accept_fuzz else "fix the patch by hand")
-            raise BuilderError(f"cannot refresh {outcome.name}: {outcome.message}", hint)
+            raise PatchError(f"cannot refresh {outcome.name}: {outcome.message}", hint)
         if outcome.status != PatchStatus.APPLIED:
             results.append(RefreshedPatch(outcome.name, str(outcome.status), None,
                                           outcome.sha256, outcome.sha256))
@@ -287,10 +287,10 @@ def refresh_series(source: SourceResult, series: Series, *, accept_fuzz: bool = 
         fuzzy = [f"{f.path} hunk #{h.hunk} (fuzz {h.fuzz})" for f in outcome.files
                  for h in f.hunks if h.status == HunkStatus.FUZZ]
         if fuzzy and not accept_fuzz:  # even where the series allows it: review first
-            raise BuilderError(f"cannot refresh {outcome.name} without review: "
-                               f"{', '.join(fuzzy)} needed fuzz",
-                               "pass --accept-fuzz, then review every hunk shown before "
-                               "and after")
+            raise PatchError(f"cannot refresh {outcome.name} without review: "
+                             f"{', '.join(fuzzy)} needed fuzz",
+                             "pass --accept-fuzz, then review every hunk shown before "
+                             "and after")
         text = _new_text(step)
         data = text.encode("utf-8", "surrogateescape")
         new_sha = hashlib.sha256(data).hexdigest()
@@ -339,16 +339,16 @@ def run_refresh(options: Options, *, accept_fuzz: bool = False,
     read_series(series)
     if output_dir is not None and series.path is not None and \
             output_dir.resolve() == series.path.parent.resolve():
-        raise BuilderError(f"--output-dir {output_dir} is the series' own folder",
-                           "write copies elsewhere, or refresh in place without --output-dir")
+        raise PatchError(f"--output-dir {output_dir} is the series' own folder",
+                         "write copies elsewhere, or refresh in place without --output-dir")
     name = None
     if only is not None:
         names = [e.name for e in series.entries]
         matches = [e.name for e in series.entries
                    if e.path == only.resolve() or e.name == only.name]
         if not matches:
-            raise BuilderError(f"{only} is not a patch of the series {series.path}",
-                               f"its patches: {', '.join(names)}")
+            raise PatchError(f"{only} is not a patch of the series {series.path}",
+                             f"its patches: {', '.join(names)}")
         name = matches[0]
     source = obtain_source(options, target)
     planned = refresh_series(source, series, accept_fuzz=accept_fuzz, output_dir=output_dir,
@@ -364,7 +364,7 @@ def run_refresh(options: Options, *, accept_fuzz: bool = False,
                       if t.upstream_version != target.upstream_version
                       and t.series == series.path and entry.applies_to(t.upstream_version)]
             if others:
-                raise BuilderError(
+                raise PatchError(
                     f"{entry.name} also applies to {', '.join(others)}: refreshing it in place "
                     f"for {target.name} could break them",
                     "write a copy with --output-dir DIR and give it its own series entry "

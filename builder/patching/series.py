@@ -24,7 +24,7 @@ from builder.core.config import (
     specifier,
     table_array,
 )
-from builder.core.errors import BuilderError
+from builder.core.errors import ConfigurationError
 from builder.core.options import Options
 from builder.patching.intent import IntentCheck, parse_intent_check
 
@@ -116,15 +116,15 @@ def _parse_entry(table: dict[str, Any], base: Path, where: str) -> SeriesEntry:
     where = f"{where} ({file_name})"
     sha = require(table, "sha256", str, where).lower()
     if not SHA256.match(sha):
-        raise BuilderError(f"{where}: sha256 {sha!r} is not 64 hex digits",
-                           f"pin it with: sha256sum patches/{file_name}")
+        raise ConfigurationError(f"{where}: sha256 {sha!r} is not 64 hex digits",
+                                 f"pin it with: sha256sum patches/{file_name}")
     strip = require(table, "strip", int, where)
     if strip < 0:
-        raise BuilderError(f"{where}: strip level must be >= 0", "1 for a/ b/ prefixes")
+        raise ConfigurationError(f"{where}: strip level must be >= 0", "1 for a/ b/ prefixes")
     max_fuzz = table.get("max_fuzz", 0)
     if not is_integer(max_fuzz) or not 0 <= max_fuzz <= 3:
-        raise BuilderError(f"{where}: max_fuzz must be an integer from 0 to 3",
-                           "GNU patch's fuzz is at most the context size, usually 3")
+        raise ConfigurationError(f"{where}: max_fuzz must be an integer from 0 to 3",
+                                 "GNU patch's fuzz is at most the context size, usually 3")
     versions = specifier(require(table, "versions", str, where), where)
     allowances = []
     for i, allowance in enumerate(table_array(table, "fuzz_allowance", where), 1):
@@ -132,11 +132,12 @@ def _parse_entry(table: dict[str, Any], base: Path, where: str) -> SeriesEntry:
         known_keys(allowance, {"versions", "max_fuzz", "reason"}, here)
         fuzz = require(allowance, "max_fuzz", int, here)
         if not 0 <= fuzz <= 3:
-            raise BuilderError(f"{here}: max_fuzz must be from 0 to 3",
-                               "GNU patch's fuzz is at most the context size, usually 3")
+            raise ConfigurationError(f"{here}: max_fuzz must be from 0 to 3",
+                                     "GNU patch's fuzz is at most the context size, usually 3")
         reason = require(allowance, "reason", str, here).strip()
         if not reason:
-            raise BuilderError(f"{here}: a fuzz allowance needs a reason", "say why it is safe")
+            raise ConfigurationError(
+                f"{here}: a fuzz allowance needs a reason", "say why it is safe")
         allowances.append(FuzzAllowance(
             versions=specifier(require(allowance, "versions", str, here), here),
             max_fuzz=fuzz, reason=reason))
@@ -177,11 +178,11 @@ def select_series(options: Options, target: Target | None) -> Series:
         BuilderError: both ``--patch`` and ``--series`` were given, or the file is invalid.
     """
     if options.patch and options.series:
-        raise BuilderError("--patch and --series exclude each other", "give one of them")
+        raise ConfigurationError("--patch and --series exclude each other", "give one of them")
     if options.patch:
         return Series.single(options.patch, strip=options.strip, max_fuzz=options.max_fuzz)
     if options.series:
         return load_series(options.series)
     if target is None:
-        raise BuilderError("no series to apply", "pass --series FILE or --patch FILE")
+        raise ConfigurationError("no series to apply", "pass --series FILE or --patch FILE")
     return load_series(target.series)

@@ -36,7 +36,7 @@ from packaging.utils import parse_wheel_filename
 from pypi_simple import NoSuchProjectError, PyPISimple
 
 from builder.core.engine import StreamError, read_stream
-from builder.core.errors import BuilderError
+from builder.core.errors import BuilderError, PublishError
 from builder.core.progress import Reporter
 
 PublishStatus = Literal["published", "already-published"]
@@ -100,10 +100,10 @@ class Index:
         for url in (repository_url, simple):
             parts = urllib.parse.urlsplit(url)
             if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise BuilderError(f"{url!r} is not an http(s) URL",
+                raise PublishError(f"{url!r} is not an http(s) URL",
                                    "pass the index as http(s)://host[:port]/path")
             if parts.username or parts.password:
-                raise BuilderError("the index URL carries credentials",
+                raise PublishError("the index URL carries credentials",
                                    "put them in TWINE_USERNAME / TWINE_PASSWORD or the "
                                    "keyring instead, so they are never printed")
         return Index(repository_url, simple if simple.endswith("/") else simple + "/")
@@ -129,11 +129,11 @@ def index_files(index: Index, project: str) -> dict[str, str | None]:
     except NoSuchProjectError:
         return {}
     except requests.exceptions.ConnectionError:
-        raise BuilderError(f"the package index {index.simple_url} is not reachable",
+        raise PublishError(f"the package index {index.simple_url} is not reachable",
                            "check --index-url / --repository-url and that the index "
                            "runs") from None
     except requests.exceptions.RequestException as exc:
-        raise BuilderError(f"the package index {index.simple_url} answered "
+        raise PublishError(f"the package index {index.simple_url} answered "
                            f"{_status(exc)} for project {project}",
                            "check the URL and the credentials (TWINE_USERNAME / "
                            "TWINE_PASSWORD)") from None
@@ -163,7 +163,7 @@ def wheel_state(index: Index, path: Path, sha256: str) -> PublishStatus | None:
     theirs = listed[path.name]
     if theirs == sha256:
         return "already-published"
-    raise BuilderError(
+    raise PublishError(
         f"the index already has {path.name} with other bytes (sha256 {theirs or 'not given'}"
         f", ours {sha256}): a published file is never replaced",
         "raise the target's local_label build number (targets.toml) and release again")
@@ -192,18 +192,18 @@ def upload_wheel(index: Index, path: Path, sha256: str, reporter: Reporter) -> P
         errors = [line for line in lines if "ERROR" in line or "Error" in line]
         reason = " ".join((errors or lines or ["no output"])[-1:])
         if "Credential not found" in reason:
-            raise BuilderError(f"no credentials for the index {index.upload_url} (twine: "
+            raise PublishError(f"no credentials for the index {index.upload_url} (twine: "
                                f"{reason})", "set TWINE_USERNAME and TWINE_PASSWORD, or "
                                "store them in the keyring")
         if "403" in reason or "401" in reason:
             hint = "the index refused the credentials: check TWINE_USERNAME / TWINE_PASSWORD"
         else:
             hint = "the index refused the file; nothing of it was published"
-        raise BuilderError(f"the index {index.upload_url} rejected {path.name}: {reason}",
+        raise PublishError(f"the index {index.upload_url} rejected {path.name}: {reason}",
                            hint)
     theirs = index_files(index, str(parse_wheel_filename(path.name)[0])).get(path.name, "")
     if theirs != sha256:
-        raise BuilderError(f"after the upload the index lists {path.name} with sha256 "
+        raise PublishError(f"after the upload the index lists {path.name} with sha256 "
                            f"{theirs or 'none'}, not {sha256}",
                            f"check the index at {index.simple_url}")
     return Published("wheel", path.name, index.simple_url, f"sha256:{sha256}", "published")
@@ -224,7 +224,7 @@ def split_reference(reference: str) -> tuple[str, str]:
     """``registry/repo:tag`` -> (``registry/repo``, ``tag``)."""
     repository, _, tag = reference.rpartition(":")
     if not repository or "/" in tag:
-        raise BuilderError(f"image reference {reference!r} has no tag",
+        raise PublishError(f"image reference {reference!r} has no tag",
                            "write it as registry/repository:tag")
     return repository, tag
 
@@ -259,7 +259,7 @@ def tag_digest(client: docker.DockerClient, reference: str,
             return None
         raise _registry_error(reference, message) from None
     except requests.exceptions.RequestException as exc:
-        raise BuilderError(f"the engine did not answer about {reference}: {exc}",
+        raise PublishError(f"the engine did not answer about {reference}: {exc}",
                            "check the engine") from None
     return str(found["Descriptor"]["digest"])
 
@@ -283,7 +283,7 @@ def image_state(client: docker.DockerClient, image_id: str, reference: str,
     ours = client.api.inspect_image(image_id).get("RepoDigests") or []
     if f"{repository}@{digest}" in ours:
         return "already-published", digest
-    raise BuilderError(f"the tag {reference} already exists with digest {digest}, which is "
+    raise PublishError(f"the tag {reference} already exists with digest {digest}, which is "
                        f"not this image ({image_id}): a published tag is never overwritten",
                        "raise the target's local_label build number (targets.toml) and "
                        "release again")
@@ -318,14 +318,14 @@ def push_image(client: docker.DockerClient, image_id: str, reference: str,
     except docker.errors.APIError as exc:
         raise _registry_error(reference, str(exc.explanation or exc)) from None
     except requests.exceptions.RequestException as exc:
-        raise BuilderError(f"the push of {reference} broke off: {exc}",
+        raise PublishError(f"the push of {reference} broke off: {exc}",
                            "retry the release; nothing is overwritten") from None
     for event in events:
         aux = event.get("aux")
         if isinstance(aux, dict) and aux.get("Tag") == tag and aux.get("Digest"):
             digest = str(aux["Digest"])
     if digest is None:
-        raise BuilderError(f"the push of {reference} ended without a digest",
+        raise PublishError(f"the push of {reference} ended without a digest",
                            "the engine's stream was cut; retry the release")
     return digest
 

@@ -26,7 +26,7 @@ import docker
 
 from builder.core.cache import sha256_file, sha256_json
 from builder.core.engine import connect
-from builder.core.errors import BuilderError
+from builder.core.errors import BuilderError, PublishError
 from builder.core.lock import VersionLock, lock_path
 from builder.core.options import Options, select_target
 from builder.image.build import (
@@ -185,7 +185,7 @@ def refuse_fast_builds(wheels: list[Path]) -> None:
         fast = is_fast_build_version(version) or \
             bool((read_extra_wheel(path).manifest or {}).get("fast_build"))
         if fast:
-            raise BuilderError(f"{path.name} is a --fast-build kernel wheel (its fused MoE "
+            raise PublishError(f"{path.name} is a --fast-build kernel wheel (its fused MoE "
                                "keeps one of the TMA warp-specialised tile shapes): it is "
                                "for smoke tests and is never released",
                                "build the kernel wheel without --fast-build")
@@ -229,7 +229,7 @@ def run_release(options: Options, image_options: ImageOptions, index: Index,
         what = f"target {options.target}" if options.target else "the default target"
         summary.not_published.append((f"the wheels and image of {what}",
                                       f"release stopped: {exc.cause}"))
-        raise BuilderError(exc.cause, exc.hint, report=summary) from None
+        raise PublishError(exc.cause, exc.hint, report=summary) from None
     summary.image = image
     artifacts = [w.path.name for w in image.wheels] + \
         [w.path.name for w in image.extra_wheels] + list(image.tags)
@@ -287,7 +287,7 @@ def run_release(options: Options, image_options: ImageOptions, index: Index,
             repository, _ = split_reference(tag)
             pulled = pull_by_digest(client, repository, pushed, auth)
             if pulled != image.image_id:
-                raise BuilderError(f"{repository}@{pushed} pulled back as {pulled}, not the "
+                raise PublishError(f"{repository}@{pushed} pulled back as {pulled}, not the "
                                    f"image that passed the gate ({image.image_id})",
                                    "check the registry")
             summary.published.append(Published("image", tag, tag.split("/", 1)[0], pushed,

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 from builder.core.cache import sha256_json
-from builder.core.errors import BuilderError
+from builder.core.errors import BuilderError, PublishError
 from builder.core.options import Options
 from builder.release.publish import Index, Published, upload_wheel, wheel_state
 from builder.release.run import ReleaseSummary
@@ -43,7 +43,7 @@ def _covered(wheels: list[WheelResult], gate: WheelGate,
     if gate == "build":
         return wheels
     if smoke_report is None:
-        raise BuilderError(
+        raise PublishError(
             "the smoke gate needs the smoke test's report from a GPU runner",
             "there: python -m builder smoke --mode host --sglang-wheel WHEEL --output "
             "smoke.json, then --smoke-report smoke.json; or --gate build to publish on the "
@@ -81,7 +81,7 @@ def run_publish_wheels(options: Options, index: Index, *, gate: WheelGate = "smo
     except BuilderError as exc:
         what = f"target {options.target}" if options.target else "the default target"
         summary.not_published.append((f"the wheels of {what}", f"stopped: {exc.cause}"))
-        raise BuilderError(exc.cause, exc.hint, report=summary) from None
+        raise PublishError(exc.cause, exc.hint, report=summary) from None
     names = {w.path.name for w in covered}
     summary.not_published += [(w.path.name, f"not covered by the {gate} gate (the smoke "
                                             "report tested another wheel)")
@@ -102,5 +102,5 @@ def run_publish_wheels(options: Options, index: Index, *, gate: WheelGate = "smo
     except BuilderError as exc:
         summary.not_published += [(w.path.name, f"stopped: {exc.cause}") for w in covered
                                   if w.path.name not in done]
-        raise BuilderError(exc.cause, exc.hint, report=summary) from None
+        raise PublishError(exc.cause, exc.hint, report=summary) from None
     return summary

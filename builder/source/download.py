@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.core.cache import sha256_file
-from builder.core.errors import BuilderError
+from builder.core.errors import BuilderError, SourceError
 from builder.core.progress import Reporter
 
 #: Seconds to wait to connect and between two reads.
@@ -83,14 +83,14 @@ def download(url: str, destination: Path, sha256: str, partial: Path,
     elif scheme in ("http", "https"):
         _fetch_http(url, partial, reporter)
     else:
-        raise BuilderError(f"{url!r} is not a URL", "give an https://, http:// or file:// URL")
+        raise SourceError(f"{url!r} is not a URL", "give an https://, http:// or file:// URL")
     actual = sha256_file(partial)
     if actual != sha256:
         partial.unlink(missing_ok=True)
-        raise BuilderError(f"sha256 mismatch for {destination.name} from {url}: got {actual},"
-                           f" pinned {sha256}",
-                           "the file changed upstream or the pin is wrong; nothing was "
-                           "unpacked")
+        raise SourceError(f"sha256 mismatch for {destination.name} from {url}: got {actual},"
+                          f" pinned {sha256}",
+                          "the file changed upstream or the pin is wrong; nothing was "
+                          "unpacked")
     destination.parent.mkdir(parents=True, exist_ok=True)
     partial.replace(destination)
 
@@ -104,8 +104,8 @@ def _copy_local(url: str, partial: Path, reporter: Reporter) -> None:
                 out.write(chunk)
                 bar.advance(bar.task_ids[0], len(chunk))
     except OSError as exc:
-        raise BuilderError(f"cannot read {url}: {exc.strerror or exc}",
-                           "check the pin's url") from None
+        raise SourceError(f"cannot read {url}: {exc.strerror or exc}",
+                          "check the pin's url") from None
 
 
 def _fetch_http(url: str, partial: Path, reporter: Reporter) -> None:
@@ -122,9 +122,9 @@ def _fetch_http(url: str, partial: Path, reporter: Reporter) -> None:
                 if r.status_code == 416 and have:  # the partial file is already complete
                     return
                 if r.status_code >= 400:
-                    raise BuilderError(f"{url} answered HTTP {r.status_code} {r.reason}",
-                                       "check the URL, the index URL (--index-url) and "
-                                       "the pin")
+                    raise SourceError(f"{url} answered HTTP {r.status_code} {r.reason}",
+                                      "check the URL, the index URL (--index-url) and "
+                                      "the pin")
                 resumed = r.status_code == 206 and _range_start(r) == have
                 if r.status_code == 206 and not resumed:  # not the range we asked for
                     partial.unlink(missing_ok=True)

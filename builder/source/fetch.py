@@ -29,7 +29,7 @@ from packaging.version import InvalidVersion, Version
 
 from builder.core.cache import Cache, legacy_entry, sha256_file, sha256_tree
 from builder.core.config import GitPin, Pin, SdistPin, SourceKind, Target, WheelPin
-from builder.core.errors import BuilderError
+from builder.core.errors import BuilderError, SourceError
 from builder.core.layout import Layout
 from builder.core.options import Options, select_target
 from builder.core.pipconfig import IndexChoice, resolve_index
@@ -162,32 +162,32 @@ def local_source(path: Path, upstream_version: str | None = None) -> SourceResul
     """
     tree = path.resolve()
     if not tree.exists():
-        raise BuilderError(f"source folder {path} does not exist", "check --source-dir")
+        raise SourceError(f"source folder {path} does not exist", "check --source-dir")
     if not tree.is_dir():
-        raise BuilderError(f"{path} is not a folder", "point --source-dir at a source tree")
+        raise SourceError(f"{path} is not a folder", "point --source-dir at a source tree")
     layout = Layout.detect(tree)
     claimed = _pkg_info(layout.package_root(tree))
     if claimed is not None:
         # An unpacked sdist says what it is: never label it as another project or release.
         name, released = claimed
         if name is not None and canonicalize_name(name) != "sglang":
-            raise BuilderError(f"{path} is {name} (its PKG-INFO), not SGLang",
-                               "point --source-dir at an SGLang checkout or unpacked sdist")
+            raise SourceError(f"{path} is {name} (its PKG-INFO), not SGLang",
+                              "point --source-dir at an SGLang checkout or unpacked sdist")
         if upstream_version and _other_release(upstream_version, released):
-            raise BuilderError(f"{path} is SGLang {released} (its PKG-INFO), not "
-                               f"{upstream_version} (--target / --upstream-version)",
-                               f"point --source-dir at the {upstream_version} tree, or patch "
-                               f"this one as {released} (--upstream-version {released}, or a "
-                               f"target pinned to {released})")
+            raise SourceError(f"{path} is SGLang {released} (its PKG-INFO), not "
+                              f"{upstream_version} (--target / --upstream-version)",
+                              f"point --source-dir at the {upstream_version} tree, or patch "
+                              f"this one as {released} (--upstream-version {released}, or a "
+                              f"target pinned to {released})")
     version_text = upstream_version or (claimed[1] if claimed else None)
     if not version_text:
-        raise BuilderError(f"cannot tell the upstream version of {path}",
-                           "pass --upstream-version (e.g. 0.5.9)")
+        raise SourceError(f"cannot tell the upstream version of {path}",
+                          "pass --upstream-version (e.g. 0.5.9)")
     try:
         version = Version(version_text)
     except InvalidVersion:
-        raise BuilderError(f"{version_text!r} is not a PEP 440 version",
-                           "pass --upstream-version like 0.5.9") from None
+        raise SourceError(f"{version_text!r} is not a PEP 440 version",
+                          "pass --upstream-version like 0.5.9") from None
     newest = max((p.lstat().st_mtime for p in tree.rglob("*") if ".git" not in p.parts),
                  default=0.0)
     return SourceResult(tree=tree, layout=layout, pin=None, upstream_version=version,
@@ -283,12 +283,12 @@ def _find_on_index(pin: SdistPin | WheelPin, index_url: str) -> str:
     for item in files:
         if item.sha256 == pin.sha256:
             if item.name != pin.filename:
-                raise BuilderError(f"sha256 {pin.sha256} on {page_url} belongs to {item.name},"
-                                   f" not {pin.filename}", "fix the pin in the targets file")
+                raise SourceError(f"sha256 {pin.sha256} on {page_url} belongs to {item.name},"
+                                  f" not {pin.filename}", "fix the pin in the targets file")
             return item.url
     same_name = [f"{f.name} (sha256 {f.sha256 or 'not listed'})" for f in files
                  if f.name == pin.filename]
-    raise BuilderError(
+    raise SourceError(
         f"sha256 mismatch: no file on {page_url} has the pinned sha256 {pin.sha256}"
         + (f"; the index has {same_name[0]}" if same_name else
            f"; {pin.filename} is not listed there"),
@@ -336,8 +336,8 @@ def find_release(project: str, version: str, index_url: str | None = None
             ranked.append(((int(item.yanked), kind, item.name), pin))
     if ranked:
         return min(ranked, key=lambda pair: pair[0])[1]
-    raise BuilderError(f"{page_url} lists no sdist or wheel (with a sha256) for {version}",
-                       "check the version number")
+    raise SourceError(f"{page_url} lists no sdist or wheel (with a sha256) for {version}",
+                      "check the version number")
 
 
 @dataclass(frozen=True)
@@ -439,13 +439,13 @@ def remote_wheel_metadata(url: str) -> email.message.Message:
             names = [n for n in wheel.namelist()
                      if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
             if len(names) != 1:
-                raise BuilderError(f"{url} is not a wheel with one .dist-info/METADATA",
-                                   "check the index's file listing")
+                raise SourceError(f"{url} is not a wheel with one .dist-info/METADATA",
+                                  "check the index's file listing")
             return email.parser.BytesParser().parsebytes(wheel.read(names[0]))
     except (RemoteZipError, OSError, zipfile.BadZipFile, requests.RequestException) as exc:
-        raise BuilderError(f"could not read the METADATA of {url}: {exc}",
-                           "the index must serve files with HTTP range requests (PyPI "
-                           "does); or pass --cuda-lane") from None
+        raise SourceError(f"could not read the METADATA of {url}: {exc}",
+                          "the index must serve files with HTTP range requests (PyPI "
+                          "does); or pass --cuda-lane") from None
 
 
 # --- git ---------------------------------------------------------------------------------
@@ -462,12 +462,12 @@ def _fetch_git(pin: GitPin, version: Version, cache: Cache,
             repo = git.Repo.clone_from(str(mirror), str(tmp / "tree"), no_checkout=True)
             repo.git.checkout("--detach", pin.commit)
         except git.GitCommandError as exc:
-            raise BuilderError(f"cannot check out {pin.commit}: {_git_message(exc)}",
-                               "the mirror may be damaged: delete it from the cache") from None
+            raise SourceError(f"cannot check out {pin.commit}: {_git_message(exc)}",
+                              "the mirror may be damaged: delete it from the cache") from None
         head = repo.head.commit.hexsha
         if head != pin.commit:
-            raise BuilderError(f"checked-out HEAD {head} is not the pin {pin.commit}",
-                               "the mirror may be damaged: delete it from the cache")
+            raise SourceError(f"checked-out HEAD {head} is not the pin {pin.commit}",
+                              "the mirror may be damaged: delete it from the cache")
         meta = {"source_date_epoch": repo.head.commit.committed_date,
                 "tree_sha256": sha256_tree(tmp / "tree", exclude=frozenset({".git"}))}
         repo.close()
@@ -480,8 +480,8 @@ def _fetch_git(pin: GitPin, version: Version, cache: Cache,
     head = repo.head.commit.hexsha
     repo.close()
     if head != pin.commit:
-        raise BuilderError(f"cached checkout {tree} has HEAD {head}, not {pin.commit}",
-                           f"delete {entry.path} and run again")
+        raise SourceError(f"cached checkout {tree} has HEAD {head}, not {pin.commit}",
+                          f"delete {entry.path} and run again")
     return SourceResult(tree=tree, layout=Layout.detect(tree), pin=pin,
                         upstream_version=version,
                         source_date_epoch=int(entry.meta["source_date_epoch"]), key=key,
@@ -517,8 +517,8 @@ def _mirror_with_commit(pin: GitPin, cache: Cache, reporter: Reporter) -> Path:
         try:
             git.Repo.clone_from(pin.url, str(tmp / "mirror.git"), mirror=True).close()
         except git.GitCommandError as exc:
-            raise BuilderError(f"could not clone {pin.url}: {_git_message(exc)}",
-                               "check the URL or path and your network") from None
+            raise SourceError(f"could not clone {pin.url}: {_git_message(exc)}",
+                              "check the URL or path and your network") from None
 
     # A mirror is fetched into after it is made, so no file of it is recorded.
     mirror = cache.artifact("git", key, clone, record="",
@@ -531,11 +531,11 @@ def _mirror_with_commit(pin: GitPin, cache: Cache, reporter: Reporter) -> Path:
             try:
                 repo.git.fetch("--prune", "origin")
             except git.GitCommandError as exc:
-                raise BuilderError(f"could not fetch {pin.url}: {_git_message(exc)}",
-                                   "check the URL or path and your network") from None
+                raise SourceError(f"could not fetch {pin.url}: {_git_message(exc)}",
+                                  "check the URL or path and your network") from None
             if not _has_commit(repo, pin.commit):
-                raise BuilderError(f"commit {pin.commit} is not in {pin.url}",
-                                   "check the pin; it must be a commit of that repository")
+                raise SourceError(f"commit {pin.commit} is not in {pin.url}",
+                                  "check the pin; it must be a commit of that repository")
     finally:
         repo.close()
     return mirror / "mirror.git"
@@ -571,7 +571,7 @@ def obtain_source(options: Options, target: Target | None) -> SourceResult:
                                                if target and options.target else None)
         return local_source(options.source_dir, version)
     if target is None:
-        raise BuilderError("no source given", "pass --target NAME or --source-dir DIR")
+        raise SourceError("no source given", "pass --target NAME or --source-dir DIR")
     return fetch_source(target, cache=options.cache, kind=options.source,
                         index_url=options.index_url, git_url=options.git_url,
                         reporter=options.reporter)

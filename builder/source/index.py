@@ -20,7 +20,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from builder.core.errors import BuilderError
+from builder.core.errors import BuilderError, SourceError
 from builder.source.download import TIMEOUT_S, session, unreachable
 
 # PEP 691 content negotiation: JSON preferred, HTML accepted (the spec's example header).
@@ -73,11 +73,11 @@ def project_files(project: str, index_url: str) -> tuple[str, list[IndexFile]]:
         else:
             page_url, page = _http_page(project, page_url)
     except UnsupportedContentTypeError as exc:
-        raise BuilderError(f"{page_url} is not a simple index page ({exc.content_type})",
-                           "check --index-url: it names the index's /simple root") from None
+        raise SourceError(f"{page_url} is not a simple index page ({exc.content_type})",
+                          "check --index-url: it names the index's /simple root") from None
     except UnsupportedRepoVersionError as exc:
-        raise BuilderError(f"{page_url} uses simple API version {exc.declared_version}, "
-                           "newer than this builder reads", "use another index") from None
+        raise SourceError(f"{page_url} uses simple API version {exc.declared_version}, "
+                          "newer than this builder reads", "use another index") from None
     files = [IndexFile(name=pkg.filename, url=pkg.url,
                        sha256=(pkg.digests.get("sha256") or "").lower(),
                        yanked=bool(pkg.is_yanked)) for pkg in page.packages]
@@ -93,14 +93,14 @@ def _http_page(project: str, page_url: str) -> tuple[str, Any]:
     except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
         raise unreachable(page_url, exc) from None
     except requests.exceptions.RequestException as exc:
-        raise BuilderError(f"cannot read {page_url}: {exc}", "check --index-url") from None
+        raise SourceError(f"cannot read {page_url}: {exc}", "check --index-url") from None
     if response.status_code == 404:
-        raise BuilderError(f"{page_url} answered HTTP 404: the index has no project "
-                           f"{canonicalize_name(project)}", "check --index-url and the "
-                           "project name")
+        raise SourceError(f"{page_url} answered HTTP 404: the index has no project "
+                          f"{canonicalize_name(project)}", "check --index-url and the "
+                          "project name")
     if response.status_code >= 400:
-        raise BuilderError(f"{page_url} answered HTTP {response.status_code} "
-                           f"{response.reason}", "check --index-url, or try again later")
+        raise SourceError(f"{page_url} answered HTTP {response.status_code} "
+                          f"{response.reason}", "check --index-url, or try again later")
     final = response.url  # after redirects: relative file URLs resolve against it
     try:
         return final, ProjectPage.from_response(response, project)
@@ -121,8 +121,8 @@ def _file_page(project: str, page_url: str) -> tuple[str, Any]:
                 return page_url, ProjectPage.from_html(project, body, page_url)
             except ValueError as exc:
                 raise _malformed(page_url, body, exc) from None
-    raise BuilderError(f"{folder} has no index.html or index.json: the index has no project "
-                       f"{canonicalize_name(project)}", "check --index-url")
+    raise SourceError(f"{folder} has no index.html or index.json: the index has no project "
+                      f"{canonicalize_name(project)}", "check --index-url")
 
 
 def _malformed(page_url: str, body: bytes, exc: ValueError) -> BuilderError:

@@ -42,7 +42,7 @@ from builder.core.cache import (
     sha256_tree,
 )
 from builder.core.config import Pin, Target, WheelPin, local_version
-from builder.core.errors import BuilderError
+from builder.core.errors import BuildError
 from builder.core.layout import Layout
 from builder.core.lock import VersionLock, lock_path
 from builder.core.options import Options, select_target
@@ -225,8 +225,8 @@ def _run_build(package_root: Path, out_dir: Path, env_vars: Mapping[str, str],
             handle.writelines(f"warning: {w.message}\n" for w in caught)
     except (build.BuildException, build.BuildBackendException,
             subprocess.CalledProcessError) as exc:
-        raise BuilderError(f"building the wheel failed: {exc}\n{_tail(log)}",
-                           f"full log: {log}") from None
+        raise BuildError(f"building the wheel failed: {exc}\n{_tail(log)}",
+                         f"full log: {log}") from None
     return wheel_path, installed
 
 
@@ -235,8 +235,8 @@ def _metadata_version(wheel: Path) -> str:
         names = [n for n in archive.namelist()
                  if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
         if len(names) != 1:
-            raise BuilderError(f"{wheel.name} has {len(names)} METADATA files",
-                               "the build backend produced a broken wheel; see its log")
+            raise BuildError(f"{wheel.name} has {len(names)} METADATA files",
+                             "the build backend produced a broken wheel; see its log")
         metadata = archive.read(names[0])
     return str(read_metadata(metadata, f"{wheel.name}: METADATA").version)
 
@@ -281,9 +281,9 @@ def verify_tree(patched: PatchResult) -> None:
                            (patched.tree, patched.tree_sha256)):
         if recorded is not None and \
                 sha256_tree(tree, exclude=frozenset({".git"})) != recorded:
-            raise BuilderError(f"the cache entry {tree} was modified after it was made",
-                               f"delete {tree.parent} and run again; never edit the cache "
-                               "(use --source-dir for a tree of your own)")
+            raise BuildError(f"the cache entry {tree} was modified after it was made",
+                             f"delete {tree.parent} and run again; never edit the cache "
+                             "(use --source-dir for a tree of your own)")
 
 
 def build_wheel(patched: PatchResult, *, version: str, cache: Cache, dist_dir: Path,
@@ -313,7 +313,7 @@ def build_wheel(patched: PatchResult, *, version: str, cache: Cache, dist_dir: P
     """
     reporter = reporter or Reporter(quiet=True)
     if dist_dir.exists() and not dist_dir.is_dir():
-        raise BuilderError(f"{dist_dir} is not a folder", "pass --dist a folder for the wheels")
+        raise BuildError(f"{dist_dir} is not a folder", "pass --dist a folder for the wheels")
     epoch = patched.source.source_date_epoch
     # Every input of the wheel's bytes: the tree, the version, the time, the tools, and
     # the report and target that go into the provenance record.
@@ -350,10 +350,10 @@ def build_wheel(patched: PatchResult, *, version: str, cache: Cache, dist_dir: P
         name, built_version, _, _ = parse_wheel_filename(built.name)
         if name != PACKAGE_NAME or built_version != Version(version) or \
                 _metadata_version(built) != version:
-            raise BuilderError(f"built {built.name} (METADATA {_metadata_version(built)})"
-                               f" but expected {PACKAGE_NAME} {version}",
-                               "is SETUPTOOLS_SCM_PRETEND_VERSION honoured by this "
-                               "release's pyproject?")
+            raise BuildError(f"built {built.name} (METADATA {_metadata_version(built)})"
+                             f" but expected {PACKAGE_NAME} {version}",
+                             "is SETUPTOOLS_SCM_PRETEND_VERSION honoured by this "
+                             "release's pyproject?")
         record = _provenance(patched, version, target, requirements, notes)
         _add_provenance(built, tmp / built.name, record, epoch)
         shutil.rmtree(pristine)
@@ -444,8 +444,8 @@ def upstream_wheel(patched: PatchResult, pin: WheelPin, *, target: str | None,
     """
     archive = patched.source.archive
     if archive is None or sha256_file(archive) != pin.sha256:
-        raise BuilderError(f"the download of {pin.filename} does not match its pin "
-                           f"{pin.sha256}", "delete it from the cache and run again")
+        raise BuildError(f"the download of {pin.filename} does not match its pin "
+                         f"{pin.sha256}", "delete it from the cache and run again")
     version = str(patched.source.upstream_version)
     record = {**_provenance(patched, version, target, {}, notes), "wheel": "upstream"}
     destination = dist_dir / pin.filename
@@ -507,11 +507,11 @@ def run_wheels(options: Options) -> list[WheelResult]:
                 results.append(upstream_wheel(patched, pin, target=target.name,
                                               dist_dir=options.dist_dir, notes=notes))
                 continue
-            raise BuilderError(f"no patch of the series changes upstream "
-                               f"{source.upstream_version}: the wheel would be upstream's "
-                               "under our label", "pin the release's own wheels (python -m "
-                               "builder bump does), which are then shipped unchanged; or "
-                               "check the series' version ranges", report=patched.report)
+            raise BuildError(f"no patch of the series changes upstream "
+                             f"{source.upstream_version}: the wheel would be upstream's "
+                             "under our label", "pin the release's own wheels (python -m "
+                             "builder bump does), which are then shipped unchanged; or "
+                             "check the series' version ranges", report=patched.report)
         version = local_version(source.upstream_version, target.local_label)
         results.append(build_wheel(patched, version=version, cache=options.cache,
                                    dist_dir=options.dist_dir, target=target.name,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from builder.core.errors import BuilderError
+from builder.core.errors import BuildError
 from builder.core.reproducible import record_timestamp as record_timestamp
 from builder.core.reproducible import zip_timestamp as zip_timestamp  # moved to core
 from builder.source.archive import read_metadata
@@ -63,21 +63,21 @@ def refuse_unshipped(path: str) -> None:
     name = path.rsplit("/", 1)[-1]
     top = path.split("/", 1)[0]
     if path.endswith(COMPILED_SUFFIXES) or name in BUILD_FILES:
-        raise BuilderError(f"{path} is compiled code or a build file: patching a released "
-                           "wheel only swaps pure-Python and data files",
-                           "build this target from source (a git pin and --source git) "
-                           "to change it")
+        raise BuildError(f"{path} is compiled code or a build file: patching a released "
+                         "wheel only swaps pure-Python and data files",
+                         "build this target from source (a git pin and --source git) "
+                         "to change it")
     if top.endswith((".dist-info", ".data")) or ("/" not in path and name.endswith(".pth")):
-        raise BuilderError(f"{path} is wheel metadata or a .pth file: a patch may not change "
-                           "it on the repack path", "patch the package's own files instead")
+        raise BuildError(f"{path} is wheel metadata or a .pth file: a patch may not change "
+                         "it on the repack path", "patch the package's own files instead")
 
 
 def _dist_info(archive: zipfile.ZipFile, wheel: Path) -> str:
     folders = {n.split("/", 1)[0] for n in archive.namelist()
                if n.count("/") == 1 and n.endswith(".dist-info/WHEEL")}
     if len(folders) != 1:
-        raise BuilderError(f"{wheel.name} has {len(folders)} .dist-info folders with a WHEEL "
-                           "file", "this is not a valid wheel")
+        raise BuildError(f"{wheel.name} has {len(folders)} .dist-info folders with a WHEEL "
+                         "file", "this is not a valid wheel")
     return folders.pop()
 
 
@@ -217,9 +217,9 @@ def verify_repack(original: Path, repacked: RepackResult) -> None:
         try:
             contents = {n: new.read(n) for n in names}
         except Exception as exc:  # wheel raises WheelError on a hash mismatch
-            raise BuilderError(f"{repacked.path.name}: RECORD does not match its content: "
-                               f"{exc}", "this is a bug in the repack; please report it"
-                               ) from None
+            raise BuildError(f"{repacked.path.name}: RECORD does not match its content: "
+                             f"{exc}", "this is a bug in the repack; please report it"
+                             ) from None
     with zipfile.ZipFile(original) as old:
         old_info = _dist_info(old, original)
         old_data = old_info[:-len(".dist-info")] + ".data/"
@@ -231,15 +231,15 @@ def verify_repack(original: Path, repacked: RepackResult) -> None:
                 rest = entry[len(old_info) + 1:]
                 if rest not in ("METADATA", "RECORD") and \
                         contents.get(f"{repacked.dist_info}/{rest}") != old.read(entry):
-                    raise BuilderError(f"{repacked.path.name}: {rest} differs from upstream's",
-                                       "a repack bug")
+                    raise BuildError(f"{repacked.path.name}: {rest} differs from upstream's",
+                                     "a repack bug")
                 continue
             if entry in repacked.removed:
                 continue
             renamed = f"{repacked.data}/{entry[len(old_data):]}" \
                 if entry.startswith(old_data) else entry
             if renamed not in contents:
-                raise BuilderError(f"{repacked.path.name} lost {entry}", "a repack bug")
+                raise BuildError(f"{repacked.path.name} lost {entry}", "a repack bug")
             if entry not in allowed and contents[renamed] != old.read(entry):
-                raise BuilderError(f"{repacked.path.name}: {entry} differs from upstream "
-                                   "but no patch changed it", "a repack bug")
+                raise BuildError(f"{repacked.path.name}: {entry} differs from upstream "
+                                 "but no patch changed it", "a repack bug")
