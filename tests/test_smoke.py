@@ -573,7 +573,8 @@ def test_malformed_probe_results_are_refused_with_one_message(data: object,
 
 
 def test_a_malformed_saved_probe_output_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ProbeOutputError, match=r"^line 2 of the probe's output: Unterminated string"):
+    with pytest.raises(ProbeOutputError,
+                       match=r"^line 2 of the probe's output: Unterminated string"):
         ProbeResults.from_output("noise\n" + RESULT_PREFIX + '{"name": "runner", "sta')
     (tmp_path / "probe.out").write_text(RESULT_PREFIX + '{"name": "runner"}\n')
     done = run_cli("smoke", "--probe-output", str(tmp_path / "probe.out"))
