@@ -773,6 +773,32 @@ def test_a_probe_run_by_hand_is_judged_the_same(installed: tuple[Path, Path],
     assert judged["artifacts"] == direct["artifacts"]
 
 
+def test_the_static_reader_runs_from_its_file_in_the_tested_interpreter(
+        installed: tuple[Path, Path]) -> None:
+    # The static smoke test's reader (builder/smoke/script/static_probe.py) run as in the
+    # image, ``python -c`` with its spec in SM120_SMOKE, on the installed patched sglang.
+    from builder.smoke.static import _PROBE
+
+    python, wheel = installed
+    assert (SCRIPT_DIR / "static_probe.py").read_text() == _PROBE
+    spec = {"dists": ["sglang", "flashinfer-jit-cache", "no-such-dist"],
+            "provenance_file": "sm120-provenance.json",
+            "lines": [{"path": "sglang/srt/model_executor/model_runner.py", "line": 1},
+                      {"path": "sglang/no/such.py", "line": 1}],
+            "profile": "/no/profile", "launcher": "/no/launcher", "launcher_args": []}
+    done = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, check=True,
+                          env={"SM120_SMOKE": json.dumps(spec), "PATH": "/usr/bin:/bin"})
+    found = json.loads(done.stdout)
+    provenance, _ = wheel_provenance(wheel)
+    assert found["provenance"] == provenance
+    assert found["dists"]["sglang"]["version"] == "0.5.9+sm120.7"
+    assert found["dists"]["flashinfer-jit-cache"]["version"] == "0.6.3+sm90.test"
+    assert found["dists"]["no-such-dist"] is None
+    assert found["wheel_tags"] == ["py3-none-any"]
+    assert found["lines"][0] is not None and found["lines"][1] is None
+    assert (found["profile_sha256"], found["launcher"]) == (None, None)
+
+
 def test_sglang_check_compares_provenance_with_the_artifact(
         installed: tuple[Path, Path], tmp_path: Path) -> None:
     python, wheel = installed
