@@ -525,23 +525,27 @@ class ProbeRun:
     stderr_tail: str
 
 
-def parse_probe_output(stdout: str, source: str = "the probe") -> ProbeResults:
+def parse_probe_output(stdout: str, saved: Path | None = None) -> ProbeResults:
     """The probe's results from its standard output (other lines are ignored).
 
     Args:
         stdout: the probe's standard output.
-        source: what printed it, for the message.
+        saved: the file it was read from (``--probe-output``), or ``None`` for a run.
 
     Raises:
         BuilderError: a result line is malformed (:class:`ConfigurationError` for a saved
-            output given with ``--probe-output``).
+            output: the user's file).
     """
     try:
         return ProbeResults.from_output(stdout)
     except ProbeOutputError as exc:
-        error = ConfigurationError if source != "the probe" else BuilderError
-        raise error(f"{source} is not the probe's output: {exc}",
-                    "give the unedited standard output of smoke_probe.py") from None
+        if saved is not None:
+            raise ConfigurationError(f"{saved} is not the probe's output: {exc}",
+                                     "give the unedited standard output of smoke_probe.py"
+                                     ) from None
+        raise BuilderError(f"the probe printed a malformed result: {exc}",
+                           "is something else printing lines that start like the probe's?"
+                           ) from None
 
 
 def probe_files() -> dict[str, bytes]:
@@ -761,7 +765,7 @@ def run_smoke(options: SmokeOptions) -> SmokeReport:
         except OSError as exc:
             raise BuilderError(f"cannot read {options.probe_output}: {exc.strerror}",
                                "give the saved standard output of smoke_probe.py") from None
-        run = ProbeRun(parse_probe_output(text, str(options.probe_output)), 0, "")
+        run = ProbeRun(parse_probe_output(text, options.probe_output), 0, "")
     else:
         options.reporter.info("Running the probe in this environment ...")
         run = run_probe_host(options.python or sys.executable, args, options.probe_timeout)
