@@ -306,3 +306,70 @@ def test_no_module_but_the_cache_writes_a_cache_manifest() -> None:
         "planted.py:11: a build function writes JSON (its metadata is what it returns)",
         "planted.py:13: writes JSON into a cache entry",
         "planted.py:5: makes a cache entry by hand (.building)"], planted
+
+
+# What the smoke probe's script side may import: the standard library, its neighbours in
+# builder/smoke/script/ (links to builder/core/arch.py and builder/smoke/shared.py), and the
+# stack it tests, only inside the checks that need it: torch, FlashInfer (and its kernel
+# wheel, flashinfer_jit_cache), sglang (its metadata), safetensors (the tiny model) and
+# pynvml (nvidia-ml-py, the driver's version).
+PROBE_SCRIPT = ROOT / "builder" / "smoke" / "script"
+GPU_STACK = frozenset({"torch", "flashinfer", "flashinfer_jit_cache", "sglang", "safetensors",
+                       "pynvml"})
+
+
+def _script_imports(folder: Path) -> list[str]:
+    """``file:line: module`` for every import in the script folder's files that is neither
+    the standard library, a neighbour nor the GPU stack; imports at module level, inside
+    functions, under ``TYPE_CHECKING`` and through ``importlib.import_module("name")``."""
+    files = sorted(folder.glob("*.py"))
+    neighbours = {path.stem for path in files}
+    allowed = set(sys.stdlib_module_names) | neighbours | GPU_STACK | {"__future__"}
+    found = []
+    for path in files:
+        tree = ast.parse(path.read_text(), filename=str(path))  # read through the links
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = ["." if node.level else node.module or ""]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name) \
+                    and (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) \
+                    == "import_module" and node.args and \
+                    isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+                names = [node.args[0].value]
+            for name in names:
+                if name.split(".")[0] not in allowed:
+                    found.append(f"{path.name}:{node.lineno}: {name}")
+    return found
+
+
+def test_the_probe_script_imports_only_the_standard_library_and_the_gpu_stack(
+        tmp_path: Path) -> None:
+    assert {"smoke_probe.py", "sm120_arch.py", "smoke_shared.py", "tiny_model.py"} <= \
+        {p.name for p in PROBE_SCRIPT.glob("*.py")}
+    assert _script_imports(PROBE_SCRIPT) == []
+    # The builder reads the script's output, never imports it as code.
+    script_modules = {p.stem for p in PROBE_SCRIPT.glob("*.py")}
+    for path in (ROOT / "builder").rglob("*.py"):
+        if path.parent == PROBE_SCRIPT:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                modules = [a.name for a in node.names] if isinstance(node, ast.Import) \
+                    else [node.module or ""]
+                assert not any(m.split(".")[0] in script_modules or
+                               m.startswith("builder.smoke.script") for m in modules), path
+    # Planted: the builder at module level, and requests inside a check.
+    planted = tmp_path / "script"
+    shutil.copytree(PROBE_SCRIPT, planted)
+    probe = planted / "smoke_probe.py"
+    text = probe.read_text()
+    text = text.replace("import argparse\n", "import argparse\nimport builder.core.cache\n", 1)
+    text = text.replace('    """Check 1: the GPU', '    import requests\n    """Check 1: the GPU',
+                        1)
+    probe.write_text(text)
+    found = _script_imports(planted)
+    assert len(found) == 2 and found[0].endswith(": builder.core.cache") and \
+        found[1].endswith(": requests"), found

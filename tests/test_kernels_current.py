@@ -39,7 +39,7 @@ from builder.kernels.run import build_environment
 
 # The CPU torch on this machine's disk (compiling needs no CUDA torch; see test_kernels_build).
 TORCH = "torch==2.13.0"
-SMOKE = REPO / "builder" / "smoke"
+SMOKE = REPO / "builder" / "smoke" / "script"  # run by path, as the tested interpreter does
 
 
 def _environment(cache: Path, target: str):
@@ -157,7 +157,7 @@ def _check_provider_pair(built: dict, tmp_path: Path, build_python: Path) -> dic
         f"sys.path.insert(0, {str(SMOKE)!r})\n"
         "import flashinfer\n"
         "from flashinfer.jit import env, norm\n"
-        "import probe\n"
+        "import smoke_probe as probe\n"
         "spec = norm.gen_norm_module()\n"
         "manifest, folder = probe.read_manifest()\n"
         "print(json.dumps({'version': flashinfer.__version__, 'aot': spec.is_aot,\n"

@@ -6,6 +6,7 @@ pretends a GPU: where the probe needs one, the tests assert that it says there i
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import math
 import shutil
@@ -18,14 +19,20 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import REPO, TEST_CACHE, run_cli, write_project
+from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
 from builder import Options
+from builder.core import arch
+from builder.core.arch import arch_runs_on, flashinfer_arch, parse_arch
 from builder.core.cache import sha256_json
 from builder.core.errors import BuilderError
+from builder.kernels.pins import sm120_arch
 from builder.patching.series import load_series
 from builder.smoke.container import classify_engine_error
 from builder.smoke.gpu import (
+    PROBE_FILES,
+    SCRIPT_DIR,
     CheckResult,
     SmokeReport,
     check_lockstep,
@@ -36,28 +43,40 @@ from builder.smoke.gpu import (
     wheel_provenance,
     write_report,
 )
-from builder.smoke.probe import (
+from builder.smoke.shared import (
     MISSING_MODULE,
     RESULT_PREFIX,
-    _captured,
-    arch_runs_on,
+    ProbeCheck,
+    ProbeOutputError,
+    ProbeResults,
+    Reason,
     autotune_summary,
     classify_line,
     count_warnings,
-    flashinfer_arch,
-    fp8_quantize,
-    fp8_round_trip,
-    moe_case,
-    moe_module_name,
-    moe_problem,
-    moe_reference,
-    moe_verdict,
-    parse_arch,
     parse_manifest,
-    relative_error,
-    route,
 )
 from builder.wheel.build import run_wheel
+
+
+def _script(name: str) -> object:
+    """A module of builder/smoke/script/, loaded as the tested interpreter loads it: by
+    name from its own folder (the builder itself never imports these)."""
+    if str(SCRIPT_DIR) not in sys.path:
+        sys.path.insert(0, str(SCRIPT_DIR))
+    return importlib.import_module(name)
+
+
+probe: object = _script("smoke_probe")
+_captured = probe._captured  # type: ignore[attr-defined]
+fp8_quantize = probe.fp8_quantize  # type: ignore[attr-defined]
+fp8_round_trip = probe.fp8_round_trip  # type: ignore[attr-defined]
+moe_case = probe.moe_case  # type: ignore[attr-defined]
+moe_module_name = probe.moe_module_name  # type: ignore[attr-defined]
+moe_problem = probe.moe_problem  # type: ignore[attr-defined]
+moe_reference = probe.moe_reference  # type: ignore[attr-defined]
+moe_verdict = probe.moe_verdict  # type: ignore[attr-defined]
+relative_error = probe.relative_error  # type: ignore[attr-defined]
+route = probe.route  # type: ignore[attr-defined]
 
 # ---------------------------------------------------------------------------------------
 # Log classification, on lines as FlashInfer 0.6.3 prints them: the autotuner's warning
@@ -276,8 +295,34 @@ def test_arch_parsing_and_binary_compatibility() -> None:
     assert arch_runs_on("12.0f", (12, 1))            # family: later minors of 12
     assert not arch_runs_on("12.0f", (10, 0))
     assert arch_runs_on("8.0", (8, 9)) and not arch_runs_on("8.9", (8, 0))
-    assert flashinfer_arch((9, 0)) == "9.0a" and flashinfer_arch((12, 0)) == "12.0a"
-    assert flashinfer_arch((8, 9)) == "8.9"
+    assert flashinfer_arch((9, 0), "0.6.3") == "9.0a"
+    assert flashinfer_arch((12, 0), "0.6.3") == "12.0a"
+    assert flashinfer_arch((12, 0), "0.7.2") == "12.0f"
+    assert flashinfer_arch((9, 0), "0.7.2") == "9.0a"
+    assert flashinfer_arch((8, 9), "0.7.2") == "8.9"
+    with pytest.raises(ValueError, match="not a version"):
+        flashinfer_arch((12, 0), "unknown")
+
+
+# What FlashInfer detects on an SM120 GPU, by release (shared/design.md): 12.0a up to
+# 0.6.6, 12.0f from 0.6.7, pre- and post-releases counted by their release numbers.
+SM120_ARCH = {"0.5.3": "12.0a", "0.6.3": "12.0a", "0.6.6": "12.0a", "0.6.6.post1": "12.0a",
+              "0.6.7": "12.0f", "0.6.14": "12.0f", "0.7.0rc1": "12.0f", "0.7.2": "12.0f"}
+
+
+def test_the_kernel_build_and_the_probe_pick_the_same_sm120_arch() -> None:
+    # The kernel stage's rule and the one the probe's check 1 calls (the name it calls,
+    # in the probe as the tested interpreter loads it) must agree release by release.
+    for version, expected in SM120_ARCH.items():
+        build_side = sm120_arch(Version(version))
+        probe_side = probe.flashinfer_arch((12, 0), version)  # type: ignore[attr-defined]
+        assert (build_side, probe_side) == (expected, expected), version
+    # One rule, not a copy: the probe's neighbour is a link to the builder's module.
+    link = SCRIPT_DIR / "sm120_arch.py"
+    assert link.is_symlink() and link.resolve() == Path(arch.__file__).resolve()
+    shared = SCRIPT_DIR / "smoke_shared.py"
+    assert shared.is_symlink() and shared.resolve() == \
+        (REPO / "builder" / "smoke" / "shared.py").resolve()
 
 
 def test_fused_moe_module_follows_cutlass_fused_moe_s_choice() -> None:
@@ -481,10 +526,63 @@ def test_report_round_trips_through_json(tmp_path: Path) -> None:
 def test_probe_output_is_read_among_other_prints() -> None:
     out = "\n".join(["some library printed this",
                      RESULT_PREFIX + json.dumps({"name": "runner", "status": "failed",
-                                                 "detail": "no CUDA device", "data": {}}),
+                                                 "detail": "no CUDA device", "data": {},
+                                                 "reason": "no-device"}),
                      "[W] more noise", ""])
-    assert parse_probe_output(out) == {"runner": {"name": "runner", "status": "failed",
-                                                  "detail": "no CUDA device", "data": {}}}
+    runner = ProbeCheck("runner", "failed", "no CUDA device", {}, Reason.NO_DEVICE)
+    assert parse_probe_output(out) == ProbeResults(runner=runner)
+    assert parse_probe_output(out).no_device() == runner
+    # "No GPU" is the reason, not the wording: torch missing is another reason.
+    no_torch = ProbeCheck("runner", "failed", "no CUDA device", {}, Reason.NO_TORCH)
+    assert ProbeResults(runner=no_torch).no_device() is None
+    assert ProbeResults().no_device() is None
+
+
+def test_probe_results_round_trip_and_name_their_fields() -> None:
+    results = ProbeResults(
+        runner=ProbeCheck("runner", "passed", "a GPU", {"gpu": "x"}),
+        sglang_data=ProbeCheck("sglang-data", "passed", "collected", {"version": "0.5.9"}),
+        moe_autotune=ProbeCheck("moe-autotune", "failed", "no CUDA device", {},
+                                Reason.NO_DEVICE))
+    data = json.loads(json.dumps(results.to_json()))
+    assert [c["name"] for c in data["checks"]] == ["runner", "sglang-data", "moe-autotune"]
+    assert ProbeResults.from_json(data) == results
+    lines = "\n".join(RESULT_PREFIX + json.dumps(c) for c in data["checks"])
+    assert ProbeResults.from_output(lines) == results
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ([], 'probe results are {"checks": [...]}'),
+    ({"checks": {}}, 'probe results are {"checks": [...]}'),
+    ({"checks": ["runner"]}, "a probe result is a JSON object"),
+    ({"checks": [{"name": "runner", "status": "passed"}]},
+     "probe result 'runner': needs a string name and detail"),
+    ({"checks": [{"name": "runner", "status": "ok", "detail": ""}]},
+     "probe result 'runner' has unknown status 'ok'"),
+    ({"checks": [{"name": "runner", "status": "failed", "detail": "", "reason": "gone"}]},
+     "probe result 'runner' has unknown reason 'gone'"),
+    ({"checks": [{"name": "sglang", "status": "failed", "detail": ""}]},
+     "unknown probe result 'sglang'"),
+    ({"checks": [{"name": "kernels", "status": "failed", "detail": ""}] * 2},
+     "probe result 'kernels' is given twice"),
+])
+def test_malformed_probe_results_are_refused_with_one_message(data: object,
+                                                              message: str) -> None:
+    with pytest.raises(ProbeOutputError) as raised:
+        ProbeResults.from_json(data)
+    assert str(raised.value).startswith(message)
+
+
+def test_a_malformed_saved_probe_output_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ProbeOutputError,
+                       match=r"^line 2 of the probe's output: Unterminated string"):
+        ProbeResults.from_output("noise\n" + RESULT_PREFIX + '{"name": "runner", "sta')
+    (tmp_path / "probe.out").write_text(RESULT_PREFIX + '{"name": "runner"}\n')
+    done = run_cli("smoke", "--probe-output", str(tmp_path / "probe.out"))
+    assert done.returncode == 2, done.stderr
+    assert "probe.out is not the probe's output: line 1 of the probe's output: probe " \
+        "result 'runner': needs a string name and detail" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 # ---------------------------------------------------------------------------------------
@@ -494,7 +592,7 @@ SGLANG_059_PINS = ["flashinfer_python==0.6.3", "flashinfer_cubin==0.6.3", "torch
                    "sgl-kernel==0.3.21", "decord2; extra == 'test'"]
 
 
-def _versions(**overrides: object) -> dict[str, object]:
+def _versions(**overrides: object) -> ProbeCheck:
     versions = {"flashinfer-python": "0.6.3", "flashinfer-cubin": "0.6.3",
                 "flashinfer-jit-cache": "0.6.3+sm90.test", "torch": "2.11.0+cu130",
                 "sglang": "0.5.9+sm120.1"}
@@ -505,7 +603,7 @@ def _versions(**overrides: object) -> dict[str, object]:
             data[key] = value
         else:
             versions[key.replace("_", "-")] = value  # type: ignore[assignment]
-    return {"name": "versions-data", "status": "passed", "detail": "collected", "data": data}
+    return ProbeCheck("versions-data", "passed", "collected", data)
 
 
 def test_lockstep_passes_when_everything_agrees() -> None:
@@ -658,10 +756,12 @@ def test_a_probe_run_by_hand_is_judged_the_same(installed: tuple[Path, Path],
                                                 tmp_path: Path) -> None:
     python, wheel = installed
     _, direct = _smoke(python, tmp_path, "--sglang-wheel", str(wheel))
-    # The probe alone, as on a GPU box without the builder: only its file and the stdlib.
+    # The probe alone, as on a GPU box without the builder: only its folder (the links
+    # copied as files) and the stdlib.
     alone = tmp_path / "alone"
-    alone.mkdir()
-    shutil.copy(REPO / "builder" / "smoke" / "probe.py", alone / "smoke_probe.py")
+    shutil.copytree(SCRIPT_DIR, alone)  # follows the links
+    assert not any(p.is_symlink() for p in alone.iterdir())
+    assert set(PROBE_FILES) <= {p.name for p in alone.iterdir()}
     out = subprocess.run([python, str(alone / "smoke_probe.py"), "--sglang-pattern",
                           "sglang/srt/model_executor/*.py"], capture_output=True, text=True,
                          check=True, cwd=alone).stdout
@@ -672,6 +772,32 @@ def test_a_probe_run_by_hand_is_judged_the_same(installed: tuple[Path, Path],
     strip = lambda r: [(c["name"], c["status"], c["detail"]) for c in r["checks"]]  # noqa: E731
     assert strip(judged) == strip(direct)
     assert judged["artifacts"] == direct["artifacts"]
+
+
+def test_the_static_reader_runs_from_its_file_in_the_tested_interpreter(
+        installed: tuple[Path, Path]) -> None:
+    # The static smoke test's reader (builder/smoke/script/static_probe.py) run as in the
+    # image, ``python -c`` with its spec in SM120_SMOKE, on the installed patched sglang.
+    from builder.smoke.static import _PROBE
+
+    python, wheel = installed
+    assert (SCRIPT_DIR / "static_probe.py").read_text() == _PROBE
+    spec = {"dists": ["sglang", "flashinfer-jit-cache", "no-such-dist"],
+            "provenance_file": "sm120-provenance.json",
+            "lines": [{"path": "sglang/srt/model_executor/model_runner.py", "line": 1},
+                      {"path": "sglang/no/such.py", "line": 1}],
+            "profile": "/no/profile", "launcher": "/no/launcher", "launcher_args": []}
+    done = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, check=True,
+                          env={"SM120_SMOKE": json.dumps(spec), "PATH": "/usr/bin:/bin"})
+    found = json.loads(done.stdout)
+    provenance, _ = wheel_provenance(wheel)
+    assert found["provenance"] == provenance
+    assert found["dists"]["sglang"]["version"] == "0.5.9+sm120.7"
+    assert found["dists"]["flashinfer-jit-cache"]["version"] == "0.6.3+sm90.test"
+    assert found["dists"]["no-such-dist"] is None
+    assert found["wheel_tags"] == ["py3-none-any"]
+    assert found["lines"][0] is not None and found["lines"][1] is None
+    assert (found["profile_sha256"], found["launcher"]) == (None, None)
 
 
 def test_sglang_check_compares_provenance_with_the_artifact(

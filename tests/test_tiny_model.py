@@ -1,4 +1,4 @@
-"""The tiny random-weight MoE model of the server check (builder/smoke/tiny_model.py).
+"""The tiny random-weight MoE model of the server check (builder/smoke/script/tiny_model.py).
 
 Written by the real script into a temporary folder, then read by the real Transformers
 release SGLang 0.5.16 pins (5.12.1) and matched against the weight names SGLang 0.5.16's
@@ -7,6 +7,7 @@ own Qwen3-MoE loader expects (read from its real wheel).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -17,11 +18,18 @@ from pathlib import Path
 
 import pytest
 
-from builder.smoke.gpu import SmokeOptions, _server_check
-from builder.smoke.tiny_model import DIMENSIONS, tensor_shapes, tiny_moe_config
+from builder.smoke.gpu import TINY_MODEL_PATH, SmokeOptions, _server_check
 
 REPO = Path(__file__).resolve().parent.parent
-SCRIPT = REPO / "builder" / "smoke" / "tiny_model.py"
+SCRIPT = TINY_MODEL_PATH
+assert SCRIPT == REPO / "builder" / "smoke" / "script" / "tiny_model.py"
+# Loaded by path, as the tested interpreter runs it (the builder never imports it).
+_spec = importlib.util.spec_from_file_location("tiny_model", SCRIPT)
+assert _spec is not None and _spec.loader is not None
+tiny_model = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tiny_model)
+DIMENSIONS, tensor_shapes, tiny_moe_config = (tiny_model.DIMENSIONS, tiny_model.tensor_shapes,
+                                              tiny_model.tiny_moe_config)
 
 
 @pytest.fixture(scope="module")

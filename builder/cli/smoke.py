@@ -28,7 +28,8 @@ examples:
   python -m builder smoke --moe --model /models/small --server-arg=--tp-size=2
   python -m builder smoke --moe --tiny-model --server-arg=--attention-backend=triton
   # where only torch and FlashInfer are installed, run the probe alone, judge it elsewhere:
-  python builder/smoke/probe.py --sglang-pattern 'sglang/srt/model_executor/*.py' > probe.out
+  cp -rL builder/smoke/script DIR  # the probe and the two files it loads beside it
+  python DIR/smoke_probe.py --sglang-pattern 'sglang/srt/model_executor/*.py' > probe.out
   python -m builder smoke --probe-output probe.out --sglang-wheel dist/sglang-….whl
 
 exit status: 0 passed, 1 failed (or bad input), 3 misconfigured runner (the engine cannot
@@ -75,8 +76,8 @@ def add_commands(commands: Any) -> None:
     smoke.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                        help="extra argument for sglang.launch_server (repeatable)")
     smoke.add_argument("--probe-output", type=Path, metavar="FILE",
-                       help="judge this saved output of builder/smoke/probe.py (run by hand "
-                            "where the builder is not installed) instead of running it")
+                       help="judge this saved output of builder/smoke/script/smoke_probe.py (run "
+                            "by hand where the builder is not installed) instead of running it")
     smoke.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
                        help="limit for the probe, checks 1-5 (default: %(default)s)")
     smoke.add_argument("--server-timeout", type=float, default=1800.0, metavar="SECONDS",

@@ -21,13 +21,13 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from builder.core.arch import sm120_arch as _sm120_arch
 from builder.core.errors import ConfigurationError
 
 if TYPE_CHECKING:  # an annotation only: a saved request's build never imports the source stage
     from builder.source.fetch import SourceResult
 
 _KERNEL_PACKAGES = ("sgl-kernel", "sglang-kernel")
-_ARCH_SWITCH = Version("0.6.7")  # first FlashInfer that detects SM120 as 12.0f
 
 
 @dataclass(frozen=True)
@@ -122,8 +122,9 @@ def kernel_wheel_version(pins: KernelPins, local_label: str) -> str:
 
 
 def sm120_arch(flashinfer: Version) -> str:
-    """The arch FlashInfer detects on SM120: ``12.0a`` up to 0.6.6, ``12.0f`` from 0.6.7."""
-    return "12.0f" if flashinfer.release >= _ARCH_SWITCH.release else "12.0a"
+    """The arch FlashInfer detects on SM120: ``12.0a`` up to 0.6.6, ``12.0f`` from 0.6.7
+    (the one rule, :func:`builder.core.arch.sm120_arch`, which the smoke probe uses too)."""
+    return _sm120_arch(str(flashinfer))
 
 
 def check_arch_list(arch_list: tuple[str, ...], pins: KernelPins) -> str:

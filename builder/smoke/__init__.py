@@ -5,8 +5,13 @@
 * :mod:`~builder.smoke.gpu` -- the smoke test on a GPU runner, checks 1-6, in this Python
   environment (host mode) or inside the image (image mode):
   :func:`~builder.smoke.gpu.run_smoke`.
-* :mod:`~builder.smoke.probe` -- the script those checks run inside the tested
-  environment (standard library only: it runs where the builder is not installed).
+* ``builder/smoke/script/`` -- what runs inside the tested environment, by path, with its
+  interpreter (never imported by the builder): ``smoke_probe.py`` (checks 1-5), beside
+  links to the two standard-library modules it loads (``sm120_arch.py`` is
+  :mod:`builder.core.arch`, ``smoke_shared.py`` is :mod:`~builder.smoke.shared`), and
+  ``tiny_model.py`` (check 6's model).
+* :mod:`~builder.smoke.shared` -- what both sides read: the probe's typed results
+  (:class:`~builder.smoke.shared.ProbeResults`), FlashInfer's log rules, the manifest.
 * :mod:`~builder.smoke.container` -- running the probe in the image with every GPU.
 * :mod:`~builder.smoke.server` -- check 6: a real SGLang server started and asked for text.
 """

@@ -3,9 +3,10 @@
 Two modes run the same checks. ``host`` tests the current Python environment (the patched
 sglang wheel, FlashInfer and our ``flashinfer_jit_cache`` kernel wheel installed); ``image``
 runs the same probe inside a built image with every GPU attached. The GPU-side work happens
-in :mod:`builder.smoke.probe`, run as a separate process with the tested interpreter (so a
-CUDA fault cannot take the report with it); this module judges what it returns, runs the
-server check, and writes the report.
+in ``builder/smoke/script/`` (:data:`SCRIPT_DIR`), run by path as a separate process with
+the tested interpreter (so a CUDA fault cannot take the report with it); this module never
+imports it, it reads its output (:class:`~builder.smoke.shared.ProbeResults`), judges it,
+runs the server check, and writes the report.
 
 Checks, in order (``name``: what passes):
 
@@ -59,19 +60,32 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.core.cache import atomic_write_bytes, sha256_json
-from builder.core.errors import BuilderError
+from builder.core.errors import BuilderError, ConfigurationError
 from builder.core.layout import Layout
 from builder.core.progress import Reporter
 from builder.patching.series import Series, load_series
-from builder.smoke import probe as smoke_probe
-from builder.smoke.probe import FAILED, NOT_RUN, PASSED, RESULT_PREFIX, WARNING
+from builder.smoke.shared import (
+    FAILED,
+    NOT_RUN,
+    PASSED,
+    WARNING,
+    ProbeCheck,
+    ProbeOutputError,
+    ProbeResults,
+    parse_manifest,
+)
 from builder.wheel.build import PROVENANCE_FILE, builder_version
 
 Status = Literal["passed", "failed", "warning", "not-run"]
 STATUSES: tuple[Status, ...] = ("passed", "failed", "warning", "not-run")
 CHECKS = ("runner", "sglang", "lockstep", "kernels", "moe-autotune", "server")
 EXIT_PASSED, EXIT_FAILED, EXIT_MISCONFIGURED = 0, 1, 3
-PROBE_PATH = Path(smoke_probe.__file__)
+#: What runs in the tested interpreter (never imported here): the probe, the tiny model's
+#: writer, and the links to the two standard-library modules the probe loads beside it.
+SCRIPT_DIR = Path(__file__).with_name("script")
+PROBE_PATH = SCRIPT_DIR / "smoke_probe.py"
+#: The files the probe needs next to it (read through the links when sent elsewhere).
+PROBE_FILES = ("smoke_probe.py", "sm120_arch.py", "smoke_shared.py")
 _PROBE_CHECKS = ("runner", "sglang", "versions", "kernels", "moe")
 
 
@@ -322,7 +336,7 @@ def wheel_provenance(wheel: Path) -> tuple[dict[str, Any], dict[str, str]]:
     return provenance, hashes
 
 
-def check_sglang(data: Mapping[str, Any] | None, series: Series, *,
+def check_sglang(data: ProbeCheck | None, series: Series, *,
                  expected: Mapping[str, Any] | None = None,
                  expected_record: Mapping[str, str] | None = None) -> CheckResult:
     """Judge check 2 from the probe's ``sglang-data``.
@@ -334,9 +348,10 @@ def check_sglang(data: Mapping[str, Any] | None, series: Series, *,
         expected_record: the artifact wheel's RECORD hashes of ``sglang/...`` files.
     """
     name = "sglang"
-    if data is None or data.get("status") != PASSED:
-        return CheckResult(name, FAILED, (data or {}).get("detail") or "no data from the probe")
-    info = data["data"]
+    if data is None or data.status != PASSED:
+        return CheckResult(name, FAILED, data.detail if data and data.detail else
+                           "no data from the probe")
+    info = data.data
     if info.get("provenance") is None:
         return CheckResult(name, FAILED, f"sglang {info['version']} has no "
                            f"{PROVENANCE_FILE}: it is not a wheel of this project",
@@ -429,7 +444,7 @@ def _version(text: str | None) -> Version | None:
         return None
 
 
-def check_lockstep(versions: Mapping[str, Any] | None,
+def check_lockstep(versions: ProbeCheck | None,
                    sglang_requires: Sequence[str]) -> CheckResult:
     """Judge check 3 from the probe's ``versions-data`` and sglang's requirements.
 
@@ -438,10 +453,10 @@ def check_lockstep(versions: Mapping[str, Any] | None,
     the kernel wheel's public version equals FlashInfer's, and its manifest agrees.
     """
     name = "lockstep"
-    if versions is None or versions.get("status") != PASSED:
-        return CheckResult(name, FAILED,
-                           (versions or {}).get("detail") or "no data from the probe")
-    info = versions["data"]
+    if versions is None or versions.status != PASSED:
+        return CheckResult(name, FAILED, versions.detail if versions and versions.detail
+                           else "no data from the probe")
+    info = versions.data
     found = {k: _version(v) for k, v in info["versions"].items()}
     flashinfer, cubin = found["flashinfer-python"], found["flashinfer-cubin"]
     jit_cache = found["flashinfer-jit-cache"]
@@ -471,7 +486,7 @@ def check_lockstep(versions: Mapping[str, Any] | None,
         problems.append(f"the kernel wheel's manifest: {info.get('manifest_error')}")
     elif manifest is not None:
         try:
-            parsed = smoke_probe.parse_manifest(manifest)
+            parsed = parse_manifest(manifest)
         except ValueError as exc:
             problems.append(f"the kernel wheel's manifest: {exc}")
         else:
@@ -503,22 +518,39 @@ def check_lockstep(versions: Mapping[str, Any] | None,
 
 @dataclass(frozen=True)
 class ProbeRun:
-    """The probe's results by name, and how it ended."""
+    """The probe's results, and how it ended."""
 
-    results: dict[str, dict[str, Any]]
+    results: ProbeResults
     exit_code: int | None
     stderr_tail: str
 
 
-def parse_probe_output(stdout: str) -> dict[str, dict[str, Any]]:
-    """The probe's result lines (:data:`RESULT_PREFIX` + JSON), by check name; other output
-    (libraries print freely) is ignored."""
-    results = {}
-    for line in stdout.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            result = json.loads(line[len(RESULT_PREFIX):])
-            results[result["name"]] = result
-    return results
+def parse_probe_output(stdout: str, saved: Path | None = None) -> ProbeResults:
+    """The probe's results from its standard output (other lines are ignored).
+
+    Args:
+        stdout: the probe's standard output.
+        saved: the file it was read from (``--probe-output``), or ``None`` for a run.
+
+    Raises:
+        BuilderError: a result line is malformed (:class:`ConfigurationError` for a saved
+            output: the user's file).
+    """
+    try:
+        return ProbeResults.from_output(stdout)
+    except ProbeOutputError as exc:
+        if saved is not None:
+            raise ConfigurationError(f"{saved} is not the probe's output: {exc}",
+                                     "give the unedited standard output of smoke_probe.py"
+                                     ) from None
+        raise BuilderError(f"the probe printed a malformed result: {exc}",
+                           "is something else printing lines that start like the probe's?"
+                           ) from None
+
+
+def probe_files() -> dict[str, bytes]:
+    """The probe and the files it loads beside it, by name, read through the links."""
+    return {name: (SCRIPT_DIR / name).read_bytes() for name in PROBE_FILES}
 
 
 def _tail(text: str, lines: int = 8) -> str:
@@ -560,15 +592,15 @@ def _status(text: str) -> Status:
     return "failed"
 
 
-def _from_probe(name: str, result: dict[str, Any] | None, run: ProbeRun,
+def _from_probe(name: str, result: ProbeCheck | None, run: ProbeRun,
                 required: bool = True) -> CheckResult:
     if result is None:
         how = "was killed" if run.exit_code is None else f"exited with code {run.exit_code}"
         return CheckResult(name, FAILED, f"the probe {how} before this check finished: "
                            f"{run.stderr_tail.splitlines()[-1] if run.stderr_tail else ''}",
                            required, {"stderr_tail": run.stderr_tail})
-    return CheckResult(name, _status(result["status"]), str(result["detail"]), required,
-                       dict(result.get("data") or {}))
+    return CheckResult(name, _status(result.status), result.detail, required,
+                       dict(result.data))
 
 
 def assemble(mode: str, run: ProbeRun, series: Series, *, moe: bool,
@@ -576,21 +608,22 @@ def assemble(mode: str, run: ProbeRun, series: Series, *, moe: bool,
              server: CheckResult, artifacts: Mapping[str, Any]) -> SmokeReport:
     """Judge the probe's results and build the report (pure: no GPU, no processes)."""
     results = run.results
-    sglang_data = results.get("sglang-data")
-    requires = sglang_data["data"].get("requires", []) if sglang_data and \
-        sglang_data.get("status") == PASSED else []
-    moe_result = results.get("moe-autotune")
-    moe_required = moe or (moe_result is not None and moe_result.get("status") != NOT_RUN)
+    sglang_data = results.sglang_data
+    requires = list(sglang_data.data.get("requires", [])) if sglang_data and \
+        sglang_data.status == PASSED else []
+    moe_result = results.moe_autotune
+    moe_required = moe or (moe_result is not None and moe_result.status != NOT_RUN)
     sglang_check = _from_probe("sglang", None, run) if sglang_data is None else \
         check_sglang(sglang_data, series, expected=expected, expected_record=expected_record)
-    versions = results.get("versions-data")
+    versions = results.versions_data
     lockstep = _from_probe("lockstep", None, run) if versions is None else \
         check_lockstep(versions, requires)
+    runner = _from_probe("runner", results.runner, run)
     checks = (
-        _from_probe("runner", results.get("runner"), run),
+        runner,
         sglang_check,
         lockstep,
-        _from_probe("kernels", results.get("kernels"), run),
+        _from_probe("kernels", results.kernels, run),
         _from_probe("moe-autotune", moe_result, run, moe_required),
         server,
     )
@@ -598,10 +631,9 @@ def assemble(mode: str, run: ProbeRun, series: Series, *, moe: bool,
     if sglang_check.data.get("provenance_sha256"):
         found["sglang"] = {"version": sglang_check.data["version"],
                            "provenance_sha256": sglang_check.data["provenance_sha256"]}
-    if versions is not None and versions["data"].get("manifest") is not None:
-        found["kernels"] = {"version": versions["data"]["versions"].get("flashinfer-jit-cache"),
-                            "manifest_sha256": sha256_json(versions["data"]["manifest"])}
-    runner = checks[0]
+    if versions is not None and versions.data.get("manifest") is not None:
+        found["kernels"] = {"version": versions.data["versions"].get("flashinfer-jit-cache"),
+                            "manifest_sha256": sha256_json(versions.data["manifest"])}
     if runner.ok:
         found["runner"] = {k: runner.data.get(k) for k in ("gpu", "compute_capability",
                                                           "driver", "cuda_runtime")}
@@ -625,18 +657,18 @@ def _expected(options: SmokeOptions) -> tuple[dict[str, Any] | None, dict[str, s
 
 
 #: ``tiny_model.py``: run by path with the tested interpreter, like the probe.
-TINY_MODEL_PATH = Path(__file__).with_name("tiny_model.py")
+TINY_MODEL_PATH = SCRIPT_DIR / "tiny_model.py"
 SKIP_TOKENIZER = "--skip-tokenizer-init"
 #: The prompt's token ids when the server has no tokenizer (any ids below the vocab size).
 PROMPT_IDS = tuple(range(1, 17))
 
 
-def _server_check(options: SmokeOptions, no_gpu: str | None) -> CheckResult:
+def _server_check(options: SmokeOptions, no_gpu: ProbeCheck | None) -> CheckResult:
     if options.model is None and not options.tiny_model:
         return CheckResult("server", NOT_RUN, "no model given (--model PATH or --tiny-model)",
                            required=False)
-    if no_gpu:  # the probe found none: SGLang would only fail later, less clearly
-        return CheckResult("server", FAILED, no_gpu, True)
+    if no_gpu is not None:  # the probe found none: SGLang would only fail later, less clearly
+        return CheckResult("server", FAILED, no_gpu.detail, True)
     with tempfile.TemporaryDirectory(prefix="sm120-tiny-model-") as scratch:
         model, extra, made = options.model, tuple(options.server_args), None
         if options.tiny_model:
@@ -719,7 +751,7 @@ def run_smoke(options: SmokeOptions) -> SmokeReport:
             container = run_in_image(
                 options.image, [options.python or "python3",
                                 "/sm120-smoke/smoke_probe.py", *args],
-                files={"sm120-smoke/smoke_probe.py": PROBE_PATH.read_bytes()},
+                files={f"sm120-smoke/{name}": data for name, data in probe_files().items()},
                 environment={"FLASHINFER_DISABLE_JIT": "1"}, timeout=options.probe_timeout,
                 client=docker_client(options.docker_host))
         except EngineRefused as exc:
@@ -733,14 +765,11 @@ def run_smoke(options: SmokeOptions) -> SmokeReport:
         except OSError as exc:
             raise BuilderError(f"cannot read {options.probe_output}: {exc.strerror}",
                                "give the saved standard output of smoke_probe.py") from None
-        run = ProbeRun(parse_probe_output(text), 0, "")
+        run = ProbeRun(parse_probe_output(text, options.probe_output), 0, "")
     else:
         options.reporter.info("Running the probe in this environment ...")
         run = run_probe_host(options.python or sys.executable, args, options.probe_timeout)
-    runner = run.results.get("runner", {})
-    no_gpu = runner.get("detail") if runner.get("status") == FAILED and \
-        str(runner.get("detail", "")).startswith("no CUDA device") else None
-    server = _server_check(options, no_gpu)
+    server = _server_check(options, run.results.no_device())
     return assemble(options.mode, run, series, moe=options.moe, expected=expected,
                     expected_record=expected_record, server=server, artifacts=artifacts)
 

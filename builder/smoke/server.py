@@ -13,7 +13,7 @@ FlashInfer autotune...`` (0.5.16: ``Running FlashInfer autotune with cache: ...`
 ``{"text", "meta_info"}``; with ``--skip-tokenizer-init`` it takes ``{"input_ids", ...}``
 and answers ``{"output_ids", "meta_info"}`` (``srt/managers/tokenizer_manager.py``).
 Whether the autotune tuned anything is read from FlashInfer's own per-tactic log lines
-(:func:`builder.smoke.probe.autotune_summary`), which :func:`server_env` turns on.
+(:func:`builder.smoke.shared.autotune_summary`), which :func:`server_env` turns on.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from builder.smoke.probe import (
+from builder.smoke.shared import (
     FAILED,
     PASSED,
     WARNING,
@@ -311,7 +311,7 @@ def tuning_failure(tuned: dict[str, Any]) -> str | None:
     """Why the server's autotune tuned nothing (``None``: it tuned).
 
     Args:
-        tuned: :func:`builder.smoke.probe.autotune_summary` of the server's log.
+        tuned: :func:`builder.smoke.shared.autotune_summary` of the server's log.
     """
     cause = untuned(tuned)
     if cause == "missing_module":

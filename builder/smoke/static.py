@@ -20,6 +20,7 @@ import json
 import shlex
 import zipfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -34,51 +35,9 @@ from builder.image.profile import LAUNCHER_PATH, PROFILE_PATH
 from builder.kernels.preflight import Check
 from builder.wheel.build import PROVENANCE_FILE, WheelResult
 
-# Runs inside the image; standard library only. Input and output are JSON.
-_PROBE = r"""
-import hashlib, importlib.metadata as md, json, os, subprocess
-spec = json.loads(os.environ["SM120_SMOKE"])
-out = {"dists": {}, "lines": [], "provenance": None, "wheel_tags": [],
-       "profile_sha256": None, "launcher": None}
-try:
-    with open(spec["profile"], "rb") as handle:
-        out["profile_sha256"] = hashlib.sha256(handle.read()).hexdigest()
-except OSError:
-    pass
-if os.access(spec["launcher"], os.X_OK):
-    done = subprocess.run([spec["launcher"], *spec["launcher_args"]], capture_output=True,
-                          text=True, env={**os.environ, "SGLANG_SM120_DRY_RUN": "1"})
-    out["launcher"] = {"status": done.returncode, "stdout": done.stdout,
-                       "stderr": done.stderr[-2000:]}
-for name in spec["dists"]:
-    try:
-        dist = md.distribution(name)
-    except md.PackageNotFoundError:
-        out["dists"][name] = None
-        continue
-    size = 0
-    for item in dist.files or ():
-        path = item.locate()
-        if path.is_file():
-            size += path.stat().st_size
-    out["dists"][name] = {"version": dist.version, "installed_size": size}
-try:
-    dist = md.distribution("sglang")
-except md.PackageNotFoundError:
-    dist = None
-if dist is not None:
-    text = dist.read_text(spec["provenance_file"])
-    out["provenance"] = json.loads(text) if text else None
-    out["wheel_tags"] = [line.split(":", 1)[1].strip()
-                         for line in (dist.read_text("WHEEL") or "").splitlines()
-                         if line.startswith("Tag:")]
-    for item in spec["lines"]:
-        path = dist.locate_file(item["path"])
-        lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
-        number = item["line"]
-        out["lines"].append(lines[number - 1] if 0 < number <= len(lines) else None)
-print(json.dumps(out))
-"""
+#: Runs inside the image (``python3 -c``), standard library only; input and output are
+#: JSON. Read from builder/smoke/script/, where what runs in other interpreters lives.
+_PROBE = (Path(__file__).with_name("script") / "static_probe.py").read_text()
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """Write a tiny Qwen3-MoE model with random weights, for the server check (check 6).
 
 Run by path with the tested environment's interpreter (``python tiny_model.py OUT``), like
-``probe.py``: it needs only torch and safetensors, no network and no tokenizer (the server
-then runs with ``--skip-tokenizer-init`` and is asked with token ids). The builder imports
-:func:`tiny_moe_config` and :func:`tensor_shapes` for its tests.
+``smoke_probe.py`` beside it: it needs only torch and safetensors, no network and no
+tokenizer (the server then runs with ``--skip-tokenizer-init`` and is asked with token
+ids). The builder never imports it; the tests load :func:`tiny_moe_config` and
+:func:`tensor_shapes` by path.
 
 The checkpoint uses the Hugging Face Qwen3-MoE layout that SGLang's
 ``sglang/srt/models/qwen3_moe.py`` loads (checked against 0.5.16's by the tests):

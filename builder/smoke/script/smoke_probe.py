@@ -1,15 +1,18 @@
 """The GPU side of the smoke test: runs inside the environment (or image) under test.
 
-This file is run by path with the tested environment's interpreter (``python
-probe.py ARGS``), on the host in ``host`` mode and inside the container in ``image``
-mode, so it imports nothing from the builder and only the standard library at import time;
-torch, FlashInfer and the kernel wheel are imported inside the checks. The builder imports
-its pure functions (arch rules, log classification, the MoE reference) for the host-side
-checks and the tests.
+This folder (``builder/smoke/script/``) is what runs in the tested interpreter: this file
+is run by path (``python smoke_probe.py ARGS``), on the host in ``host`` mode and inside
+the container in ``image`` mode, with its two neighbours ``sm120_arch.py`` (the arch rule,
+:mod:`builder.core.arch`) and ``smoke_shared.py`` (the result format and FlashInfer's log
+rules, :mod:`builder.smoke.shared`), which are links to the builder's own modules and are
+copied with it. It imports only those and the standard library at import time; torch,
+FlashInfer and the kernel wheel are imported inside the checks. The builder never imports
+it: it reads its output (:meth:`builder.smoke.shared.ProbeResults.from_output`).
 
-Each finished check is printed on standard output as one line, :data:`RESULT_PREFIX`
-followed by a JSON object, as soon as it is done: a crash in a later check (a CUDA fault
-kills the process) leaves the earlier results readable.
+Each finished check is printed on standard output as one line, ``RESULT_PREFIX``
+followed by a JSON object (:class:`smoke_shared.ProbeCheck`), as soon as it is done: a
+crash in a later check (a CUDA fault kills the process) leaves the earlier results
+readable.
 
 Facts about FlashInfer used here, read in ``flashinfer_python`` 0.6.3's source:
 
@@ -19,13 +22,8 @@ Facts about FlashInfer used here, read in ``flashinfer_python`` 0.6.3's source:
 * ``jit/env.py``: ``FLASHINFER_AOT_DIR`` is ``flashinfer_jit_cache.get_jit_cache_dir()`` when
   that package is installed (its version must start with FlashInfer's; flashinfer_cubin's
   must equal it); computed once, at import.
-* ``compilation_context.py``: FlashInfer compiles for ``major.minor`` with an ``a`` suffix from
-  major 9 on (``9.0a``, ``12.0a``).
 * ``fused_moe/core.py``: ``cutlass_fused_moe`` picks the module ``fused_moe_<arch>`` from the
   compute capability (120/121 -> 120, 103, 100/110 -> 100, 90, 89).
-* ``autotuner.py``: tactics that fail while profiling are logged through the
-  ``flashinfer.jit`` logger as ``[Autotuner]: Skipping tactic {runner} {tactic}, due to
-  failure while profiling: {error}``.
 """
 
 from __future__ import annotations
@@ -40,128 +38,50 @@ import importlib.metadata as metadata
 import json
 import logging
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from sm120_arch import arch_runs_on, flashinfer_arch
+from smoke_shared import (
+    FAILED,
+    MANIFEST_FILE,
+    NOT_RUN,
+    PASSED,
+    RESULT_PREFIX,
+    WARNING,
+    Manifest,
+    ProbeCheck,
+    Reason,
+    autotune_summary,
+    classify_line,
+    count_warnings,
+    parse_manifest,
+    untuned,
+)
+
 if TYPE_CHECKING:
     import torch
 
-RESULT_PREFIX = "SM120-SMOKE "
-MANIFEST_FILE = "sm120-manifest.json"
 KERNEL_PACKAGE = "flashinfer_jit_cache"
-
-# The warning FlashInfer's autotuner logs for a tactic that failed while profiling
-# (flashinfer/autotuner.py, 0.6.3, line 497), and the TensorRT-LLM error a CUTLASS TMA
-# warp-specialised grouped GEMM raises when it cannot initialise, for example for lack of
-# shared memory (data/csrc/nv_internal/tensorrt_llm/kernels/cutlass_kernels/moe_gemm/
-# launchers/moe_gemm_tma_ws_launcher.inl, line 698). Both are expected on some GPUs and
-# count as warnings, never as failures.
-WARNING_PATTERNS: dict[str, str] = {
-    "skipped_tactic": "Skipping tactic",
-    "tma_ws_init_failed": "Failed to initialize cutlass TMA WS grouped gemm",
-}
 
 #: The module FlashInfer's autotuner loads while profiling (``delay_kernel`` in
 #: ``flashinfer/tllm_utils.py``, 0.6.3 to 0.7.2).
 AUTOTUNER_MODULE: Final = "trtllm_utils"
 
-PASSED: Final = "passed"
-FAILED: Final = "failed"
-WARNING: Final = "warning"
-NOT_RUN: Final = "not-run"
+#: The result each ``--checks`` name prints (a crashed check is reported under it too).
+RESULT_NAMES: Final = {"runner": "runner", "sglang": "sglang-data",
+                       "versions": "versions-data", "kernels": "kernels",
+                       "moe": "moe-autotune"}
 
 # ---------------------------------------------------------------------------------------
-# Pure functions (no torch): arch rules, the manifest, log classification.
-
-
-def classify_line(line: str) -> tuple[str, ...]:
-    """Return the warning kinds (keys of :data:`WARNING_PATTERNS`) that ``line`` shows.
-
-    A ``Skipping tactic`` line that quotes the TMA WS error counts as both kinds.
-    """
-    return tuple(kind for kind, text in WARNING_PATTERNS.items() if text in line)
-
-
-def count_warnings(lines: Iterable[str]) -> dict[str, int]:
-    """Count each warning kind over ``lines`` (every kind appears, zero included)."""
-    counts = dict.fromkeys(WARNING_PATTERNS, 0)
-    for line in lines:
-        for kind in classify_line(line):
-            counts[kind] += 1
-    return counts
-
-
-# What FlashInfer's autotuner logs per tactic (flashinfer/autotuner.py, 0.6.3): a debug line
-# for each tactic it timed (line 603), one for the (runner, tactic) it chose per shape
-# profile (line 534), and the "Skipping tactic" warning (line 497) quoting the exception.
-# MissingJITCacheError's text (flashinfer/jit/core.py, 0.6.3, line 291) is what a tactic
-# fails with when FLASHINFER_DISABLE_JIT=1 and a module it needs, for example the autotuner's
-# own trtllm_utils (delay_kernel), is not in the jit-cache: then nothing is tuned at all.
-PROFILED_PREFIX = "[Autotuner]: profiling "
-CHOSEN_PREFIX = "[Autotuner]: profiling chosen runner: "
-MISSING_MODULE = "the required module is not found in the JIT cache"
-SKIP_CAUSES = ("missing_module", "hardware", "other")
-
-
-def skip_cause(line: str) -> str | None:
-    """Why the autotuner skipped a tactic on this log line (``None``: not a skip line).
-
-    ``missing_module``: a module is missing from the jit-cache with JIT disabled (the
-    build's fault: the check fails); ``hardware``: a CUTLASS TMA warp-specialised grouped
-    GEMM that cannot initialise on this GPU, e.g. SM120's ~99 KiB of shared memory (a
-    warning); ``other``: any other exception (a warning).
-    """
-    if WARNING_PATTERNS["skipped_tactic"] not in line:
-        return None
-    if MISSING_MODULE in line:
-        return "missing_module"
-    if WARNING_PATTERNS["tma_ws_init_failed"] in line:
-        return "hardware"
-    return "other"
-
-
-def autotune_summary(lines: Iterable[str]) -> dict[str, Any]:
-    """What one ``autotune()`` pass did, from the autotuner's log lines (debug level).
-
-    Returns:
-        ``profiled`` (tactics timed), ``chosen`` (the tactics picked, in order; the
-        default tactic when nothing is tuned is -1) and ``skipped`` (count per cause of
-        :data:`SKIP_CAUSES`).
-    """
-    profiled = 0
-    chosen: list[str] = []
-    skipped = dict.fromkeys(SKIP_CAUSES, 0)
-    for line in lines:
-        cause = skip_cause(line)
-        if cause is not None:
-            skipped[cause] += 1
-        elif CHOSEN_PREFIX in line:
-            # "... chosen runner: <runner repr> TACTIC for (cache key)"
-            head = line.split(CHOSEN_PREFIX, 1)[1].split(" for ", 1)[0]
-            chosen.append(head.rsplit(" ", 1)[-1])
-        elif PROFILED_PREFIX in line and ", avg_time " in line:
-            profiled += 1
-    return {"profiled": profiled, "chosen": chosen, "skipped": skipped}
-
-
-def untuned(tuned: dict[str, Any]) -> str | None:
-    """Why an autotune pass tuned nothing, or ``None`` when it tuned: ``missing_module``
-    (a tactic was skipped for a module missing from the jit-cache) or ``none_profiled``.
-
-    Args:
-        tuned: :func:`autotune_summary` of the pass's log lines.
-    """
-    if tuned["skipped"].get("missing_module"):
-        return "missing_module"
-    return None if tuned["profiled"] else "none_profiled"
+# Check 5's verdict, the FlashInfer module choice and the manifest on disk (no torch).
 
 
 def moe_verdict(variants: list[dict[str, Any]]) -> tuple[str, str]:
@@ -213,110 +133,12 @@ def moe_verdict(variants: list[dict[str, Any]]) -> tuple[str, str]:
     return (WARNING if warned else PASSED), "; ".join(parts)
 
 
-_ARCH = re.compile(r"^(?:sm_(?P<sm>\d{2,3})|(?P<major>\d+)\.(?P<minor>\d))(?P<suffix>[af]?)$")
-
-
-def parse_arch(text: str) -> tuple[int, int, str]:
-    """Parse an arch as FlashInfer (``9.0a``, ``12.0f``) or cuobjdump (``sm_90a``) writes it.
-
-    Returns:
-        ``(major, minor, suffix)`` with suffix ``""``, ``"a"`` or ``"f"``.
-
-    Raises:
-        ValueError: not an arch.
-    """
-    found = _ARCH.match(text.strip())
-    if not found:
-        raise ValueError(f"not a CUDA arch: {text!r}")
-    if found["sm"]:
-        digits = found["sm"]
-        return int(digits[:-1]), int(digits[-1]), found["suffix"]
-    return int(found["major"]), int(found["minor"]), found["suffix"]
-
-
-def arch_runs_on(arch: str, capability: tuple[int, int]) -> bool:
-    """Whether SASS built for ``arch`` runs on a GPU of compute ``capability``.
-
-    CUDA's binary compatibility rules (CUDA C++ Programming Guide, "Binary Compatibility"
-    and "Feature Set Compiler Targets"): plain ``X.y`` SASS runs on ``X.z`` for ``z >= y``;
-    family-specific ``X.yf`` likewise within the family; arch-specific ``X.ya`` only on
-    exactly ``X.y``.
-    """
-    major, minor, suffix = parse_arch(arch)
-    if suffix == "a":
-        return capability == (major, minor)
-    return capability[0] == major and capability[1] >= minor
-
-
-def flashinfer_arch(capability: tuple[int, int]) -> str:
-    """The arch FlashInfer compiles for on this GPU (``9.0a`` for 9.0, ``8.9`` for 8.9)."""
-    major, minor = capability
-    return f"{major}.{minor}" + ("a" if major >= 9 else "")
-
-
 def moe_module_name(capability: tuple[int, int]) -> str | None:
     """The CUTLASS fused MoE module ``cutlass_fused_moe`` loads on this GPU, if any."""
     arch = str(capability[0] * 10 + capability[1])
     backend = {"120": "120", "121": "120", "103": "103", "100": "100", "110": "100",
                "90": "90", "89": "89"}.get(arch)
     return f"fused_moe_{backend}" if backend else None
-
-
-@dataclass(frozen=True)
-class ManifestModule:
-    """One compiled module of the kernel wheel.
-
-    Attributes:
-        name: FlashInfer's module (JitSpec) name, e.g. ``norm``, ``silu_and_mul``.
-        path: the library, relative to ``get_jit_cache_dir()`` (``norm/norm.so``).
-        sha256: hex sha256 of the library.
-        sass: the SASS archs found in it (``sm_90a``).
-    """
-
-    name: str
-    path: str
-    sha256: str
-    sass: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """The kernel wheel's ``sm120-manifest.json``: what was built, for which archs, how."""
-
-    flashinfer_version: str
-    version: str
-    arch_list: tuple[str, ...]
-    cuda_version: str
-    modules: tuple[ManifestModule, ...]
-    raw: dict[str, Any]
-
-    def module(self, name: str) -> ManifestModule | None:
-        """The module called ``name``, if the wheel has it."""
-        return next((m for m in self.modules if m.name == name), None)
-
-
-def parse_manifest(data: dict[str, Any]) -> Manifest:
-    """Read the kernel wheel's manifest (the one place that knows its format).
-
-    Args:
-        data: the parsed JSON: ``{"schema": 1, "flashinfer_version", "version",
-            "arch_list", "cuda_version", "nvcc_version", "flags_sha256", "modules":
-            [{"name", "path", "sha256", "sass"}]}``.
-
-    Raises:
-        ValueError: a key is missing or of the wrong type, or the schema is not 1.
-    """
-    try:
-        if data.get("schema") != 1:
-            raise ValueError(f"manifest schema {data.get('schema')!r}, expected 1")
-        modules = tuple(ManifestModule(str(m["name"]), str(m["path"]), str(m["sha256"]),
-                                       tuple(str(s) for s in m.get("sass", ())))
-                        for m in data["modules"])
-        return Manifest(str(data["flashinfer_version"]), str(data["version"]),
-                        tuple(str(a) for a in data["arch_list"]),
-                        str(data.get("cuda_version", "")), modules, data)
-    except (KeyError, TypeError) as exc:
-        raise ValueError(f"manifest is missing or mistypes {exc}") from None
 
 
 def read_manifest() -> tuple[Manifest, Path]:
@@ -496,14 +318,24 @@ def moe_case(tokens: int = 256, hidden: int = 512, inter: int = 512, experts: in
 # Checks. Each returns {"name", "status", "detail", "data"}.
 
 
-def _result(name: str, status: str, detail: str, **data: Any) -> dict[str, Any]:
-    return {"name": name, "status": status, "detail": detail, "data": data}
+def _result(name: str, status: str, detail: str, *, reason: Reason | None = None,
+            **data: Any) -> ProbeCheck:
+    return ProbeCheck(name, status, detail, data, reason)
 
 
-def _emit(result: dict[str, Any]) -> None:
+#: The detail and reason of a GPU check when there is no GPU.
+NoGpu = tuple[str, Reason]
+NO_DEVICE: Final[NoGpu] = ("no CUDA device", Reason.NO_DEVICE)
+
+
+def _no_gpu(name: str, no_gpu: NoGpu) -> ProbeCheck:
+    return _result(name, FAILED, no_gpu[0], reason=no_gpu[1])
+
+
+def _emit(result: ProbeCheck) -> None:
     # A leading newline: native code may have left a line unfinished on stdout.
     sys.stdout.flush()
-    print("\n" + RESULT_PREFIX + json.dumps(result, default=str), flush=True)
+    print("\n" + RESULT_PREFIX + json.dumps(result.to_json(), default=str), flush=True)
 
 
 def _cuda_driver_attribute(ordinal: int, attribute: int) -> int | None:
@@ -546,15 +378,24 @@ def _driver_version() -> str | None:
 _SMEM_OPTIN_ATTRIBUTE = 97  # CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN (cuda.h)
 
 
-def check_runner() -> dict[str, Any]:
-    """Check 1: the GPU, its compute capability, driver, CUDA runtime, shared memory."""
+def _installed(project: str) -> str | None:
+    try:
+        return metadata.version(project)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def check_runner() -> ProbeCheck:
+    """Check 1: the GPU, its compute capability, driver, CUDA runtime, shared memory, and
+    the arch FlashInfer compiles for on it (``None`` without FlashInfer)."""
     try:
         import torch
     except ImportError as exc:
-        return _result("runner", FAILED, f"torch is not installed: {exc}")
+        return _result("runner", FAILED, f"torch is not installed: {exc}",
+                       reason=Reason.NO_TORCH)
     data: dict[str, Any] = {"torch": torch.__version__, "torch_cuda": torch.version.cuda}
     if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
-        return _result("runner", FAILED, "no CUDA device", **data)
+        return _result("runner", FAILED, NO_DEVICE[0], reason=NO_DEVICE[1], **data)
     props = torch.cuda.get_device_properties(0)
     capability = (props.major, props.minor)
     smem = getattr(props, "shared_memory_per_block_optin", None)
@@ -567,7 +408,9 @@ def check_runner() -> dict[str, Any]:
             driver_cuda = f"{version.value // 1000}.{version.value % 1000 // 10}"
     data.update(gpu=props.name, devices=torch.cuda.device_count(),
                 compute_capability=f"{capability[0]}.{capability[1]}",
-                flashinfer_arch=flashinfer_arch(capability), driver=_driver_version(),
+                flashinfer_arch=flashinfer_arch(capability, flashinfer)
+                if (flashinfer := _installed("flashinfer-python")) else None,
+                driver=_driver_version(),
                 driver_cuda=driver_cuda, cuda_runtime=torch.version.cuda,
                 shared_memory_per_block_optin=smem,
                 multiprocessors=props.multi_processor_count,
@@ -579,7 +422,7 @@ def check_runner() -> dict[str, Any]:
     return _result("runner", PASSED, detail, **data)
 
 
-def collect_sglang(patterns: Sequence[str]) -> dict[str, Any]:
+def collect_sglang(patterns: Sequence[str]) -> ProbeCheck:
     """Data for check 2: the installed sglang's version, provenance, RECORD and some texts.
 
     Args:
@@ -614,15 +457,10 @@ def collect_sglang(patterns: Sequence[str]) -> dict[str, Any]:
                    record=record, mismatched=mismatched, missing=missing, texts=texts)
 
 
-def collect_versions() -> dict[str, Any]:
+def collect_versions() -> ProbeCheck:
     """Data for check 3: installed versions of FlashInfer's packages and the manifest."""
-    versions: dict[str, str | None] = {}
-    for name in ("flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache", "torch",
-                 "sglang"):
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
+    versions = {name: _installed(name) for name in (
+        "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache", "torch", "sglang")}
     manifest: dict[str, Any] | None = None
     manifest_error = None
     try:
@@ -757,17 +595,17 @@ REQUIRED_GROUPS: dict[str, tuple[str, ...]] = {
 
 
 def check_kernels(capability: tuple[int, int] | None,
-                  no_gpu: str = "no CUDA device") -> dict[str, Any]:
+                  no_gpu: NoGpu = NO_DEVICE) -> ProbeCheck:
     """Check 4: with JIT disabled, every module of the kernel wheel loads for this GPU and
     the known-answer tests match torch.
 
     Args:
         capability: the GPU's compute capability (None: no GPU).
-        no_gpu: the reason when there is no GPU.
+        no_gpu: the detail and reason when there is no GPU.
     """
     name = "kernels"
     if capability is None:
-        return _result(name, FAILED, no_gpu)
+        return _no_gpu(name, no_gpu)
     try:
         manifest, jit_dir = read_manifest()
     except Exception as exc:
@@ -846,7 +684,7 @@ def check_kernels(capability: tuple[int, int] | None,
         if Path(jit_env.FLASHINFER_JIT_DIR).is_dir() else []
     if compiled:
         problems.append(f"something was compiled at run time: {compiled[:3]}")
-    data = {"jit_cache_dir": str(jit_dir), "disable_jit":
+    data: dict[str, Any] = {"jit_cache_dir": str(jit_dir), "disable_jit":
             os.environ.get("FLASHINFER_DISABLE_JIT"), "modules": modules,
             "known_answer_tests": tests, "compiled_at_run_time": compiled}
     if problems:
@@ -981,7 +819,7 @@ def _moe_variant(kind: str, case: MoeCase) -> dict[str, Any]:
 
 
 def check_moe(capability: tuple[int, int] | None, mode: str,
-              no_gpu: str = "no CUDA device") -> dict[str, Any]:
+              no_gpu: NoGpu = NO_DEVICE) -> ProbeCheck:
     """Check 5: ``cutlass_fused_moe`` under ``autotune()`` matches torch and really tunes.
 
     Each variant's autotuner log is summarised (:func:`autotune_summary`) and judged by
@@ -990,11 +828,11 @@ def check_moe(capability: tuple[int, int] | None, mode: str,
     Args:
         capability: the GPU's compute capability (None: no GPU).
         mode: ``require`` (asked for) or ``auto`` (run when the kernel wheel has the module).
-        no_gpu: the reason when there is no GPU.
+        no_gpu: the detail and reason when there is no GPU.
     """
     name = "moe-autotune"
     if capability is None:
-        return _result(name, FAILED, no_gpu)
+        return _no_gpu(name, no_gpu)
     module = moe_module_name(capability)
     if module is None:
         return _result(name, NOT_RUN, f"FlashInfer has no CUTLASS fused MoE for sm_"
@@ -1046,19 +884,19 @@ def check_moe(capability: tuple[int, int] | None, mode: str,
     return _result(name, status, detail, **data)
 
 
-def _capability() -> tuple[tuple[int, int] | None, str]:
+def _capability() -> tuple[tuple[int, int] | None, NoGpu]:
     """The first GPU's compute capability, or None and why there is none."""
     try:
         import torch
     except ImportError as exc:
-        return None, f"no CUDA device (torch is not installed: {exc})"
+        return None, (f"no CUDA device (torch is not installed: {exc})", Reason.NO_TORCH)
     try:
         if torch.cuda.is_available() and torch.cuda.device_count():
             major, minor = torch.cuda.get_device_capability(0)
-            return (int(major), int(minor)), ""
+            return (int(major), int(minor)), NO_DEVICE
     except Exception as exc:  # a broken driver raises here
-        return None, f"no CUDA device ({_error_text(exc)})"
-    return None, "no CUDA device"
+        return None, (f"no CUDA device ({_error_text(exc)})", Reason.NO_DEVICE)
+    return None, NO_DEVICE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1073,9 +911,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     workspace = tempfile.mkdtemp(prefix="sm120-smoke-")
     os.environ.setdefault("FLASHINFER_WORKSPACE_BASE", workspace)
     checks = args.checks.split(",")
+    unknown = sorted(set(checks) - set(RESULT_NAMES))
+    if unknown:
+        parser.error(f"unknown check {', '.join(unknown)} (known: {', '.join(RESULT_NAMES)})")
     try:
-        capability, why = _capability() if {"kernels", "moe"} & set(checks) else (None, "")
-        table: dict[str, Callable[[], dict[str, Any]]] = {
+        capability, why = _capability() if {"kernels", "moe"} & set(checks) else \
+            (None, NO_DEVICE)
+        table: dict[str, Callable[[], ProbeCheck]] = {
             "runner": check_runner,
             "sglang": lambda: collect_sglang(args.sglang_pattern),
             "versions": collect_versions,
@@ -1086,7 +928,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 _emit(table[check]())
             except Exception as exc:  # one broken check must not hide the others
-                _emit(_result(check, FAILED, f"the check crashed: {_error_text(exc)}",
+                _emit(_result(RESULT_NAMES[check], FAILED,
+                              f"the check crashed: {_error_text(exc)}",
                               trace=traceback.format_exc(limit=5)))
     finally:
         shutil.rmtree(workspace, ignore_errors=True)

@@ -1,0 +1,337 @@
+"""What the smoke probe and the builder both read: the probe's typed results, FlashInfer's
+log rules and the kernel wheel's manifest format (standard library only).
+
+The probe (``builder/smoke/script/smoke_probe.py``) runs in the tested interpreter without
+the builder and loads this file by path (``builder/smoke/script/smoke_shared.py`` is a link
+to it, shipped next to the probe into an image); the builder imports it as
+:mod:`builder.smoke.shared` to read the probe's output and judge the server's log. One
+definition serves both sides, so the two cannot drift.
+
+Facts about FlashInfer used here, read in ``flashinfer_python`` 0.6.3's source:
+
+* ``autotuner.py``: tactics that fail while profiling are logged through the
+  ``flashinfer.jit`` logger as ``[Autotuner]: Skipping tactic {runner} {tactic}, due to
+  failure while profiling: {error}`` (line 497); a debug line for each tactic it timed
+  (line 603) and one for the (runner, tactic) it chose per shape profile (line 534).
+* ``jit/core.py``: ``MissingJITCacheError``'s text (line 291) when
+  ``FLASHINFER_DISABLE_JIT`` is set and a module is not in the jit-cache.
+* ``data/csrc/nv_internal/tensorrt_llm/kernels/cutlass_kernels/moe_gemm/launchers/
+  moe_gemm_tma_ws_launcher.inl`` line 698: the error of a CUTLASS TMA warp-specialised
+  grouped GEMM that cannot initialise, for example for lack of shared memory.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Final
+
+#: What starts each result line of the probe's standard output (then one JSON object).
+RESULT_PREFIX: Final = "SM120-SMOKE "
+#: The kernel wheel's manifest, beside its modules.
+MANIFEST_FILE: Final = "sm120-manifest.json"
+
+PASSED: Final = "passed"
+FAILED: Final = "failed"
+WARNING: Final = "warning"
+NOT_RUN: Final = "not-run"
+STATUSES: Final = (PASSED, FAILED, WARNING, NOT_RUN)
+
+
+class ProbeOutputError(ValueError):
+    """The probe's output is not what the probe writes (one message says where)."""
+
+
+class Reason(enum.Enum):
+    """Why a check that needs a GPU could not use one (``None``: it could)."""
+
+    #: torch imports, but sees no CUDA device (or the driver fails).
+    NO_DEVICE = "no-device"
+    #: torch is not installed in the tested environment.
+    NO_TORCH = "no-torch"
+
+
+@dataclass(frozen=True)
+class ProbeCheck:
+    """One check's result as the probe prints it.
+
+    Attributes:
+        name: the result's name (:data:`ProbeResults.NAMES`).
+        status: one of :data:`STATUSES`.
+        detail: one line for people.
+        data: what was measured, for the host's judgement and the report.
+        reason: why there was no GPU to check with, when that is why it failed.
+    """
+
+    name: str
+    status: str
+    detail: str
+    data: dict[str, Any] = field(default_factory=dict)
+    reason: Reason | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return JSON-ready data (``reason`` only when there is one)."""
+        out: dict[str, Any] = {"name": self.name, "status": self.status,
+                               "detail": self.detail, "data": self.data}
+        if self.reason is not None:
+            out["reason"] = self.reason.value
+        return out
+
+    @classmethod
+    def from_json(cls, data: object) -> ProbeCheck:
+        """Read one result written by :meth:`to_json`.
+
+        Raises:
+            ProbeOutputError: not an object, a key missing or mistyped, an unknown status
+                or reason.
+        """
+        if not isinstance(data, dict):
+            raise ProbeOutputError(f"a probe result is a JSON object, not {data!r:.60}")
+        name, status, detail = data.get("name"), data.get("status"), data.get("detail")
+        found = data.get("data", {})
+        if not isinstance(name, str) or not isinstance(detail, str) or \
+                not isinstance(found, dict):
+            raise ProbeOutputError(f"probe result {name!r}: needs a string name and detail "
+                                   "and an object data")
+        if status not in STATUSES:
+            raise ProbeOutputError(f"probe result {name!r} has unknown status {status!r} "
+                                   f"(one of {', '.join(STATUSES)})")
+        try:
+            reason = None if data.get("reason") is None else Reason(data["reason"])
+        except ValueError:
+            raise ProbeOutputError(f"probe result {name!r} has unknown reason "
+                                   f"{data['reason']!r}") from None
+        return cls(name, str(status), detail, found, reason)
+
+
+@dataclass(frozen=True)
+class ProbeResults:
+    """The probe's results, one field per result (``None``: the probe never printed it,
+    because it was killed or crashed before, or was not asked for it).
+
+    Attributes:
+        runner: check 1, the GPU and its software.
+        sglang_data: the installed sglang, for check 2.
+        versions_data: FlashInfer's packages and the manifest, for check 3.
+        kernels: check 4.
+        moe_autotune: check 5.
+    """
+
+    runner: ProbeCheck | None = None
+    sglang_data: ProbeCheck | None = None
+    versions_data: ProbeCheck | None = None
+    kernels: ProbeCheck | None = None
+    moe_autotune: ProbeCheck | None = None
+
+    #: The result names the probe prints, by field.
+    NAMES: ClassVar[dict[str, str]] = {"runner": "runner", "sglang_data": "sglang-data",
+                    "versions_data": "versions-data", "kernels": "kernels",
+                    "moe_autotune": "moe-autotune"}
+
+    def no_device(self) -> ProbeCheck | None:
+        """The runner's result when it found no CUDA device (torch sees none), else None."""
+        runner = self.runner
+        return runner if runner is not None and runner.reason is Reason.NO_DEVICE else None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return JSON-ready data: ``{"checks": [...]}`` in the probe's order."""
+        return {"checks": [check.to_json() for f in fields(self)
+                           if (check := getattr(self, f.name)) is not None]}
+
+    @classmethod
+    def from_checks(cls, checks: Iterable[ProbeCheck]) -> ProbeResults:
+        """Collect results by name.
+
+        Raises:
+            ProbeOutputError: a name that is not one of :data:`NAMES`, or one given twice.
+        """
+        by_name = {name: attribute for attribute, name in cls.NAMES.items()}
+        found: dict[str, ProbeCheck] = {}
+        for check in checks:
+            attribute = by_name.get(check.name)
+            if attribute is None:
+                raise ProbeOutputError(f"unknown probe result {check.name!r} (known: "
+                                       f"{', '.join(cls.NAMES.values())})")
+            if attribute in found:
+                raise ProbeOutputError(f"probe result {check.name!r} is given twice")
+            found[attribute] = check
+        return cls(**found)
+
+    @classmethod
+    def from_json(cls, data: object) -> ProbeResults:
+        """Read what :meth:`to_json` wrote.
+
+        Raises:
+            ProbeOutputError: not ``{"checks": [...]}``, or a result is malformed.
+        """
+        if not isinstance(data, dict) or not isinstance(data.get("checks"), list):
+            raise ProbeOutputError('probe results are {"checks": [...]}')
+        return cls.from_checks(ProbeCheck.from_json(item) for item in data["checks"])
+
+    @classmethod
+    def from_output(cls, stdout: str) -> ProbeResults:
+        """Read the probe's standard output: its :data:`RESULT_PREFIX` lines; other output
+        (libraries print freely) is ignored.
+
+        Raises:
+            ProbeOutputError: a result line is not valid JSON or not a probe result (the
+                message names its line).
+        """
+        checks = []
+        for number, line in enumerate(stdout.splitlines(), 1):
+            if not line.startswith(RESULT_PREFIX):
+                continue
+            try:
+                checks.append(ProbeCheck.from_json(json.loads(line[len(RESULT_PREFIX):])))
+            except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+                raise ProbeOutputError(f"line {number} of the probe's output: {exc}") from None
+        return cls.from_checks(checks)
+
+
+# ---------------------------------------------------------------------------------------
+# FlashInfer's log lines.
+
+#: The warnings FlashInfer's autotuner logs for a tactic that failed while profiling, and
+#: the TensorRT-LLM TMA WS error; both are expected on some GPUs and count as warnings.
+WARNING_PATTERNS: dict[str, str] = {
+    "skipped_tactic": "Skipping tactic",
+    "tma_ws_init_failed": "Failed to initialize cutlass TMA WS grouped gemm",
+}
+
+PROFILED_PREFIX: Final = "[Autotuner]: profiling "
+CHOSEN_PREFIX: Final = "[Autotuner]: profiling chosen runner: "
+MISSING_MODULE: Final = "the required module is not found in the JIT cache"
+SKIP_CAUSES: Final = ("missing_module", "hardware", "other")
+
+
+def classify_line(line: str) -> tuple[str, ...]:
+    """Return the warning kinds (keys of :data:`WARNING_PATTERNS`) that ``line`` shows.
+
+    A ``Skipping tactic`` line that quotes the TMA WS error counts as both kinds.
+    """
+    return tuple(kind for kind, text in WARNING_PATTERNS.items() if text in line)
+
+
+def count_warnings(lines: Iterable[str]) -> dict[str, int]:
+    """Count each warning kind over ``lines`` (every kind appears, zero included)."""
+    counts = dict.fromkeys(WARNING_PATTERNS, 0)
+    for line in lines:
+        for kind in classify_line(line):
+            counts[kind] += 1
+    return counts
+
+
+def skip_cause(line: str) -> str | None:
+    """Why the autotuner skipped a tactic on this log line (``None``: not a skip line).
+
+    ``missing_module``: a module is missing from the jit-cache with JIT disabled (the
+    build's fault: the check fails); ``hardware``: a CUTLASS TMA warp-specialised grouped
+    GEMM that cannot initialise on this GPU, e.g. SM120's ~99 KiB of shared memory (a
+    warning); ``other``: any other exception (a warning).
+    """
+    if WARNING_PATTERNS["skipped_tactic"] not in line:
+        return None
+    if MISSING_MODULE in line:
+        return "missing_module"
+    if WARNING_PATTERNS["tma_ws_init_failed"] in line:
+        return "hardware"
+    return "other"
+
+
+def autotune_summary(lines: Iterable[str]) -> dict[str, Any]:
+    """What one ``autotune()`` pass did, from the autotuner's log lines (debug level).
+
+    Returns:
+        ``profiled`` (tactics timed), ``chosen`` (the tactics picked, in order; the
+        default tactic when nothing is tuned is -1) and ``skipped`` (count per cause of
+        :data:`SKIP_CAUSES`).
+    """
+    profiled = 0
+    chosen: list[str] = []
+    skipped = dict.fromkeys(SKIP_CAUSES, 0)
+    for line in lines:
+        cause = skip_cause(line)
+        if cause is not None:
+            skipped[cause] += 1
+        elif CHOSEN_PREFIX in line:
+            # "... chosen runner: <runner repr> TACTIC for (cache key)"
+            head = line.split(CHOSEN_PREFIX, 1)[1].split(" for ", 1)[0]
+            chosen.append(head.rsplit(" ", 1)[-1])
+        elif PROFILED_PREFIX in line and ", avg_time " in line:
+            profiled += 1
+    return {"profiled": profiled, "chosen": chosen, "skipped": skipped}
+
+
+def untuned(tuned: Mapping[str, Any]) -> str | None:
+    """Why an autotune pass tuned nothing, or ``None`` when it tuned: ``missing_module``
+    (a tactic was skipped for a module missing from the jit-cache) or ``none_profiled``.
+
+    Args:
+        tuned: :func:`autotune_summary` of the pass's log lines.
+    """
+    if tuned["skipped"].get("missing_module"):
+        return "missing_module"
+    return None if tuned["profiled"] else "none_profiled"
+
+
+# ---------------------------------------------------------------------------------------
+# The kernel wheel's manifest.
+
+
+@dataclass(frozen=True)
+class ManifestModule:
+    """One compiled module of the kernel wheel.
+
+    Attributes:
+        name: FlashInfer's module (JitSpec) name, e.g. ``norm``, ``silu_and_mul``.
+        path: the library, relative to ``get_jit_cache_dir()`` (``norm/norm.so``).
+        sha256: hex sha256 of the library.
+        sass: the SASS archs found in it (``sm_90a``).
+    """
+
+    name: str
+    path: str
+    sha256: str
+    sass: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The kernel wheel's ``sm120-manifest.json``: what was built, for which archs, how."""
+
+    flashinfer_version: str
+    version: str
+    arch_list: tuple[str, ...]
+    cuda_version: str
+    modules: tuple[ManifestModule, ...]
+    raw: dict[str, Any]
+
+    def module(self, name: str) -> ManifestModule | None:
+        """The module called ``name``, if the wheel has it."""
+        return next((m for m in self.modules if m.name == name), None)
+
+
+def parse_manifest(data: dict[str, Any]) -> Manifest:
+    """Read the kernel wheel's manifest (the one place that knows its format).
+
+    Args:
+        data: the parsed JSON: ``{"schema": 1, "flashinfer_version", "version",
+            "arch_list", "cuda_version", "nvcc_version", "flags_sha256", "modules":
+            [{"name", "path", "sha256", "sass"}]}``.
+
+    Raises:
+        ValueError: a key is missing or of the wrong type, or the schema is not 1.
+    """
+    try:
+        if data.get("schema") != 1:
+            raise ValueError(f"manifest schema {data.get('schema')!r}, expected 1")
+        modules = tuple(ManifestModule(str(m["name"]), str(m["path"]), str(m["sha256"]),
+                                       tuple(str(s) for s in m.get("sass", ())))
+                        for m in data["modules"])
+        return Manifest(str(data["flashinfer_version"]), str(data["version"]),
+                        tuple(str(a) for a in data["arch_list"]),
+                        str(data.get("cuda_version", "")), modules, data)
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"manifest is missing or mistypes {exc}") from None
