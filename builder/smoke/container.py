@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from builder.core.errors import BuilderError
+from builder.core.errors import ConfigurationError
 
 EngineFault = Literal["misconfigured-runner", "broken-image"]
 
@@ -130,9 +130,9 @@ def run_in_image(image: str, command: Sequence[str], *, files: Mapping[str, byte
     try:
         image_id = client.images.get(image).id
     except docker.errors.ImageNotFound:
-        raise BuilderError(f"image {image} is not in the Docker Engine",
-                           "build or load it first (docker images lists what is there)"
-                           ) from None
+        raise ConfigurationError(f"image {image} is not in the Docker Engine",
+                                 "build or load it first (docker images lists what is there)"
+                                 ) from None
     container = client.containers.create(
         image, list(command), environment=dict(environment), network_disabled=True,
         device_requests=[DeviceRequest(count=-1, capabilities=[["gpu"]])], detach=True)

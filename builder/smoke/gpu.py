@@ -60,7 +60,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.core.cache import atomic_write_bytes, sha256_json
-from builder.core.errors import BuilderError, ConfigurationError
+from builder.core.errors import BuilderError, ConfigurationError, MissingToolError, PublishError
 from builder.core.layout import Layout
 from builder.core.progress import Reporter
 from builder.patching.series import Series, load_series
@@ -127,8 +127,8 @@ class CheckResult:
         """
         status = data["status"]
         if status not in STATUSES:
-            raise BuilderError(f"check {data.get('name')!r} has unknown status {status!r}",
-                               f"a status is one of {', '.join(STATUSES)}")
+            raise ConfigurationError(f"check {data.get('name')!r} has unknown status {status!r}",
+                                     f"a status is one of {', '.join(STATUSES)}")
         return cls(str(data["name"]), _status(status), str(data["detail"]), bool(data["required"]),
                    dict(data.get("data") or {}))
 
@@ -188,8 +188,8 @@ class SmokeReport:
             BuilderError: not a schema-1 smoke report, or a check is malformed.
         """
         if data.get("schema") != 1 or not isinstance(data.get("checks"), list):
-            raise BuilderError("not a smoke report (schema 1)",
-                               "use a report written by python -m builder smoke --output")
+            raise ConfigurationError("not a smoke report (schema 1)",
+                                     "use a report written by python -m builder smoke --output")
         try:
             return cls(str(data["mode"]), tuple(CheckResult.from_json(c)
                                                 for c in data["checks"]),
@@ -197,9 +197,9 @@ class SmokeReport:
                        bool(data.get("misconfigured_runner")), str(data.get("created", "")),
                        str(data.get("builder", "")))
         except (KeyError, TypeError) as exc:
-            raise BuilderError(f"malformed smoke report: missing {exc}",
-                               "use a report written by python -m builder smoke --output"
-                               ) from None
+            raise ConfigurationError(f"malformed smoke report: missing {exc}",
+                                     "use a report written by python -m builder smoke --output"
+                                     ) from None
 
     def summary(self) -> list[str]:
         """Short human summary: one line per check, then the verdict."""
@@ -324,13 +324,13 @@ def wheel_provenance(wheel: Path) -> tuple[dict[str, Any], dict[str, str]]:
             record_name = next((n for n in names if n.count("/") == 1
                                 and n.endswith(".dist-info/RECORD")), None)
             if info is None or record_name is None:
-                raise BuilderError(f"{wheel} has no {PROVENANCE_FILE} (or no RECORD)",
-                                   "pass a wheel built by python -m builder wheel")
+                raise ConfigurationError(f"{wheel} has no {PROVENANCE_FILE} (or no RECORD)",
+                                         "pass a wheel built by python -m builder wheel")
             provenance = json.loads(archive.read(info))
             record = archive.read(record_name).decode()
     except (OSError, zipfile.BadZipFile) as exc:
-        raise BuilderError(f"cannot read the wheel {wheel}: {exc}",
-                           "pass the patched sglang wheel (dist/sglang-*.whl)") from None
+        raise ConfigurationError(f"cannot read the wheel {wheel}: {exc}",
+                                 "pass the patched sglang wheel (dist/sglang-*.whl)") from None
     hashes = {row[0]: row[1] for row in csv.reader(io.StringIO(record))  # paths may hold ","
               if len(row) == 3 and row[0].startswith("sglang/") and row[1]}
     return provenance, hashes
@@ -578,9 +578,9 @@ def run_probe_host(python: str, args: Sequence[str], timeout: float) -> ProbeRun
         return ProbeRun(parse_probe_output(out), None,
                         f"killed after {timeout:g} s\n{_tail(err)}")
     except OSError as exc:
-        raise BuilderError(f"cannot run {python}: {exc.strerror}",
-                           "--python must be the interpreter of the environment to test"
-                           ) from None
+        raise MissingToolError(f"cannot run {python}: {exc.strerror}",
+                               "--python must be the interpreter of the environment to test"
+                               ) from None
     return ProbeRun(parse_probe_output(done.stdout), done.returncode, _tail(done.stderr))
 
 
@@ -651,8 +651,8 @@ def _expected(options: SmokeOptions) -> tuple[dict[str, Any] | None, dict[str, s
         try:
             return json.loads(options.expect_provenance.read_text()), None
         except (OSError, ValueError) as exc:
-            raise BuilderError(f"cannot read {options.expect_provenance}: {exc}",
-                               "give the sm120-provenance.json of the artifact") from None
+            raise ConfigurationError(f"cannot read {options.expect_provenance}: {exc}",
+                                     "give the sm120-provenance.json of the artifact") from None
     return None, None
 
 
@@ -730,13 +730,13 @@ def run_smoke(options: SmokeOptions) -> SmokeReport:
     if options.model is not None or options.tiny_model:
         given = "--model" if options.model is not None else "--tiny-model"
         if options.mode == "image":
-            raise BuilderError(f"{given}: the server check runs in host mode only",
-                               "run `smoke --mode host` inside the image for check 6, or "
-                               f"leave {given} out")
+            raise ConfigurationError(f"{given}: the server check runs in host mode only",
+                                     "run `smoke --mode host` inside the image for check 6, or "
+                                     f"leave {given} out")
         if options.probe_output is not None:
-            raise BuilderError(f"{given} with --probe-output would start SGLang here, not "
-                               "where the probe ran", f"leave {given} out, or run the smoke "
-                               "in the tested environment")
+            raise ConfigurationError(f"{given} with --probe-output would start SGLang here, not "
+                                     "where the probe ran", f"leave {given} out, or run the smoke "
+                                     "in the tested environment")
     series = load_series(options.series)
     expected, expected_record = _expected(options)
     args = probe_arguments(intent_patterns(series), options.moe)
@@ -745,7 +745,7 @@ def run_smoke(options: SmokeOptions) -> SmokeReport:
         from builder.smoke.container import EngineRefused, docker_client, run_in_image
 
         if not options.image:
-            raise BuilderError("image mode needs --image REF", "name a built image")
+            raise ConfigurationError("image mode needs --image REF", "name a built image")
         options.reporter.info(f"Running the probe in {options.image} with every GPU ...")
         try:
             container = run_in_image(
@@ -763,8 +763,8 @@ def run_smoke(options: SmokeOptions) -> SmokeReport:
         try:
             text = options.probe_output.read_text(errors="replace")
         except OSError as exc:
-            raise BuilderError(f"cannot read {options.probe_output}: {exc.strerror}",
-                               "give the saved standard output of smoke_probe.py") from None
+            raise ConfigurationError(f"cannot read {options.probe_output}: {exc.strerror}",
+                                     "give the saved standard output of smoke_probe.py") from None
         run = ProbeRun(parse_probe_output(text, options.probe_output), 0, "")
     else:
         options.reporter.info("Running the probe in this environment ...")
@@ -803,8 +803,8 @@ def load_report(path: Path) -> SmokeReport:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise BuilderError(f"cannot read the smoke report {path}: {exc}",
-                           "run python -m builder smoke --output FILE first") from None
+        raise ConfigurationError(f"cannot read the smoke report {path}: {exc}",
+                                 "run python -m builder smoke --output FILE first") from None
     return SmokeReport.from_json(data)
 
 
@@ -822,7 +822,7 @@ def require_passed(report: SmokeReport, *, sglang_provenance: Mapping[str, Any] 
     """
     if not report.passed:
         failed = [c.name for c in report.checks if c.required and not c.ok]
-        raise BuilderError(f"the smoke test did not pass ({', '.join(failed) or 'runner'}); "
+        raise PublishError(f"the smoke test did not pass ({', '.join(failed) or 'runner'}); "
                            "refusing to publish", "fix it and run the smoke test again")
     tested = report.artifacts
     pairs = (("sglang", "provenance_sha256", sglang_provenance),
@@ -832,7 +832,7 @@ def require_passed(report: SmokeReport, *, sglang_provenance: Mapping[str, Any] 
             continue
         recorded = (tested.get(key) or {}).get(field_name)
         if recorded != sha256_json(artifact):
-            raise BuilderError(f"the smoke report tested another {key} artifact "
+            raise PublishError(f"the smoke report tested another {key} artifact "
                                f"({field_name} {str(recorded)[:12]}, this one "
                                f"{sha256_json(artifact)[:12]}); refusing to publish",
                                "run the smoke test on the artifacts being published")

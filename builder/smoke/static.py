@@ -28,7 +28,7 @@ import docker.errors
 import requests.exceptions
 from packaging.utils import parse_wheel_filename
 
-from builder.core.errors import BuilderError
+from builder.core.errors import BuildError
 from builder.core.layout import Layout
 from builder.image.build import LABEL_NS, ImageResult
 from builder.image.profile import LAUNCHER_PATH, PROFILE_PATH
@@ -129,25 +129,25 @@ def _run_probe(client: docker.DockerClient, ref: str, spec: dict[str, Any],
             network_disabled=True, host_config=api.create_host_config(network_mode="none"))
     except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
         message = getattr(exc, "explanation", None) or str(exc)
-        raise BuilderError(f"cannot run a container of {ref}: {message}",
-                           "is the image in the engine?") from None
+        raise BuildError(f"cannot run a container of {ref}: {message}",
+                         "is the image in the engine?") from None
     try:
         api.start(container)
         try:
             status = api.wait(container, timeout=timeout)["StatusCode"]
         except requests.exceptions.ConnectionError:  # docker-py's read timeout
-            raise BuilderError(f"the smoke probe in {ref} did not finish in {timeout} s",
-                               "run the image by hand to see why") from None
+            raise BuildError(f"the smoke probe in {ref} did not finish in {timeout} s",
+                             "run the image by hand to see why") from None
         if status != 0:
             stderr = api.logs(container, stdout=False, stderr=True).decode(errors="replace")
             lines = stderr.strip().splitlines()
-            raise BuilderError(f"the smoke probe failed inside {ref} (exit {status}): "
-                               f"{lines[-1] if lines else ''}",
-                               "the image needs python3 on PATH")
+            raise BuildError(f"the smoke probe failed inside {ref} (exit {status}): "
+                             f"{lines[-1] if lines else ''}",
+                             "the image needs python3 on PATH")
         return bytes(api.logs(container, stdout=True, stderr=False))
     except docker.errors.APIError as exc:
-        raise BuilderError(f"the smoke probe in {ref} failed: {exc.explanation or exc}",
-                           "check the engine") from None
+        raise BuildError(f"the smoke probe in {ref} failed: {exc.explanation or exc}",
+                         "check the engine") from None
     finally:
         with contextlib.suppress(docker.errors.APIError):
             api.remove_container(container, force=True)
@@ -213,8 +213,8 @@ def static_smoke(client: docker.DockerClient, image: ImageResult, *,
     try:
         found = json.loads(output.decode().strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise BuilderError(f"the smoke probe in {ref} printed no JSON",
-                           "run the image by hand to see why") from None
+        raise BuildError(f"the smoke probe in {ref} printed no JSON",
+                         "run the image by hand to see why") from None
 
     checks = []
     sglang = found["dists"].get("sglang")
