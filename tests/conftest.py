@@ -196,6 +196,7 @@ def run_cli(*args: str, cwd: Path = REPO, cache: Path | None = None,
     saved_env = os.environ.copy()
     saved_cwd = os.getcwd()
     saved_sigterm = signal.getsignal(signal.SIGTERM)
+    held_before = set(_cache_locks())
     out, err = io.StringIO(), io.StringIO()
     status: int | str | None
     with tempfile.TemporaryFile("w+b") as fd_out, tempfile.TemporaryFile("w+b") as fd_err:
@@ -223,6 +224,7 @@ def run_cli(*args: str, cwd: Path = REPO, cache: Path | None = None,
             os.environ.update(saved_env)
             pip_index.cache_clear()
             signal.signal(signal.SIGTERM, saved_sigterm)
+            _release_caches(held_before)
         fd_out.seek(0)
         fd_err.seek(0)
         stdout = out.getvalue() + fd_out.read().decode(errors="replace")
@@ -232,6 +234,22 @@ def run_cli(*args: str, cwd: Path = REPO, cache: Path | None = None,
         status = 1
     return subprocess.CompletedProcess(["python", "-m", "builder", *args], status or 0,
                                        stdout, stderr)
+
+
+def _cache_locks() -> dict[Path, int]:
+    """The caches this process holds (``builder.core.cache``: root -> locked descriptor)."""
+    from builder.core import cache
+
+    held: dict[Path, int] = cache._HELD
+    return held
+
+
+def _release_caches(held_before: set[Path]) -> None:
+    """Drop the cache locks a run took, as the end of its process would (the kernel
+    releases a ``flock`` at exit): a later ``cache prune`` must not see them as its own."""
+    held = _cache_locks()
+    for root in set(held) - held_before:
+        os.close(held.pop(root))
 
 
 def run_cli_process(*args: str, cwd: Path = REPO, cache: Path | None = None,
@@ -442,6 +460,7 @@ SLOW_FIXTURES = {
                          KERNEL_ENV),
     "nvcc": Slow("compiles CUDA code with nvcc", None),
     "token_registry": Slow("starts a docker-registry and a token server", None),
+    "installed": Slow("a venv with the 0.5.9 wheel and FlashInfer installed", None),
 }
 
 _BUILD_ENV = Slow("builds a FlashInfer build environment (torch, CUDA wheels)", KERNEL_ENV)
@@ -461,6 +480,17 @@ SLOW_TESTS = {
         Slow("starts two pypiservers", None),
     "tests/test_pin_images.py::test_htpasswd_registry_uses_docker_login_credentials":
         Slow("starts a docker-registry", None),
+    # The slowest of the rest (about 50-70 s each on a loaded 2-core machine)
+    "tests/test_patch_fuzz.py": Slow("hypothesis: hundreds of random patches", None),
+    "tests/test_repack.py::test_installs_and_equals_upstream_but_the_patch":
+        Slow("installs two wheels into fresh venvs", None),
+    "tests/test_wheel.py::test_installed_wheel_reports_provenance_and_patched_line":
+        Slow("installs the wheel into a fresh venv", None),
+    "tests/test_workflows.py::test_the_plan_job_gives_every_target_to_every_per_target_job":
+        Slow("runs the plan job's nox session", None),
+    "tests/test_docs.py::test_site_builds_with_no_warning": Slow("builds the site", None),
+    "tests/test_docs.py::test_broken_link_and_reference_fail_the_build":
+        Slow("builds the site twice", None),
 }
 
 
