@@ -480,7 +480,7 @@ SLOW_TESTS = {
         Slow("starts two pypiservers", None),
     "tests/test_pin_images.py::test_htpasswd_registry_uses_docker_login_credentials":
         Slow("starts a docker-registry", None),
-    # The slowest of the rest (about 50-70 s each on a loaded 2-core machine)
+    # The slowest of the rest (45-100 s each on a loaded 2-core machine; docs/testing.md)
     "tests/test_patch_fuzz.py": Slow("hypothesis: hundreds of random patches", None),
     "tests/test_repack.py::test_installs_and_equals_upstream_but_the_patch":
         Slow("installs two wheels into fresh venvs", None),
@@ -488,6 +488,11 @@ SLOW_TESTS = {
         Slow("installs the wheel into a fresh venv", None),
     "tests/test_workflows.py::test_the_plan_job_gives_every_target_to_every_per_target_job":
         Slow("runs the plan job's nox session", None),
+    "tests/test_wheel.py": Slow("builds the 0.5.9 wheel from scratch four times", None),
+    "tests/test_journeys.py::test_a_changed_series_under_the_same_label_is_refused_until_the_label_is_raised":
+        Slow("builds three wheels", None),
+    "tests/test_journeys.py::test_the_provenance_carries_each_patch_description_and_message":
+        Slow("builds a wheel from scratch", None),
     "tests/test_docs.py::test_site_builds_with_no_warning": Slow("builds the site", None),
     "tests/test_docs.py::test_broken_link_and_reference_fail_the_build":
         Slow("builds the site twice", None),
