@@ -46,9 +46,22 @@ def release(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite on real upstream sources (downloads are cached)."""
+    """The whole suite, both tiers, as CI runs it (``nox -s tests -- ARGS`` adds pytest
+    arguments: ``-m fast`` for the fast tier alone, a path for one file).
+
+    Two pytest workers (pytest-xdist): the tests that start services share one worker and
+    the kernel build tests another (``xdist_group``, set in tests/conftest.py); every other
+    file runs whole on either (``--dist loadgroup``). docs/testing.md has the figures.
+    """
     session.install(".[test]")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", "-n", "2", "--dist", "loadgroup", *session.posargs)
+
+
+@nox.session(name="tests-fast")
+def tests_fast(session: nox.Session) -> None:
+    """The fast tier: no Docker Engine, services, nvcc or big downloads (docs/testing.md)."""
+    session.install(".[test]")
+    session.run("pytest", "-m", "fast", "-n", "2", "--dist", "loadgroup", *session.posargs)
 
 
 @nox.session

@@ -3,14 +3,18 @@ a local git repository built from those releases, and a CLI runner."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import http.server
+import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -170,7 +174,93 @@ def shared_cache() -> Path:
 
 def run_cli(*args: str, cwd: Path = REPO, cache: Path | None = None,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m builder ARGS`` as a user would; return the finished process."""
+    """Run the CLI with ``ARGS`` as ``python -m builder ARGS`` would, in this process.
+
+    ``builder.cli.main`` runs with ``cwd`` as the working directory and ``env`` (and
+    ``SGLANG_SM120_CACHE=cache``) added to the environment, both restored afterwards, as is
+    the SIGTERM handler. Its output is captured at both levels: what Python writes to
+    ``sys.stdout``/``sys.stderr`` and what child processes write to file descriptors 1 and
+    2. A usage error (argparse's ``SystemExit``) becomes its exit status, as in a process.
+    Tests that need a real process (signals, pipes, interpreter flags, start-up cost) use
+    :func:`run_cli_process`.
+
+    Returns:
+        The finished run, shaped like :func:`subprocess.run`'s result.
+    """
+    from builder.cli.main import main
+    from builder.core.pipconfig import pip_index
+
+    added = {**(env or {})}
+    if cache is not None:
+        added["SGLANG_SM120_CACHE"] = str(cache)
+    saved_env = os.environ.copy()
+    saved_cwd = os.getcwd()
+    saved_sigterm = signal.getsignal(signal.SIGTERM)
+    held_before = set(_cache_locks())
+    out, err = io.StringIO(), io.StringIO()
+    status: int | str | None
+    with tempfile.TemporaryFile("w+b") as fd_out, tempfile.TemporaryFile("w+b") as fd_err:
+        saved_fds = [os.dup(1), os.dup(2)]
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(fd_out.fileno(), 1)
+            os.dup2(fd_err.fileno(), 2)
+            os.environ.update(added)
+            os.chdir(cwd)
+            pip_index.cache_clear()  # pip's index is read once per process, from the env
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    status = main(list(args))
+                except SystemExit as exc:  # argparse's usage errors and --help
+                    status = exc.code
+        finally:
+            os.dup2(saved_fds[0], 1)
+            os.dup2(saved_fds[1], 2)
+            for saved in saved_fds:
+                os.close(saved)
+            os.chdir(saved_cwd)
+            os.environ.clear()
+            os.environ.update(saved_env)
+            pip_index.cache_clear()
+            signal.signal(signal.SIGTERM, saved_sigterm)
+            _release_caches(held_before)
+        fd_out.seek(0)
+        fd_err.seek(0)
+        stdout = out.getvalue() + fd_out.read().decode(errors="replace")
+        stderr = err.getvalue() + fd_err.read().decode(errors="replace")
+    if isinstance(status, str):  # sys.exit("message"): printed, status 1
+        stderr += status + "\n"
+        status = 1
+    return subprocess.CompletedProcess(["python", "-m", "builder", *args], status or 0,
+                                       stdout, stderr)
+
+
+def _cache_locks() -> dict[Path, int]:
+    """The caches this process holds (``builder.core.cache``: root -> locked descriptor)."""
+    from builder.core import cache
+
+    held: dict[Path, int] = cache._HELD
+    return held
+
+
+def _release_caches(held_before: set[Path]) -> None:
+    """Drop the cache locks a run took, as the end of its process would (the kernel
+    releases a ``flock`` at exit): a later ``cache prune`` must not see them as its own."""
+    held = _cache_locks()
+    for root in set(held) - held_before:
+        os.close(held.pop(root))
+
+
+def run_cli_process(*args: str, cwd: Path = REPO, cache: Path | None = None,
+                    env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m builder ARGS`` in a new process, as a user would.
+
+    For what :func:`run_cli` cannot show in-process: signals, pipes, interpreter start-up.
+
+    Returns:
+        The finished process.
+    """
     full_env = {**os.environ, **(env or {})}
     if cache is not None:
         full_env["SGLANG_SM120_CACHE"] = str(cache)
@@ -334,3 +424,138 @@ def kernel_base_image(docker_engine: DockerEngine) -> LocalImage:
     tarball = debian_rootfs(TEST_CACHE / "images", ("python3", "python3-venv", "g++"))
     image_id = import_image(docker_engine, tarball, "sm120-test/debian-gxx", DEBIAN_SUITE)
     return LocalImage(f"sm120-test/debian-gxx:{DEBIAN_SUITE}", image_id)
+
+
+# ---------------------------------------------------------------- tiers
+# Every test is in exactly one tier: `fast` (the default a newcomer runs: no Docker Engine,
+# no registry or Redis, no nvcc, no big downloads beyond the pinned sdists and wheels) or
+# `slow` (the rest; CI runs both). The tier follows from the fixtures a test uses (the
+# closure, so a fixture built on `docker_engine` counts too), from SLOW_TESTS for tests
+# that start what they need in their own body, or from an explicit `@pytest.mark.slow`.
+# Under `--dist loadgroup` (nox -s tests) each test also gets an `xdist_group`: the tests
+# on the session's services share one worker (one dockerd, registry, index, Redis), the
+# kernel build tests another (one build environment), every other file is its own group.
+# docs/testing.md says how to run each tier.
+
+SERVICES = "services"
+KERNEL_ENV = "kernel-env"
+
+
+@dataclass(frozen=True)
+class Slow:
+    """Why a test is slow, and the xdist group it runs in (None: its file's)."""
+
+    reason: str
+    group: str | None
+
+
+#: Fixture -> why a test that uses it (directly or through another fixture) is slow.
+#: The first that matches, in this order, decides the group.
+SLOW_FIXTURES = {
+    "docker_engine": Slow("starts a Docker Engine", SERVICES),
+    "registry": Slow("starts a docker-registry", SERVICES),
+    "package_index": Slow("starts a pypiserver", SERVICES),
+    "redis_server": Slow("starts redis-server", SERVICES),
+    "kernel_cache": Slow("builds FlashInfer kernels in a build environment of several GB",
+                         KERNEL_ENV),
+    "nvcc": Slow("compiles CUDA code with nvcc", None),
+    "token_registry": Slow("starts a docker-registry and a token server", None),
+    "installed": Slow("a venv with the 0.5.9 wheel and FlashInfer installed", None),
+}
+
+_BUILD_ENV = Slow("builds a FlashInfer build environment (torch, CUDA wheels)", KERNEL_ENV)
+
+#: Test node id, or the file and the test's name before any parameters, or the file ->
+#: why it is slow, for tests whose cost is in their own body.
+SLOW_TESTS = {
+    "tests/test_kernels_current.py::test_default_set_holds_every_module_flashinfers_sm120_paths_load":
+        _BUILD_ENV,
+    "tests/test_kernels_current.py::test_flashinfer_0_6_14_import_needs_a_gpu_the_driver_does_not":
+        _BUILD_ENV,
+    "tests/test_kernels_current.py::test_0_5_23_norm_host_mode_found_through_the_provider_contract":
+        _BUILD_ENV,
+    "tests/test_kernels_fast.py::test_the_driver_puts_fast_build_into_the_cuda_flags_too":
+        _BUILD_ENV,
+    "tests/test_journeys.py::test_publish_wheels_without_docker":
+        Slow("starts two pypiservers", None),
+    "tests/test_pin_images.py::test_htpasswd_registry_uses_docker_login_credentials":
+        Slow("starts a docker-registry", None),
+    # The slowest of the rest (45-100 s each on a loaded 2-core machine; docs/testing.md)
+    "tests/test_patch_fuzz.py": Slow("hypothesis: hundreds of random patches", None),
+    "tests/test_repack.py::test_installs_and_equals_upstream_but_the_patch":
+        Slow("installs two wheels into fresh venvs", None),
+    "tests/test_wheel.py::test_installed_wheel_reports_provenance_and_patched_line":
+        Slow("installs the wheel into a fresh venv", None),
+    "tests/test_workflows.py::test_the_plan_job_gives_every_target_to_every_per_target_job":
+        Slow("runs the plan job's nox session", None),
+    "tests/test_wheel.py": Slow("builds the 0.5.9 wheel from scratch four times", None),
+    "tests/test_journeys.py::test_a_changed_series_under_the_same_label_is_refused_until_the_label_is_raised":
+        Slow("builds three wheels", None),
+    "tests/test_journeys.py::test_the_provenance_carries_each_patch_description_and_message":
+        Slow("builds a wheel from scratch", None),
+    "tests/test_docs.py::test_site_builds_with_no_warning": Slow("builds the site", None),
+    "tests/test_docs.py::test_broken_link_and_reference_fail_the_build":
+        Slow("builds the site twice", None),
+}
+
+
+def slow_reason(item: pytest.Item) -> Slow | None:
+    """Why ``item`` belongs to the slow tier, or None when it is fast.
+
+    Args:
+        item: a collected test.
+
+    Returns:
+        The first reason found: a fixture of SLOW_FIXTURES, an entry of SLOW_TESTS, an
+        explicit ``slow`` mark.
+    """
+    used = set(getattr(item, "fixturenames", ()))
+    for name, slow in SLOW_FIXTURES.items():
+        if name in used:
+            return Slow(f"{name}: {slow.reason}", slow.group)
+    for key in _slow_keys(item):
+        if key in SLOW_TESTS:
+            return SLOW_TESTS[key]
+    if item.get_closest_marker("slow") is not None:
+        return Slow("marked slow", None)
+    return None
+
+
+def _slow_keys(item: pytest.Item) -> tuple[str, str, str]:
+    """The keys SLOW_TESTS may hold for ``item``: node id, file::name, file."""
+    file, _, rest = item.nodeid.partition("::")
+    return item.nodeid, f"{file}::{rest.partition('[')[0]}", file
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    """Put every test in exactly one tier (marks ``fast`` or ``slow``), and in its xdist
+    group under ``--dist loadgroup``.
+
+    Raises:
+        pytest.UsageError: a test marked ``fast`` by hand that uses what makes it slow, or
+            an entry of SLOW_TESTS that names no collected test (when the whole suite is
+            collected), so the table cannot go stale.
+    """
+    grouped = getattr(config.option, "dist", "no") == "loadgroup"
+    wrong = []
+    used: set[str] = set()
+    for item in items:
+        slow = slow_reason(item)
+        used.update(key for key in _slow_keys(item) if key in SLOW_TESTS)
+        if slow is None:
+            item.add_marker(pytest.mark.fast)
+        elif item.get_closest_marker("fast") is not None:
+            wrong.append(f"{item.nodeid} is marked fast but is slow ({slow.reason})")
+        else:
+            item.add_marker(pytest.mark.slow)
+        if grouped:
+            group = (slow and slow.group) or item.nodeid.partition("::")[0]
+            item.add_marker(pytest.mark.xdist_group(group))
+    here = config.invocation_params.dir
+    whole_suite = all((here / arg).resolve() == REPO / "tests" for arg in config.args)
+    if whole_suite and not config.getoption("keyword") and not config.getoption("lf", False):
+        wrong += [f"SLOW_TESTS names {key}, which is no collected test"
+                  for key in SLOW_TESTS if key not in used]
+    if wrong:
+        raise pytest.UsageError("tiers (tests/conftest.py):\n  " + "\n  ".join(wrong))

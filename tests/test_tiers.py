@@ -1,0 +1,59 @@
+"""The test tiers and the in-process CLI runner of tests/conftest.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO, run_cli, run_cli_process
+
+
+def _collect(*args: str) -> subprocess.CompletedProcess[str]:
+    """``pytest --collect-only -q ARGS`` over the whole suite, in a new process."""
+    return subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                           "-p", "no:cacheprovider", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
+def test_every_test_is_in_exactly_one_tier() -> None:
+    """The union of the tiers is the whole suite and they do not overlap: no test is in
+    both or in neither (and SLOW_TESTS names only tests that exist, or collection fails)."""
+    done = _collect("-m", "(fast and slow) or (not fast and not slow)")
+    assert done.returncode == 5, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "no tests collected" in done.stdout and "deselected" in done.stdout, done.stdout
+
+
+def test_the_heavy_tests_are_slow_and_the_refusals_fast() -> None:
+    """A test on a Docker Engine and one building FlashInfer are slow; a CLI refusal and
+    the patch engine's unit tests are fast."""
+    slow = _collect("-m", "slow").stdout.splitlines()
+    fast = _collect("-m", "fast", "tests/test_cli.py", "tests/test_hunks.py").stdout
+    assert any(line.startswith("tests/test_image.py::") for line in slow)
+    assert any(line.startswith("tests/test_kernels_build.py::") for line in slow)
+    assert "tests/test_cli.py::test_unknown_target" in fast
+    assert "tests/test_hunks.py::" in fast
+
+
+def test_in_process_run_restores_env_cwd_and_sigterm(tmp_path: Path) -> None:
+    """The run sees its env and cwd; afterwards the test's are back, and so is the
+    SIGTERM handler the CLI replaces while it runs."""
+    before_env, before_cwd = dict(os.environ), os.getcwd()
+    before_term = signal.getsignal(signal.SIGTERM)
+    (tmp_path / "targets.toml").write_text("this is = = not toml\n")
+    done = run_cli("targets", cwd=tmp_path, cache=tmp_path / "cache",
+                   env={"SGLANG_SM120_TIERS_PROBE": "1"})
+    assert done.returncode != 0 and "targets.toml" in done.stderr, done.stderr
+    assert dict(os.environ) == before_env and os.getcwd() == before_cwd
+    assert signal.getsignal(signal.SIGTERM) is before_term
+
+
+def test_in_process_and_process_runs_agree() -> None:
+    """Same exit status and output both ways: a refusal (stderr, status 1), a usage error
+    (argparse's SystemExit 2) and --help (stdout, 0)."""
+    for args in (("wheel", "--target", "nope"), ("wheel", "--no-such-flag"), ("--help",)):
+        inside, outside = run_cli(*args), run_cli_process(*args)
+        assert (inside.returncode, inside.stdout, inside.stderr) == (
+            outside.returncode, outside.stdout, outside.stderr), args
