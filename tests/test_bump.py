@@ -174,7 +174,7 @@ def test_an_existing_target_is_never_overwritten_silently(index: str, project: P
     assert _bump(project, cache, "0.5.16", "--index-url", index)[0] == 0
     written = (project / "targets.toml").read_bytes()
     done = run_cli("add-target", "0.5.16", "--index-url", index, cwd=project, cache=cache)
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert "already has a target for 0.5.16" in done.stderr and "--replace" in done.stderr
     assert (project / "targets.toml").read_bytes() == written
     code, report = _bump(project, cache, "0.5.16", "--index-url", index, "--replace",
@@ -205,7 +205,7 @@ def test_an_index_without_ranges_is_one_clear_error(index_root: Path, project: P
         before = (project / "targets.toml").read_bytes()
         done = run_cli("add-target", "0.5.16", "--index-url", url, cwd=project,
                        cache=tmp_path / "cache")
-        assert done.returncode == 1
+        assert done.returncode == 4
         assert "could not read the METADATA of" in done.stderr
         assert "--cuda-lane" in done.stderr
         assert (project / "targets.toml").read_bytes() == before
@@ -222,4 +222,4 @@ def test_bad_arguments(project: Path, tmp_path: Path) -> None:
                           (("not-a-version",), "is not a PEP 440 version"),
                           (("0.5.16", "--cuda-lane", "13"), "is not like 13.0")):
         done = run_cli("add-target", *args, cwd=project, cache=tmp_path / "cache")
-        assert done.returncode == 1 and message in done.stderr, done.stderr
+        assert done.returncode == 2 and message in done.stderr, done.stderr

@@ -10,6 +10,15 @@ from pathlib import Path
 import pytest
 from conftest import RELEASES, REPO, patch_sha, run_cli, write_project
 
+from builder.core.errors import (
+    BuildError,
+    ConfigurationError,
+    MissingToolError,
+    PatchError,
+    PublishError,
+    SourceError,
+)
+
 SEED = REPO / "patches" / "0001-enable-flashinfer-cutlass-autotune.patch"
 SERIES_TEXT = (REPO / "patches" / "series.toml").read_text()
 BATCH_OPS = "python/sglang/srt/batch_invariant_ops/batch_invariant_ops.py"
@@ -27,7 +36,13 @@ versions = ">=0.5"
 
 
 def _assert_refused(done, message: str, dist: Path) -> None:  # type: ignore[no-untyped-def]
-    assert done.returncode == 1, done.stdout + done.stderr
+    # a typed refusal: the status is the one of the kind it prints (builder.core.errors)
+    kinds = {cls.kind: cls.exit_status for cls in (ConfigurationError, MissingToolError,
+                                                    SourceError, PatchError, BuildError,
+                                                    PublishError)}
+    kind = next((line.split(":", 1)[0] for line in done.stderr.splitlines()
+                 if line.split(":", 1)[0] in kinds), "")
+    assert done.returncode == kinds.get(kind), (kind, done.returncode, done.stderr)
     assert message in " ".join(done.stderr.split()), done.stderr
     assert "Traceback" not in done.stderr
     assert not dist.exists() or not any(dist.iterdir())
@@ -118,7 +133,7 @@ def test_unknown_target(tmp_path: Path) -> None:
 
 def test_unknown_target_as_json(tmp_path: Path) -> None:
     done = run_cli("wheel", "--target", "nope", "--json", "--dist", str(tmp_path / "dist"))
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert json.loads(done.stdout)["error"].startswith("unknown target 'nope'")
 
 
@@ -230,7 +245,7 @@ def test_wrong_strip_level_is_refused(unpacked: dict[str, Path], tmp_path: Path,
     shutil.copytree(unpacked["0.5.9"], tree)
     before = (tree / "sglang/srt/model_executor/model_runner.py").read_bytes()
     done = run_cli("patch", "--source-dir", str(tree), "--patch", str(SEED), *args)
-    assert done.returncode == 1
+    assert done.returncode == 5
     assert "error:" in done.stderr and "Traceback" not in done.stderr
     assert (tree / "sglang/srt/model_executor/model_runner.py").read_bytes() == before
 
@@ -261,7 +276,7 @@ def test_a_source_dir_of_another_release_or_project_is_refused(
     dist = tmp_path / "dist"
     done = run_cli("wheel", "--target", "sglang-0.5.7", "--source-dir", str(unpacked["0.5.9"]),
                    "--dist", str(dist), "--json", cache=tmp_path / "cache")
-    assert done.returncode == 1, done.stdout
+    assert done.returncode == 4, done.stdout
     error = json.loads(done.stdout)
     assert "is SGLang 0.5.9 (its PKG-INFO), not 0.5.7" in error["error"]
     assert not dist.exists()

@@ -69,7 +69,7 @@ def test_old_spellings_keep_their_meaning(tmp_path: Path,
                  "gpu"]) == 2
     assert "--gate gpu does not apply to --wheels-only" in capsys.readouterr().err
     # bump --latest still parses (hidden flag) and says what replaces it
-    assert main(["bump", "0.5.9", "--latest", "--targets-file", str(targets)]) == 1
+    assert main(["bump", "0.5.9", "--latest", "--targets-file", str(targets)]) == 2
     assert "`--latest` is deprecated" in capsys.readouterr().err
 
 

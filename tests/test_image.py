@@ -183,7 +183,7 @@ def test_missing_base_image_is_one_clear_error(runtime_project: Path,
 def test_no_engine_is_one_clear_error(runtime_project: Path, tmp_path: Path) -> None:
     done = run_cli("image", "--docker-host", f"unix://{tmp_path}/none.sock",
                    "--base-image", f"x/y:z@sha256:{'0' * 64}", cwd=runtime_project)
-    assert done.returncode == 1
+    assert done.returncode == 3
     assert "no Docker Engine answers at unix://" in done.stderr
 
 

@@ -171,7 +171,7 @@ def test_wheel_with_two_zip_entries_of_one_name_is_refused(tmp_path: Path) -> No
     case = make_wheel_duplicate_zip_entries(tmp_path / "case")
     done = run_cli("wheel", "--json", "--targets-file", "targets.toml", "--dist", "dist",
                    cwd=case, cache=tmp_path / "cache")
-    assert done.returncode == 1
+    assert done.returncode == 4
     assert "two zip entries named 'sglang/srt/other.py'" in _json_error(done)["error"]
     assert not (case / "dist").exists() or not any((case / "dist").iterdir())
 
@@ -278,7 +278,7 @@ def test_archive_whose_own_version_is_not_its_pin_is_refused(tmp_path: Path, sub
     case = make_archive_version_mismatch(tmp_path / "case", sub)
     done = run_cli("wheel", "--json", "--targets-file", "targets.toml", "--dist", "dist",
                    cwd=case, cache=tmp_path / "cache")
-    assert done.returncode == 1
+    assert done.returncode == 4
     error = _json_error(done)["error"]
     assert {"a": "PKG-INFO) says version 0.5.8, but the pin and the file name say 0.5.9",
             "b": "folder sglang-0.5.10.dist-info/ is not sglang 0.5.11"}[sub] in error
@@ -322,7 +322,7 @@ def test_toml_boolean_is_never_an_integer(tmp_path: Path, series: str, message: 
     done = run_cli("patch", "--json", "--source-dir", "tree", "--upstream-version", "0.5.9",
                    "--series", f"{series}/patches/series.toml", "--dry-run", cwd=case,
                    cache=tmp_path / "cache")
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert message in _json_error(done)["error"]
 
 
@@ -332,7 +332,7 @@ def test_max_fuzz_true_alone_is_refused(tmp_path: Path) -> None:
     series.write_text(series.read_text().replace("strip = true", "strip = 1"))
     done = run_cli("patch", "--source-dir", "tree", "--upstream-version", "0.5.9",
                    "--series", str(series), "--dry-run", cwd=case, cache=tmp_path / "cache")
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert "max_fuzz must be an integer from 0 to 3" in done.stderr
 
 
@@ -393,7 +393,7 @@ pattern = '^(a|aa)+$'
     done = run_cli("patch", "--json", "--source-dir", "tree", "--upstream-version", "0.5.9",
                    "--series", "patches/series.toml", "--dry-run", cwd=tmp_path,
                    cache=tmp_path / "cache")
-    assert done.returncode == 1
+    assert done.returncode == 5
     assert "ran longer than 5 s" in _json_error(done)["error"]
 
 

@@ -170,7 +170,7 @@ def test_unknown_module_group_is_refused_before_any_work(kernel_cache, tmp_path)
 def test_plain_12_0_and_a_foreign_lane_are_refused(tmp_path):
     plain = run_cli("kernels", *TARGET, "--arch-list", "12.0", "--save-request",
                     str(tmp_path / "r.json"))
-    assert plain.returncode == 1 and "breaks FlashInfer's FP4 code" in plain.stderr
+    assert plain.returncode == 2 and "breaks FlashInfer's FP4 code" in plain.stderr
     lane = run_cli("kernels", "--target", "sglang-0.5.9", "--cuda-lane", "12.8",
                    "--save-request", str(tmp_path / "r.json"))
     assert lane.returncode == 1 and "not 12.8" in lane.stderr

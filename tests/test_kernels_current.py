@@ -224,7 +224,7 @@ def test_0_5_23_norm_container_mode_found_through_the_provider_contract(
 def test_a_0_7_build_for_two_archs_is_refused_before_any_work(tmp_path):
     done = run_cli("kernels", "--target", "sglang-0.5.23", "--arch-list", "9.0a,12.0f",
                    "--save-request", str(tmp_path / "r.json"))
-    assert done.returncode == 1 and "one provider wheel per arch" in done.stderr
+    assert done.returncode == 2 and "one provider wheel per arch" in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "r.json").exists()
 
 

@@ -57,5 +57,5 @@ def test_plan_table_and_a_bad_targets_file(tmp_path: Path) -> None:
     bad = tmp_path / "targets.toml"
     bad.write_text('default = "x"\n')
     done = run_cli("plan", "--targets-file", str(bad))
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert "declares no [[target]]" in done.stderr and "Traceback" not in done.stderr

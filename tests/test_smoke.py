@@ -841,7 +841,7 @@ def test_intent_patterns_map_repository_paths_to_installed_ones() -> None:
 
 def test_bad_input_is_refused_before_anything_runs(tmp_path: Path) -> None:
     done = run_cli("smoke", "--mode", "image")
-    assert done.returncode == 1 and "--mode image needs --image REF" in done.stderr
+    assert done.returncode == 2 and "--mode image needs --image REF" in done.stderr
     done = run_cli("smoke", "--series", str(tmp_path / "none.toml"))
     assert done.returncode == 1 and "none.toml" in done.stderr
     (tmp_path / "not.whl").write_text("no zip")

@@ -144,6 +144,6 @@ def test_check_6_where_it_cannot_run_is_refused_up_front(tmp_path: Path,
     done = subprocess.run([sys.executable, "-m", "builder", "smoke", *args, "--tiny-model"],
                           capture_output=True, text=True, check=False, timeout=120,
                           cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 2, done.stderr
     assert "--tiny-model" in done.stderr and "Traceback" not in done.stderr
     assert ("host mode only" in done.stderr) == (args[0] == "--mode")

@@ -206,7 +206,7 @@ def test_a_patch_that_breaks_on_a_newer_release_needs_a_refresh(
                        cache=tmp_path / "cache")
         markdown = run_cli("upstream", "--format", "markdown", "--index-url", f"{url}/simple",
                            cwd=project, cache=tmp_path / "cache")
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 5, done.stderr
     out = json.loads(done.stdout)
     assert out["error"] == "the series needs a refresh for 0.5.12.post1"
     report = out["report"]
@@ -235,6 +235,6 @@ def test_no_newer_release(release_files: dict[str, Path], tmp_path: Path) -> Non
 def test_unreachable_index_is_one_clear_error(tmp_path: Path) -> None:
     done = run_cli("upstream", "--index-url", "http://127.0.0.1:9/simple",
                    cache=tmp_path / "cache")
-    assert done.returncode == 1
+    assert done.returncode == 4
     assert "could not reach http://127.0.0.1:9/simple/sglang/" in done.stderr
     assert "Traceback" not in done.stderr

@@ -19,9 +19,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from builder.cli import ci, kernels, patching, project, release, smoke, wheel
+from builder.cli import behaviour, ci, kernels, patching, project, release, smoke, wheel
 from builder.cli.common import resolve_project_paths
-from builder.core.errors import BuilderError
+from builder.core.errors import BuilderError, ConfigurationError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -37,7 +37,7 @@ Blackwell, RTX 5090) from pinned upstream releases.
 #: Every command is in exactly one stage (``build_parser`` checks it).
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("source and patches", ("targets", "fetch", "patch", "matrix", "refresh", "add-patch")),
-    ("wheel", ("wheel",)),
+    ("wheel", ("wheel", "behaviour")),
     ("kernels", ("preflight", "kernels")),
     ("images", ("pin-images", "image")),
     ("release", ("smoke", "release")),
@@ -84,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     patching.add_commands(commands)
     wheel.add_commands(commands)
+    behaviour.add_commands(commands)
     refresh = patching.add_matrix_commands(commands)
     kernels.add_commands(commands)
     release.add_commands(commands)
@@ -203,9 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(exc, args.json)
     except OSError as exc:  # a path the user gave cannot be read or written
         where = f": {exc.filename}" if exc.filename else ""
-        return _fail(BuilderError(f"{exc.strerror or exc}{where}",
-                                  "check the paths given (--dist, --cache-dir, ...) and "
-                                  "their permissions"), args.json)
+        return _fail(ConfigurationError(f"{exc.strerror or exc}{where}",
+                                        "check the paths given (--dist, --cache-dir, ...) and "
+                                        "their permissions"), args.json)
     except KeyboardInterrupt as exc:
         print("interrupted; nothing half-written was kept", file=sys.stderr)
         return 143 if exc.args == (signal.SIGTERM,) else 130

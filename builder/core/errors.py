@@ -62,6 +62,25 @@ class BuilderError(Exception):
         self.hint = hint
         self.report = report
 
+    def replaced(self, *, hint: str | None = None, report: Any = None) -> BuilderError:
+        """Return this error with another hint or report, of the same type and exit status.
+
+        Args:
+            hint: the new hint (``None`` keeps this one).
+            report: the new report (``None`` keeps this one).
+
+        Returns:
+            A new error; this one is unchanged.
+        """
+        new = type(self).__new__(type(self))  # no __init__: subclasses take other arguments
+        new.__dict__.update(self.__dict__)
+        new.args = self.args
+        if hint is not None:
+            new.hint = hint
+        if report is not None:
+            new.report = report
+        return new
+
     def to_json(self) -> dict[str, Any]:
         """Return ``{"error", "hint", "kind", "exit_status"}`` and ``report`` for ``--json``."""
         out: dict[str, Any] = {"error": self.cause, "hint": self.hint, "kind": self.kind,

@@ -32,7 +32,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from builder.core.cache import Cache, legacy_entry, sha256_file, sha256_json
-from builder.core.errors import BuilderError, BuildError
+from builder.core.errors import BuilderError, BuildError, ConfigurationError
 from builder.core.progress import Reporter
 from builder.kernels import jitcache
 from builder.kernels.pins import DEFAULT_GROUPS, KernelPins, uses_providers
@@ -154,19 +154,19 @@ class KernelRequest:
                 tuple(int(h) for h in data["head_dims"]), int(data["epoch"]), fast)
         except (KeyError, TypeError, ValueError, InvalidVersion) as error:
             what = f"no field {error}" if isinstance(error, KeyError) else str(error)
-            raise BuildError(f"not a kernel request ({what})",
-                             "write it with `python -m builder kernels --save-request`") \
-                from None
+            raise ConfigurationError(
+                f"not a kernel request ({what})",
+                "write it with `python -m builder kernels --save-request`") from None
         # A fast build must never pass for a full one, nor the other way round.
         if is_fast_build_version(request.version) != fast:
-            raise BuildError(f"the request's version {request.version} and its fast_build "
-                             f"({str(fast).lower()}) disagree",
-                             "write it again with `python -m builder kernels "
-                             "--save-request`, not by hand")
+            raise ConfigurationError(
+                f"the request's version {request.version} and its fast_build "
+                f"({str(fast).lower()}) disagree",
+                "write it again with `python -m builder kernels --save-request`, not by hand")
         if fast and not has_fused_moe(request.groups):
-            raise BuildError("the request is a fast build without a fused_moe_smNN group",
-                             "write it again with `python -m builder kernels "
-                             "--save-request`, not by hand")
+            raise ConfigurationError(
+                "the request is a fast build without a fused_moe_smNN group",
+                "write it again with `python -m builder kernels --save-request`, not by hand")
         return request
 
 
@@ -613,9 +613,8 @@ def _keep_log(build: KernelBuild, work: Path, error: BuilderError) -> BuilderErr
     if (work / "build.log").exists():
         kept.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(work / "build.log", kept)
-    return BuilderError(error.cause, f"{error.hint}; the whole compile log: {kept}"
-                        if error.hint else f"the whole compile log: {kept}",
-                        report=error.report)
+    return error.replaced(hint=f"{error.hint}; the whole compile log: {kept}"
+                          if error.hint else f"the whole compile log: {kept}")
 
 
 #: Environment variables that change what nvcc or the host compiler produce.

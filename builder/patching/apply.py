@@ -366,15 +366,15 @@ def _failure(report: PatchReport) -> BuilderError:
         if outcome.status == PatchStatus.FAILED:
             refusals = {f.status for f in outcome.files if f.status.refused}
             hint = _HINTS.get(next(iter(refusals)), "") if len(refusals) == 1 else ""
-            return BuilderError(f"patch {outcome.name} failed: {outcome.message}",
-                                hint or "see the hunk report; fix or refresh the patch, or "
-                                "declare a fuzz allowance with a reason in the series",
-                                report=report)
+            return PatchError(f"patch {outcome.name} failed: {outcome.message}",
+                              hint or "see the hunk report; fix or refresh the patch, or "
+                              "declare a fuzz allowance with a reason in the series",
+                              report=report)
     broken = next(i for i in report.intents if not i.holds)
-    return BuilderError(f"intent check of {broken.patch} failed: {broken.check}: "
-                        f"{broken.detail}",
-                        "the patch applied but did not do what it declares; fix the patch",
-                        report=report)
+    return PatchError(f"intent check of {broken.patch} failed: {broken.check}: "
+                      f"{broken.detail}",
+                      "the patch applied but did not do what it declares; fix the patch",
+                      report=report)
 
 
 def _write_changes(root: Path, changes: Changes) -> None:

@@ -332,8 +332,8 @@ class _Section:
 
 
 def _malformed(patch: Path, line: int, why: str) -> BuilderError:
-    return BuilderError(f"{patch.name} is not a valid unified diff: line {line}: {why}",
-                        "regenerate it with git diff or git format-patch")
+    return PatchError(f"{patch.name} is not a valid unified diff: line {line}: {why}",
+                      "regenerate it with git diff or git format-patch")
 
 
 def _read_hunk(lines: list[str], at: int, number: int, offset: int, patch: Path

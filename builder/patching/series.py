@@ -7,6 +7,7 @@ here; the patch stage takes the typed objects and never reads the file again.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,100 @@ class FuzzAllowance:
     reason: str
 
 
+#: The checks a behaviour may run (``builder/behaviour/script/behaviour_checks.py``).
+BEHAVIOUR_CHECKS = ("resolve", "dispatch")
+
+
+@dataclass(frozen=True)
+class BehaviourCase:
+    """One configuration a behaviour runs: a tiny model and the server arguments."""
+
+    model: str
+    args: tuple[tuple[str, Any], ...]
+
+    def describe(self) -> str:
+        """``model key=value ...``, for reports."""
+        return " ".join([self.model, *(f"{k}={v}" for k, v in self.args)])
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """What a patch must make the release's own code do, checked by running it.
+
+    Attributes:
+        name: one line saying the behaviour.
+        check: ``resolve`` (the values the serving process selects) or ``dispatch`` (the
+            expert ids that reach the MoE runner on rank 1 of TP 2 / EP 2).
+        cases: every configuration (the product of the declared models and arguments).
+        capabilities: the compute capabilities the device reports, each case on each.
+        expect: observation -> value every case must show on the patched code; some case
+            must miss it on upstream's code (else the patch proves nothing). ``refused =
+            true`` means the release must refuse the configuration.
+        unchanged: observations the patch must leave as upstream has them, in every case
+            (for the GPUs and choices the patch must not touch).
+        versions: the releases it is checked on (default: the patch's range).
+    """
+
+    name: str
+    check: str
+    cases: tuple[BehaviourCase, ...]
+    capabilities: tuple[tuple[int, int], ...]
+    expect: tuple[tuple[str, Any], ...] = ()
+    unchanged: tuple[str, ...] = ()
+    versions: SpecifierSet | None = None
+
+
+def _capability(text: Any, where: str) -> tuple[int, int]:
+    if not isinstance(text, str) or not re.fullmatch(r"\d{1,2}\.\d", text):
+        raise ConfigurationError(f"{where}: capability {text!r} is not like \"12.0\"",
+                                 "write the compute capability as MAJOR.MINOR")
+    major, minor = text.split(".")
+    return int(major), int(minor)
+
+
+def _parse_behaviour(table: dict[str, Any], where: str) -> Behaviour:
+    known_keys(table, {"name", "check", "models", "args", "capability", "expect",
+                       "unchanged", "versions"}, where)
+    name = require(table, "name", str, where)
+    where = f"{where} ({name})"
+    check = require(table, "check", str, where)
+    if check not in BEHAVIOUR_CHECKS:
+        raise ConfigurationError(f"{where}: unknown check {check!r}",
+                                 f"one of {', '.join(BEHAVIOUR_CHECKS)}")
+    models = require(table, "models", list, where)
+    if not models or not all(isinstance(m, str) for m in models):
+        raise ConfigurationError(f"{where}: models must be a non-empty list of names",
+                                 "see builder/behaviour/script/tiny_models.py")
+    args = table.get("args", {})
+    if not isinstance(args, dict):
+        raise ConfigurationError(f"{where}: args must be a table", "")
+    axes = [(key, value if isinstance(value, list) else [value]) for key, value in args.items()]
+    combos: list[list[tuple[str, Any]]] = [[]]
+    for key, choices in axes:
+        combos = [[*c, (key, v)] for c in combos for v in choices]
+    cases = []
+    for model in models:
+        for combo in combos:
+            chosen = dict(combo)
+            # ``ep_size = "tp"``: expert parallelism as wide as tensor parallelism
+            if chosen.get("ep_size") == "tp":
+                chosen["ep_size"] = chosen.get("tp_size", 1)
+            cases.append(BehaviourCase(model, tuple(chosen.items())))
+    raw = table.get("capability", "12.0")
+    capabilities = tuple(_capability(c, where) for c in (raw if isinstance(raw, list) else [raw]))
+    expect = table.get("expect", {})
+    unchanged = table.get("unchanged", [])
+    if not isinstance(expect, dict) or not isinstance(unchanged, list) or \
+            bool(expect) == bool(unchanged):
+        raise ConfigurationError(f"{where}: give either expect (a table) or unchanged (a list)",
+                                 "expect: what the patch makes happen; unchanged: what it "
+                                 "must not touch")
+    versions = table.get("versions")
+    return Behaviour(name=name, check=check, cases=tuple(cases), capabilities=capabilities,
+                     expect=tuple(expect.items()), unchanged=tuple(map(str, unchanged)),
+                     versions=specifier(versions, where) if versions is not None else None)
+
+
 @dataclass(frozen=True)
 class SeriesEntry:
     """One patch of a series.
@@ -51,6 +146,8 @@ class SeriesEntry:
         allowances: more fuzz allowed on narrower version ranges, each with a reason.
         intents: checks that must hold on the patched tree.
         description: one line for reports.
+        behaviours: what the patch must make the release's own code do
+            (:mod:`builder.behaviour` runs them).
     """
 
     path: Path
@@ -61,6 +158,7 @@ class SeriesEntry:
     allowances: tuple[FuzzAllowance, ...] = ()
     intents: tuple[IntentCheck, ...] = ()
     description: str = ""
+    behaviours: tuple[Behaviour, ...] = ()
 
     @property
     def name(self) -> str:
@@ -107,7 +205,7 @@ class Series:
 
 
 _ENTRY_KEYS = {"file", "sha256", "description", "strip", "versions", "max_fuzz",
-               "fuzz_allowance", "intent"}
+               "fuzz_allowance", "intent", "behaviour"}
 
 
 def _parse_entry(table: dict[str, Any], base: Path, where: str) -> SeriesEntry:
@@ -148,7 +246,10 @@ def _parse_entry(table: dict[str, Any], base: Path, where: str) -> SeriesEntry:
     return SeriesEntry(path=(base / file_name).resolve(), sha256=sha, strip=strip,
                        versions=versions,
                        max_fuzz=max_fuzz, allowances=tuple(allowances), intents=intents,
-                       description=str(table.get("description", "")))
+                       description=str(table.get("description", "")),
+                       behaviours=tuple(
+                           _parse_behaviour(t, f"{where} behaviour #{i}")
+                           for i, t in enumerate(table_array(table, "behaviour", where), 1)))
 
 
 def load_series(path: Path) -> Series:

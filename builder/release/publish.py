@@ -233,14 +233,14 @@ def _registry_error(reference: str, message: str) -> BuilderError:
     low = message.lower()
     registry = reference.split("/", 1)[0]
     if "unauthorized" in low or "authentication required" in low or "denied" in low:
-        return BuilderError(f"the registry {registry} refused the credentials for {reference}",
+        return PublishError(f"the registry {registry} refused the credentials for {reference}",
                             "check SGLANG_SM120_REGISTRY_USERNAME / _PASSWORD (or docker "
                             "login)")
     if "connection refused" in low or "no such host" in low or "timeout" in low or \
             "connect:" in low:
-        return BuilderError(f"the registry {registry} is not reachable",
+        return PublishError(f"the registry {registry} is not reachable",
                             "check --registry and that the registry runs")
-    return BuilderError(f"the registry {registry} failed for {reference}: {message}",
+    return PublishError(f"the registry {registry} failed for {reference}: {message}",
                         "see the registry's answer")
 
 

@@ -238,7 +238,7 @@ def run_release(options: Options, image_options: ImageOptions, index: Index,
         summary.not_published += [(a, f"release stopped: {exc.cause}")
                                   for a in artifacts if a not in published
                                   and a not in {n for n, _ in summary.not_published}]
-        return BuilderError(exc.cause, exc.hint, report=summary)
+        return exc.replaced(report=summary)
 
     options.reporter.info(f"smoke gate on {image.image_id}")
     try:
@@ -249,7 +249,7 @@ def run_release(options: Options, image_options: ImageOptions, index: Index,
     if not result.passed:
         failed = [c for c in result.report.get("checks", []) if not c.get("ok", True)]
         detail = "; ".join(f"{c['name']}: {c['detail']}" for c in failed[:3])
-        raise stop(BuilderError(f"the {result.name} smoke gate failed"
+        raise stop(PublishError(f"the {result.name} smoke gate failed"
                                 + (f": {detail}" if detail else ""),
                                 "nothing was published; see the gate's report"), set())
     covered = set(result.wheels)

@@ -56,8 +56,8 @@ def session() -> Any:
 def unreachable(url: str, exc: BaseException) -> BuilderError:
     """The one error for a URL that could not be reached after the retries."""
     reason = getattr(exc, "reason", None) or exc
-    return BuilderError(f"could not reach {url}: {reason}",
-                        "check the network, or pass --index-url for a reachable index")
+    return SourceError(f"could not reach {url}: {reason}",
+                       "check the network, or pass --index-url for a reachable index")
 
 
 def download(url: str, destination: Path, sha256: str, partial: Path,
@@ -128,7 +128,7 @@ def _fetch_http(url: str, partial: Path, reporter: Reporter) -> None:
                 resumed = r.status_code == 206 and _range_start(r) == have
                 if r.status_code == 206 and not resumed:  # not the range we asked for
                     partial.unlink(missing_ok=True)
-                    last = BuilderError(f"{url} answered a range we did not ask for", "")
+                    last = SourceError(f"{url} answered a range we did not ask for", "")
                     continue
                 mode = "ab" if resumed else "wb"  # HTTP 200: the range was ignored
                 length = r.headers.get("Content-Length")

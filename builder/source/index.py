@@ -146,7 +146,7 @@ def _malformed(page_url: str, body: bytes, exc: ValueError) -> BuilderError:
             pass
     if not where:
         where = f": {str(exc).splitlines()[0]}"
-    return BuilderError(f"{page_url} is not a valid PEP 691 project page{where}",
-                        "the index (or a proxy in front of it) sends a malformed page; "
-                        "report it to the index's operator, or pass --index-url for "
-                        "another index")
+    return SourceError(f"{page_url} is not a valid PEP 691 project page{where}",
+                       "the index (or a proxy in front of it) sends a malformed page; "
+                       "report it to the index's operator, or pass --index-url for "
+                       "another index")

@@ -1,0 +1,178 @@
+"""A release's behaviour environment: its own pinned Python dependencies on a CPU torch.
+
+One base environment holds the CPU torch (PyPI's ``torch`` 2.13.0 build, the one CPU build
+pip can get for every release here); each release's environment sees it through a ``.pth``
+file and installs the release's wheel without its dependencies, then every dependency the
+wheel's ``Requires-Dist`` names except :data:`NOT_INSTALLED`. Both are cache entries keyed
+by what they hold, so a second run installs nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from builder.core.cache import Cache, sha256_json
+from builder.core.errors import BuildError, SourceError
+from builder.core.progress import Reporter
+
+#: The CPU torch every behaviour environment shares (PyPI's plain 2.13.0 is a CPU build).
+TORCH = "torch==2.13.0"
+
+#: Dependencies not installed: compiled CUDA kernels a CPU cannot load (stood in for by
+#: import name in :data:`STANDINS` where the release imports them while it decides) and the
+#: CUDA builds of the torch family (the base environment's CPU torch serves instead).
+NOT_INSTALLED = frozenset({
+    "torch", "torchaudio", "torchvision", "torchcodec", "torchao", "sglang-kernel",
+    "sgl-kernel", "sgl-deep-gemm", "sgl-deep-ep", "sgl-flash-mla", "flash-attn-4",
+    "humming-kernels", "nvidia-cutlass-dsl", "nvidia-mathdx", "cuda-python",
+    "quack-kernels", "tokenspeed-mla", "helion", "torch-memory-saver", "nvshmem4py-cu13",
+    "tilelang", "py-spy", "deepseek-recipe", "tml-renderers"})
+
+#: Import name -> distribution of the compiled packages stood in for while SGLang decides.
+STANDINS = {"sgl_kernel": "sglang-kernel"}
+
+# torchvision's pure Python is needed (sglang's utils import torchvision.io); its CUDA
+# ``_C.so`` is not loaded (the script side defines the two operator schemas it registers).
+_TORCHVISION = "torchvision==0.28.0"
+
+
+@dataclass(frozen=True)
+class BehaviourEnv:
+    """An environment that runs one release's code.
+
+    Attributes:
+        python: its interpreter.
+        release: the sglang version installed.
+        standins: import name -> the version the release pins, for the stood-in packages.
+        not_installed: the requirements left out (their text, as the wheel gives them).
+    """
+
+    python: Path
+    release: str
+    standins: dict[str, str]
+    not_installed: tuple[str, ...]
+
+
+def requirements(wheel: Path) -> tuple[list[str], list[str]]:
+    """Split the wheel's ``Requires-Dist`` into what is installed and what is left out.
+
+    Returns:
+        ``(installed, left_out)``: requirement strings, extras dropped (``flashinfer_python
+        [cu13]`` installs plain), markers evaluated for this interpreter.
+
+    Raises:
+        SourceError: the wheel has no METADATA or a requirement does not parse.
+    """
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+            metadata = archive.read(name).decode()
+    except (OSError, zipfile.BadZipFile, StopIteration) as exc:
+        raise SourceError(f"cannot read the METADATA of {wheel.name}: {exc}",
+                          "use the target's pinned wheel") from None
+    keep, left = [], []
+    for line in metadata.splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        try:
+            requirement = Requirement(line.split(":", 1)[1].strip())
+        except InvalidRequirement as exc:
+            raise SourceError(f"{wheel.name} has a malformed requirement: {exc}", "") from None
+        if requirement.marker and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        if canonicalize_name(requirement.name) in NOT_INSTALLED:
+            left.append(str(requirement))
+            continue
+        requirement.extras = set()
+        keep.append(f"{requirement.name}{requirement.specifier}")
+    return keep, left
+
+
+def _pin_of(left_out: list[str], distribution: str) -> str:
+    for text in left_out:
+        requirement = Requirement(text)
+        if canonicalize_name(requirement.name) == distribution:
+            match = re.fullmatch(r"==([\w.+!-]+)", str(requirement.specifier))
+            return match.group(1) if match else "0+standin"
+    return "0+standin"
+
+
+def _pip(python: Path, args: list[str], reporter: Reporter, what: str) -> None:
+    with reporter.working(what):
+        done = subprocess.run([str(python), "-m", "pip", "install", "--quiet",
+                               "--disable-pip-version-check", *args],
+                              capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-12:])
+        raise BuildError(f"could not install the behaviour environment ({what}):\n{tail}",
+                         "check the network (PyPI) and the release's pins")
+
+
+def _venv(folder: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True,
+                   capture_output=True)
+    return folder / "bin" / "python"
+
+
+def _site_packages(python: Path) -> Path:
+    done = subprocess.run([str(python), "-c", "import sysconfig; "
+                           "print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True)
+    return Path(done.stdout.strip())
+
+
+def behaviour_env(wheel: Path, release: str, *, cache: Cache,
+                  reporter: Reporter | None = None) -> BehaviourEnv:
+    """The behaviour environment of ``wheel`` (built once, then found in the cache).
+
+    Args:
+        wheel: the release's pinned wheel for this interpreter.
+        release: its version.
+        cache: where the environments live (``behaviour-torch``, ``behaviour-env``).
+        reporter: progress (an install takes minutes: 0.5.16's is about 770 MB).
+
+    Raises:
+        BuildError: pip failed (the tail of its output is in the message).
+    """
+    reporter = reporter or Reporter(quiet=True)
+    tag = f"{sys.implementation.name}{sysconfig.get_python_version()}"
+    base_key = sha256_json({"torch": TORCH, "torchvision": _TORCHVISION, "python": tag})
+
+    def make_base(folder: Path) -> dict[str, str]:
+        python = _venv(folder / "venv")
+        _pip(python, [TORCH], reporter, f"CPU {TORCH} for the behaviour checks")
+        _pip(python, ["--no-deps", _TORCHVISION], reporter, "torchvision's Python")
+        return {"torch": TORCH}
+
+    base = cache.artifact("behaviour-torch", base_key, make_base, record="",
+                          on_damage="trust")
+    keep, left = requirements(wheel)
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    key = sha256_json({"wheel": digest, "requirements": keep, "base": base_key, "python": tag})
+
+    def make(folder: Path) -> dict[str, object]:
+        python = _venv(folder / "venv")
+        base_site = _site_packages(base.path / "venv" / "bin" / "python")
+        (_site_packages(python) / "zz-sm120-behaviour-torch.pth").write_text(f"{base_site}\n")
+        constraint = folder / "torch-constraint.txt"
+        constraint.write_text(f"{TORCH}\n{_TORCHVISION}\n")
+        _pip(python, ["--no-deps", str(wheel)], reporter, f"sglang {release}")
+        (folder / "requirements.txt").write_text("\n".join(keep) + "\n")
+        _pip(python, ["-c", str(constraint), "-r", str(folder / "requirements.txt")],
+             reporter, f"the pinned dependencies of sglang {release} ({len(keep)})")
+        return {"release": release, "left_out": left}
+
+    entry = cache.artifact("behaviour-env", key, make, record="", on_damage="trust")
+    return BehaviourEnv(entry.path / "venv" / "bin" / "python", release,
+                        {name: _pin_of(left, dist) for name, dist in STANDINS.items()},
+                        tuple(left))

@@ -1,0 +1,308 @@
+"""The behaviour stage: each patch's declared behaviours, run on the release's own code.
+
+For a target, the release's pinned wheel for this interpreter is installed with its pinned
+dependencies (:mod:`builder.behaviour.env`); the series is applied to the same wheel by the
+patch stage; then ``script/behaviour_checks.py`` runs every case twice in that environment,
+once on upstream's code and once with the patched ``sglang`` package first on the path, with
+the device reported as each declared compute capability. A behaviour is **proven** when
+every case holds on the patched code and (for an ``expect`` behaviour) some case fails on
+upstream's; an ``unchanged`` behaviour is proven when the patched code observes what
+upstream's does in every case.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.tags import sys_tags
+from packaging.utils import parse_wheel_filename
+
+from builder.behaviour.env import BehaviourEnv, behaviour_env
+from builder.core.config import Target, WheelPin
+from builder.core.errors import ConfigurationError, PatchError
+from builder.core.options import Options, select_target
+from builder.core.progress import Reporter
+from builder.patching.series import Behaviour, BehaviourCase, Series, SeriesEntry
+
+SCRIPT = Path(__file__).parent / "script" / "behaviour_checks.py"
+_PREFIX = "BEHAVIOUR "
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One case on both codes.
+
+    Attributes:
+        case: the configuration.
+        capability: the compute capability the device reported.
+        upstream: what upstream's code observed (``{"error": ...}`` when it refused).
+        patched: what the patched code observed.
+        holds: the behaviour's rule holds on the patched code for this case.
+        upstream_holds: the same rule on upstream's code.
+    """
+
+    case: BehaviourCase
+    capability: tuple[int, int]
+    upstream: dict[str, Any]
+    patched: dict[str, Any]
+    holds: bool
+    upstream_holds: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready data."""
+        return {"case": self.case.describe(), "capability": ".".join(map(str, self.capability)),
+                "upstream": self.upstream, "patched": self.patched, "holds": self.holds,
+                "upstream_holds": self.upstream_holds}
+
+
+@dataclass(frozen=True)
+class BehaviourResult:
+    """One behaviour of one patch on one release."""
+
+    patch: str
+    behaviour: Behaviour
+    cases: tuple[CaseResult, ...]
+
+    @property
+    def holds(self) -> bool:
+        """Every case holds on the patched code."""
+        return all(c.holds for c in self.cases)
+
+    @property
+    def fails_upstream(self) -> bool:
+        """Some case fails on upstream's code (``unchanged`` behaviours: always True)."""
+        return not self.behaviour.expect or not all(c.upstream_holds for c in self.cases)
+
+    @property
+    def proven(self) -> bool:
+        """Holds patched and, for an ``expect`` behaviour, fails upstream."""
+        return self.holds and self.fails_upstream
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready data."""
+        return {"patch": self.patch, "behaviour": self.behaviour.name,
+                "check": self.behaviour.check, "proven": self.proven, "holds": self.holds,
+                "fails_upstream": self.fails_upstream,
+                "expect": dict(self.behaviour.expect),
+                "unchanged": list(self.behaviour.unchanged),
+                "cases": [c.to_json() for c in self.cases]}
+
+
+@dataclass
+class BehaviourReport:
+    """Every behaviour of a target's series, run on its release.
+
+    Attributes:
+        target: the target's name.
+        release: the upstream version.
+        results: one per behaviour.
+        not_installed: the release's requirements left out of the environment.
+        standins: the compiled packages stood in for (import name -> pinned version).
+    """
+
+    target: str
+    release: str
+    results: list[BehaviourResult] = field(default_factory=list)
+    not_installed: tuple[str, ...] = ()
+    standins: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def proven(self) -> bool:
+        """Every behaviour is proven."""
+        return all(r.proven for r in self.results)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready data."""
+        return {"target": self.target, "release": self.release, "proven": self.proven,
+                "not_installed": list(self.not_installed), "standins": self.standins,
+                "results": [r.to_json() for r in self.results]}
+
+    def lines(self) -> list[str]:
+        """One line per behaviour: its verdict, how many cases held, and the first miss."""
+        out = []
+        for result in self.results:
+            verdict = "proven" if result.proven else \
+                "NOT HELD" if not result.holds else "PASSES UPSTREAM TOO"
+            held = sum(c.holds for c in result.cases)
+            upstream = sum(c.upstream_holds for c in result.cases)
+            line = (f"{verdict:<19} {result.patch}: {result.behaviour.name} "
+                    f"(patched {held}/{len(result.cases)}, upstream {upstream}/"
+                    f"{len(result.cases)})")
+            miss = next((c for c in result.cases if not c.holds), None)
+            if miss is not None:
+                line += f"; first miss: {miss.case.describe()} -> {_short(miss.patched)}"
+            out.append(line)
+        return out
+
+
+def _short(observed: dict[str, Any]) -> str:
+    return str(observed.get("error") or {k: v for k, v in observed.items()
+                                         if k not in ("stood_in_calls",)})[:200]
+
+
+def _rule(behaviour: Behaviour, observed: dict[str, Any], upstream: dict[str, Any]) -> bool:
+    if observed.get("stood_in_calls"):  # a decision that ran a stood-in kernel proves nothing
+        return False
+    if behaviour.unchanged:
+        return all(observed.get(k) == upstream.get(k) for k in behaviour.unchanged) and \
+            ("error" in observed) == ("error" in upstream)
+    expect = dict(behaviour.expect)
+    if expect.get("refused") is True:
+        return "error" in observed
+    if "error" in observed:
+        return False
+    return all(observed.get(k) == v for k, v in expect.items())
+
+
+def wheel_for_interpreter(target: Target) -> WheelPin:
+    """The target's pinned wheel this interpreter installs.
+
+    Raises:
+        ConfigurationError: the target pins no wheel (sdist releases have no behaviours)
+            or none for this Python.
+    """
+    pins = [p for p in target.sources if isinstance(p, WheelPin)]
+    if not pins:
+        raise ConfigurationError(f"target {target.name} pins no wheel",
+                                 "behaviour checks run on wheel targets (0.5.11 and later)")
+    order = {str(tag): i for i, tag in enumerate(sys_tags())}
+    ranked = sorted((min((order.get(str(t), 1 << 30) for t in
+                         parse_wheel_filename(p.filename)[3]), default=1 << 30), p.filename, p)
+                    for p in pins)
+    if ranked[0][0] == 1 << 30:
+        raise ConfigurationError(
+            f"target {target.name} pins no wheel for Python {sys.version_info[0]}."
+            f"{sys.version_info[1]} on this platform",
+            "run with one of the pinned wheels' Pythons (see targets.toml)")
+    return ranked[0][2]
+
+
+def behaviours_of(series: Series, release: Any) -> list[tuple[SeriesEntry, Behaviour]]:
+    """The behaviours of the patches that apply to ``release``, in series order."""
+    return [(entry, b) for entry in series.entries if entry.applies_to(release)
+            for b in entry.behaviours
+            if b.versions is None or b.versions.contains(release, prereleases=True)]
+
+
+def _run_script(env: BehaviourEnv, cases: list[dict[str, Any]], capability: tuple[int, int],
+                overlay: Path | None, models: Path) -> dict[str, dict[str, Any]]:
+    request = {"cases": cases, "standins": env.standins, "models": str(models)}
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    environ["SM120_CAPABILITY"] = f"{capability[0]}.{capability[1]}"
+    if overlay is not None:
+        environ["PYTHONPATH"] = str(overlay)
+    done = subprocess.run([str(env.python), str(SCRIPT)], input=json.dumps(request),
+                          capture_output=True, text=True, env=environ, check=False,
+                          timeout=3600)
+    found = {}
+    for line in done.stdout.splitlines():
+        if line.startswith(_PREFIX):
+            record = json.loads(line[len(_PREFIX):])
+            observed = record.get("observed") or {"error": record.get("error", "no result")}
+            observed["stood_in_calls"] = record.get("stood_in_calls", [])
+            found[record["id"]] = observed
+    missing = [c["id"] for c in cases if c["id"] not in found]
+    if missing:
+        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+        raise PatchError(f"the behaviour checks printed no result for {len(missing)} case(s) "
+                         f"(exit {done.returncode}):\n{tail}",
+                         "run the script by hand in the behaviour environment to see why")
+    return found
+
+
+def check_behaviours(behaviours: Iterable[tuple[SeriesEntry, Behaviour]], env: BehaviourEnv,
+                     patched: Path, *, models: Path, reporter: Reporter | None = None
+                     ) -> list[BehaviourResult]:
+    """Run ``behaviours`` on upstream's code and on the patched tree; judge each.
+
+    Args:
+        behaviours: (patch, behaviour) pairs, as :func:`behaviours_of` gives them.
+        env: the release's behaviour environment.
+        patched: the patched tree (holds the patched ``sglang`` package).
+        models: a folder for the tiny model configurations.
+        reporter: progress.
+
+    Raises:
+        PatchError: the script gave no result for a case (it crashed).
+    """
+    reporter = reporter or Reporter(quiet=True)
+    pairs = list(behaviours)
+    jobs: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    ids: dict[tuple[int, int, int], str] = {}
+    for b_index, (_entry, behaviour) in enumerate(pairs):
+        for capability in behaviour.capabilities:
+            for c_index, case in enumerate(behaviour.cases):
+                case_id = f"b{b_index}-c{c_index}-{capability[0]}{capability[1]}"
+                ids[(b_index, c_index, hash(capability))] = case_id
+                jobs.setdefault(capability, []).append(
+                    {"id": case_id, "check": behaviour.check, "model": case.model,
+                     "args": dict(case.args)})
+    observed: dict[str, dict[str, dict[str, Any]]] = {"upstream": {}, "patched": {}}
+    for capability, cases in sorted(jobs.items()):
+        for variant, overlay in (("upstream", None), ("patched", patched)):
+            reporter.info(f"behaviour checks: {len(cases)} case(s) on {variant} code, device "
+                          f"sm_{capability[0]}{capability[1]}")
+            observed[variant].update(_run_script(env, cases, capability, overlay, models))
+    results = []
+    for b_index, (entry, behaviour) in enumerate(pairs):
+        cases_out = []
+        for capability in behaviour.capabilities:
+            for c_index, case in enumerate(behaviour.cases):
+                case_id = ids[(b_index, c_index, hash(capability))]
+                up, new = observed["upstream"][case_id], observed["patched"][case_id]
+                cases_out.append(CaseResult(case, capability, up, new,
+                                            _rule(behaviour, new, up),
+                                            _rule(behaviour, up, up)))
+        results.append(BehaviourResult(entry.name, behaviour, tuple(cases_out)))
+    return results
+
+
+def run_behaviour(options: Options) -> BehaviourReport:
+    """Source, patch and behaviour stages for a target.
+
+    Returns:
+        The report; :attr:`BehaviourReport.proven` says whether every behaviour is.
+
+    Raises:
+        ConfigurationError: the target pins no wheel for this interpreter.
+        PatchError: the series does not apply, or a behaviour is not proven (the report
+            is attached).
+        BuildError: the environment could not be installed.
+    """
+    from builder.patching.apply import apply_series, read_series
+    from builder.patching.series import select_series
+    from builder.source.fetch import fetch_pin
+
+    target = select_target(options)
+    series = select_series(options, target)
+    read_series(series)  # a bad series fails before any download
+    release = target.upstream_version
+    pairs = behaviours_of(series, release)
+    pin = wheel_for_interpreter(target)
+    source = fetch_pin(pin, release, cache=options.cache, index_url=options.index_url,
+                       reporter=options.reporter)
+    assert source.archive is not None  # a wheel pin always has its file
+    patched = apply_series(source, series, cache=options.cache)
+    report = BehaviourReport(target.name, str(release))
+    if not pairs:
+        return report
+    env = behaviour_env(source.archive, str(release), cache=options.cache,
+                        reporter=options.reporter)
+    report.not_installed, report.standins = env.not_installed, env.standins
+    models = options.cache.root / "behaviour-models"
+    models.mkdir(parents=True, exist_ok=True)
+    report.results = check_behaviours(pairs, env, patched.tree, models=models,
+                                      reporter=options.reporter)
+    if not report.proven:
+        unproven = [r.behaviour.name for r in report.results if not r.proven]
+        raise PatchError(f"{len(unproven)} behaviour(s) of the series are not proven on "
+                         f"{target.name}: {'; '.join(unproven)}",
+                         "each line of the summary says which case missed", report=report)
+    return report

@@ -1,0 +1,76 @@
+"""Stand-ins for the compiled packages a CPU cannot load, nothing else.
+
+Standard library and torch only (runs in the behaviour environment). A stood-in package
+imports (``from sgl_kernel import fused_add_rmsnorm`` works) and every attribute is a
+callable that raises when called, so a kernel launch fails loudly and no value can decide
+anything. :data:`CALLED` records every call; the checks report it, and a behaviour whose
+run called a stand-in is not trusted.
+
+Also: the two ``torchvision::`` operator schemas its ``_C.so`` registers (PyPI has no CPU
+torchvision for torch 2.13; ``torchvision/_meta_registrations.py`` needs ``nms`` and
+``qnms`` to exist). The Python of torchvision stays the real one.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+from typing import Any
+
+CALLED: list[str] = []
+_LIBRARIES: list[Any] = []  # kept alive: a dropped Library unregisters its schemas
+
+
+class _Kernel:
+    def __init__(self, name: str) -> None:
+        self.__name__ = self.__qualname__ = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        CALLED.append(self.__name__)
+        raise RuntimeError(f"stand-in compiled kernel {self.__name__} was called")
+
+    def __getattr__(self, name: str) -> _Kernel:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Kernel(f"{self.__name__}.{name}")
+
+
+class _Module(types.ModuleType):
+    def __getattr__(self, name: str) -> _Kernel:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return _Kernel(f"{self.__name__}.{name}")
+
+
+class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, roots: dict[str, str]) -> None:
+        self.roots = roots
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None
+                  ) -> importlib.machinery.ModuleSpec | None:
+        if name.split(".")[0] in self.roots:
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = _Module(spec.name)
+        module.__path__ = []
+        module.__version__ = self.roots[spec.name.split(".")[0]]  # type: ignore[attr-defined]
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        """Nothing to run: every attribute is made on access."""
+
+
+def install(packages: dict[str, str]) -> None:
+    """Stand in for ``packages`` (import name -> the version the release pins)."""
+    import torch
+
+    library = getattr(torch.library, "Library")("torchvision", "DEF")  # noqa: B009 (untyped)
+    library.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    library.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    _LIBRARIES.append(library)
+    if packages:
+        sys.meta_path.insert(0, _Finder(packages))
