@@ -373,3 +373,20 @@ def test_the_probe_script_imports_only_the_standard_library_and_the_gpu_stack(
     found = _script_imports(planted)
     assert len(found) == 2 and found[0].endswith(": builder.core.cache") and \
         found[1].endswith(": requests"), found
+
+
+BEHAVIOUR_SCRIPT = ROOT / "builder" / "behaviour" / "script"
+
+
+def test_the_behaviour_script_imports_only_the_standard_library_torch_and_sglang(
+        tmp_path: Path) -> None:
+    """What runs in a release's behaviour environment imports nothing of the builder."""
+    assert {"behaviour_checks.py", "sm120_device.py", "standins.py", "tiny_models.py"} <= \
+        {p.name for p in BEHAVIOUR_SCRIPT.glob("*.py")}
+    assert _script_imports(BEHAVIOUR_SCRIPT) == []
+    planted = tmp_path / "script"
+    shutil.copytree(BEHAVIOUR_SCRIPT, planted)
+    checks = planted / "behaviour_checks.py"
+    checks.write_text(checks.read_text().replace(
+        "import sm120_device\n", "import sm120_device\nfrom builder.core import arch\n", 1))
+    assert [f.split(": ")[-1] for f in _script_imports(planted)] == ["builder.core"]

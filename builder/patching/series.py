@@ -7,8 +7,9 @@ here; the patch stage takes the typed objects and never reads the file again.
 
 from __future__ import annotations
 
+import fnmatch
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +118,9 @@ def _parse_behaviour(table: dict[str, Any], where: str) -> Behaviour:
             # ``ep_size = "tp"``: expert parallelism as wide as tensor parallelism
             if chosen.get("ep_size") == "tp":
                 chosen["ep_size"] = chosen.get("tp_size", 1)
-            cases.append(BehaviourCase(model, tuple(chosen.items())))
+            case = BehaviourCase(model, tuple(chosen.items()))
+            if case not in cases:  # tp 1 with ep [1, "tp"] names one case twice
+                cases.append(case)
     raw = table.get("capability", "12.0")
     capabilities = tuple(_capability(c, where) for c in (raw if isinstance(raw, list) else [raw]))
     expect = table.get("expect", {})
@@ -265,11 +268,26 @@ def load_series(path: Path) -> Series:
         BuilderError: the file is missing, not TOML, or an entry breaks the schema.
     """
     data = read_toml(path, "series file")
-    known_keys(data, {"patch"}, str(path))
+    known_keys(data, {"patch", "behaviour"}, str(path))
     tables = table_array(data, "patch", str(path))
-    entries = tuple(_parse_entry(t, path.parent, f"{path} patch #{i}")
-                    for i, t in enumerate(tables, 1))
-    return Series(path=path, entries=entries)
+    entries = [_parse_entry(t, path.parent, f"{path} patch #{i}")
+               for i, t in enumerate(tables, 1)]
+    # A top-level [[behaviour]] belongs to every patch its `patches` globs name (the
+    # per-release copies of one change share their behaviours).
+    for i, table in enumerate(table_array(data, "behaviour", str(path)), 1):
+        where = f"{path} behaviour #{i}"
+        globs = require(table, "patches", list, where)
+        behaviour = _parse_behaviour({k: v for k, v in table.items() if k != "patches"},
+                                     where)
+        for glob in globs:
+            hits = [n for n, e in enumerate(entries) if fnmatch.fnmatchcase(e.name, str(glob))]
+            if not hits:
+                raise ConfigurationError(f"{where}: patches {glob!r} names no patch of the "
+                                         "series", "give a patch file name (globs allowed)")
+            for n in hits:
+                entries[n] = replace(entries[n],
+                                     behaviours=(*entries[n].behaviours, behaviour))
+    return Series(path=path, entries=tuple(entries))
 
 
 def select_series(options: Options, target: Target | None) -> Series:
