@@ -12,7 +12,7 @@ Quant configs: ModelOptFp4Config.from_config(hf_quant_config.json) with/without 
 exclude; Fp8Config (block FP8); None (bf16). Expected on SM12x: fused iff not (NVFP4 with BF16
 shared expert); patched differs from upstream only there; (10, 0) identical upstream/patched."""
 import types
-from _sm12x_common import *
+from importlib import import_module; globals().update({k: v for k, v in vars(import_module("0004_0005_common")).items() if not k.startswith("__")})
 banner("0004 shared-expert fusion")
 from sglang.srt.models.deepseek_v2 import DeepseekV2ForCausalLM
 from sglang.srt.models.glm4_moe import GlmMoeDsaForCausalLM

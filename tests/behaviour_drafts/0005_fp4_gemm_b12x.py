@@ -10,7 +10,7 @@ _b12x_gemm_fp4_requirement gate (its supported compute capabilities) read from t
 --quantization modelopt_fp4 so model_config.quantization is the FP4 one.
 Expected: patched, cc (12,0) and CUDA 13: auto -> flashinfer_b12x -> mm_fp4 backend 'b12x',
 autotune True; cc (12,1) and (10,0): as upstream; explicit backends: as upstream."""
-from _sm12x_common import *
+from importlib import import_module; globals().update({k: v for k, v in vars(import_module("0004_0005_common")).items() if not k.startswith("__")})
 banner("0005 fp4 gemm b12x")
 from sglang.srt.layers.quantization.fp4_utils import get_fp4_gemm_runner_backend
 from sglang.srt.model_executor.runner.flashinfer_autotune import should_run_flashinfer_autotune

@@ -1,4 +1,4 @@
-"""Helpers shared by the 0004/0005 behaviour drafts (after /work/scratch/i24/sm120_harness.py).
+"""Helpers shared by the 0004/0005 behaviour drafts (imported by module name, it starts with a digit) (after /work/scratch/i24/sm120_harness.py).
 
 Run a draft as  SM120_STANDINS=sgl_kernel=<pin> SM120_CC=12.0 \
   PYTHONPATH=<patched sglang or nothing>:<i24 standins>:<this folder> VENV/bin/python 000X_*.py
@@ -58,7 +58,10 @@ def scheduler_init(sa, rank=0):
     from sglang.srt.layers.quantization.fp4_utils import initialize_fp4_gemm_config
     from sglang.srt.layers.quantization.fp8_utils import initialize_fp8_gemm_config
     if hasattr(rc, "publish"):
-        rc.publish(sa, role="scheduler", ranks=rc.SpawnRanks(world_rank=rank, dp_rank=None, gpu_id=rank))
+        if hasattr(rc, "SpawnRanks"):   # 0.5.23: run_scheduler_process publishes with the spawn ranks
+            rc.publish(sa, role="scheduler", ranks=rc.SpawnRanks(world_rank=rank, dp_rank=None, gpu_id=rank))
+        else:                           # 0.5.20: publish(server_args, role="scheduler")
+            rc.publish(sa, role="scheduler")
         initialize_moe_config(); initialize_fp8_gemm_config(); initialize_fp4_gemm_config()
     else:
         from sglang.srt.server_args import set_global_server_args_for_scheduler
