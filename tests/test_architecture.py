@@ -20,7 +20,7 @@ import pytest
 import builder
 
 ROOT = Path(__file__).resolve().parents[1]
-STAGES = ["source", "patching", "wheel", "kernels", "image", "smoke", "release"]
+STAGES = ["source", "patching", "wheel", "behaviour", "kernels", "image", "smoke", "release"]
 
 
 def _lint_imports(project: Path) -> subprocess.CompletedProcess[str]:
