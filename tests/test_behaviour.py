@@ -28,7 +28,7 @@ from builder.core.errors import ConfigurationError
 from builder.patching.series import Behaviour, BehaviourCase, load_series
 
 SERIES = REPO / "patches" / "series.toml"
-CURRENT = ("sglang-0.5.16", "sglang-0.5.23")
+CURRENT = ("sglang-0.5.16", "sglang-0.5.20", "sglang-0.5.23")
 
 
 def _series(tmp_path: Path, behaviour: str) -> Path:
@@ -128,7 +128,7 @@ def test_every_sm12x_behaviour_fails_upstream_and_holds_patched(target: str, sha
             assert result["fails_upstream"], result["behaviour"]
     names = " ".join(r["behaviour"] for r in report["results"])
     assert "expert parallelism" in names and "flashinfer_cudnn" in names
-    assert report["standins"] == {"sgl_kernel": report["standins"]["sgl_kernel"]}
+    assert set(report["standins"]) <= {"sgl_kernel", "deep_gemm"}
 
 
 @pytest.mark.slow

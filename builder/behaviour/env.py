@@ -20,6 +20,7 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from builder.core.cache import Cache, sha256_json
 from builder.core.errors import BuildError, SourceError
@@ -36,10 +37,16 @@ NOT_INSTALLED = frozenset({
     "sgl-kernel", "sgl-deep-gemm", "sgl-deep-ep", "sgl-flash-mla", "flash-attn-4",
     "humming-kernels", "nvidia-cutlass-dsl", "nvidia-mathdx", "cuda-python",
     "quack-kernels", "tokenspeed-mla", "helion", "torch-memory-saver", "nvshmem4py-cu13",
-    "tilelang", "py-spy", "deepseek-recipe", "tml-renderers"})
+    "tilelang", "py-spy", "deepseek-recipe", "tml-renderers",
+    # NVIDIA's index publishes it; PyPI has only a placeholder (0.5.20 pins cuda-tile==1.6.0rc5)
+    "cuda-tile"})
 
 #: Import name -> distribution of the compiled packages stood in for while SGLang decides.
 STANDINS = {"sgl_kernel": "sglang-kernel"}
+#: Stood in from these releases on only, where SGLang imports them unconditionally while it
+#: decides (0.5.20's ``layers/attention/dsa_backend.py`` imports ``deep_gemm`` at import
+#: time); before, a stand-in could turn an ``ImportError`` fallback into a different choice.
+STANDINS_FROM = {"deep_gemm": ("sgl-deep-gemm", "0.5.20")}
 
 # torchvision's pure Python is needed (sglang's utils import torchvision.io); its CUDA
 # ``_C.so`` is not loaded (the script side defines the two operator schemas it registers).
@@ -173,6 +180,8 @@ def behaviour_env(wheel: Path, release: str, *, cache: Cache,
         return {"release": release, "left_out": left}
 
     entry = cache.artifact("behaviour-env", key, make, record="", on_damage="trust")
-    return BehaviourEnv(entry.path / "venv" / "bin" / "python", release,
-                        {name: _pin_of(left, dist) for name, dist in STANDINS.items()},
-                        tuple(left))
+    standins = {name: _pin_of(left, dist) for name, dist in STANDINS.items()}
+    for name, (dist, first) in STANDINS_FROM.items():
+        if Version(release) >= Version(first):
+            standins[name] = _pin_of(left, dist)
+    return BehaviourEnv(entry.path / "venv" / "bin" / "python", release, standins, tuple(left))

@@ -181,6 +181,55 @@ def _autotune(server: Any) -> Any:
         is_draft_worker=False, model=torch.nn.Module())))
 
 
+def _quant_config(model: Path) -> Any:
+    """The release's quantization config object for the tiny checkpoint (``None``: bf16)."""
+    config = json.loads((model / "config.json").read_text()).get("quantization_config")
+    if (model / "hf_quant_config.json").exists():
+        from sglang.srt.layers.quantization.modelopt_quant import ModelOptFp4Config
+
+        return ModelOptFp4Config.from_config(json.loads(
+            (model / "hf_quant_config.json").read_text()))
+    if config and config.get("quant_method") == "fp8":
+        from sglang.srt.layers.quantization.fp8 import Fp8Config
+
+        return Fp8Config.from_config(config)
+    return None
+
+
+def _fused_shared_experts(model: Path, ep: int) -> Any:
+    """DeepSeek-V3 / GLM-5: how many shared experts the release fuses into the routed ones.
+
+    The decision of the model class itself (0.5.13-0.5.17:
+    ``DeepseekV2ForCausalLM.determine_num_fused_shared_experts``; 0.5.18 on: after
+    ``layers.moe.utils.install_shared_experts_fusion_decision``, what the loader calls), on
+    an instance holding only ``config`` and ``quant_config`` (building the layers would
+    allocate the weights), with the expert-parallel width the scheduler publishes.
+    """
+    import types
+
+    import torch
+    from sglang.srt.models.deepseek_v2 import DeepseekV2ForCausalLM
+    from sglang.srt.runtime_context import get_parallel
+
+    data = json.loads((model / "config.json").read_text())
+    if data.get("model_type") != "deepseek_v3":
+        return None
+    config = types.SimpleNamespace(**data)
+    quant = _quant_config(model)
+    with get_parallel().override(moe_ep_size=ep):
+        try:
+            from sglang.srt.layers.moe.utils import install_shared_experts_fusion_decision
+        except ImportError:
+            install_shared_experts_fusion_decision = None
+        if install_shared_experts_fusion_decision is not None:
+            install_shared_experts_fusion_decision(DeepseekV2ForCausalLM, config, quant)
+        instance = DeepseekV2ForCausalLM.__new__(DeepseekV2ForCausalLM)
+        torch.nn.Module.__init__(instance)
+        instance.config, instance.quant_config = config, quant
+        instance.determine_num_fused_shared_experts()
+        return int(instance.num_fused_shared_experts)
+
+
 def resolve(case: dict[str, Any], models: Path) -> dict[str, Any]:
     """The ``resolve`` check: every value the serving process would select."""
     from sglang.srt.layers.moe import get_moe_runner_backend
@@ -199,6 +248,10 @@ def resolve(case: dict[str, Any], models: Path) -> dict[str, Any]:
         "flashinfer_autotune": _autotune(server),
         "tp_size": tp, "ep_size": ep,
     }
+    try:
+        observed["num_fused_shared_experts"] = _fused_shared_experts(model, ep)
+    except Exception as exc:  # the decision refused: an observation of its own
+        observed["num_fused_shared_experts"] = f"{type(exc).__name__}: {exc}"[:200]
     for name in ("kv_cache_dtype", "dsa_prefill_backend", "dsa_decode_backend",
                  "disable_shared_experts_fusion", "quantization"):
         published = _published(name)

@@ -17,6 +17,8 @@ from typing import Any
 _EXCLUDE = ["lm_head", "model.layers.0.self_attn*", "model.layers.*.mlp.gate"]
 _MODELOPT_NVFP4 = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
                    "kv_cache_quant_algo": None, "exclude_modules": _EXCLUDE}
+# ModelOpt exports that keep the shared expert in bf16 exclude it (GLM-5.2-NVFP4 does).
+_BF16_SHARED = [*_EXCLUDE, "model.layers.*.mlp.shared_experts*"]
 _MODELOPT_FILE = {"producer": {"name": "modelopt", "version": "0.37.0"},
                   "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": None,
                                    "group_size": 16, "exclude_modules": _EXCLUDE}}
@@ -59,6 +61,7 @@ _DEEPSEEK_V32 = {**_DEEPSEEK_V3, "architectures": ["DeepseekV32ForCausalLM"],
 #: name -> (config, quantization_config or None, writes hf_quant_config.json)
 MODELS: dict[str, tuple[dict[str, Any], dict[str, Any] | None, bool]] = {
     "deepseek-v3-nvfp4": (_DEEPSEEK_V3, _MODELOPT_NVFP4, True),
+    "deepseek-v3-nvfp4-bf16-shared": (_DEEPSEEK_V3, _MODELOPT_NVFP4, True),
     "deepseek-v3-fp8": (_DEEPSEEK_V3, _FP8, False),
     "deepseek-v3-bf16": (_DEEPSEEK_V3, None, False),
     "qwen3-moe-nvfp4": (_QWEN3_MOE, _MODELOPT_NVFP4, True),
@@ -73,13 +76,18 @@ MODELS: dict[str, tuple[dict[str, Any], dict[str, Any] | None, bool]] = {
 def write(name: str, root: Path) -> Path:
     """Write model ``name`` under ``root`` (once) and return its folder."""
     config, quantization, modelopt_file = MODELS[name]
+    exclude = _BF16_SHARED if name.endswith("-bf16-shared") else _EXCLUDE
     folder = root / name
     if not (folder / "config.json").exists():
         folder.mkdir(parents=True, exist_ok=True)
-        data = copy.deepcopy(config)
+        data: dict[str, Any] = copy.deepcopy(config)
         if quantization is not None:
             data["quantization_config"] = copy.deepcopy(quantization)
+            if modelopt_file:
+                data["quantization_config"]["exclude_modules"] = exclude
         (folder / "config.json").write_text(json.dumps(data, indent=1))
         if modelopt_file:
-            (folder / "hf_quant_config.json").write_text(json.dumps(_MODELOPT_FILE, indent=1))
+            quant: dict[str, Any] = copy.deepcopy(_MODELOPT_FILE)
+            quant["quantization"]["exclude_modules"] = exclude
+            (folder / "hf_quant_config.json").write_text(json.dumps(quant, indent=1))
     return folder
