@@ -62,12 +62,14 @@ class BehaviourEnv:
         release: the sglang version installed.
         standins: import name -> the version the release pins, for the stood-in packages.
         not_installed: the requirements left out (their text, as the wheel gives them).
+        key: the environment's cache key (what it holds).
     """
 
     python: Path
     release: str
     standins: dict[str, str]
     not_installed: tuple[str, ...]
+    key: str = ""
 
 
 def requirements(wheel: Path) -> tuple[list[str], list[str]]:
@@ -184,4 +186,5 @@ def behaviour_env(wheel: Path, release: str, *, cache: Cache,
     for name, (dist, first) in STANDINS_FROM.items():
         if Version(release) >= Version(first):
             standins[name] = _pin_of(left, dist)
-    return BehaviourEnv(entry.path / "venv" / "bin" / "python", release, standins, tuple(left))
+    return BehaviourEnv(entry.path / "venv" / "bin" / "python", release, standins, tuple(left),
+                        key)

@@ -25,6 +25,7 @@ from packaging.tags import sys_tags
 from packaging.utils import parse_wheel_filename
 
 from builder.behaviour.env import BehaviourEnv, behaviour_env
+from builder.core.cache import Cache, sha256_file, sha256_json
 from builder.core.config import Target, WheelPin
 from builder.core.errors import ConfigurationError, PatchError
 from builder.core.options import Options, select_target
@@ -217,8 +218,31 @@ def _run_script(env: BehaviourEnv, cases: list[dict[str, Any]], capability: tupl
     return found
 
 
+def _observe(env: BehaviourEnv, cases: list[dict[str, Any]], capability: tuple[int, int],
+             overlay: Path | None, overlay_key: str, models: Path, cache: Cache | None
+             ) -> dict[str, dict[str, Any]]:
+    """:func:`_run_script`, its answer kept in the cache under everything it depends on
+    (the environment, the code run, the script, the cases, the device), so an unchanged
+    series on an unchanged release runs nothing the second time."""
+    if cache is None or not env.key:
+        return _run_script(env, cases, capability, overlay, models)
+    script = {p.name: sha256_file(p) for p in sorted(SCRIPT.parent.glob("*.py"))}
+    key = sha256_json({"env": env.key, "code": overlay_key, "script": script, "cases": cases,
+                       "standins": env.standins, "capability": list(capability)})
+
+    def run(folder: Path) -> dict[str, Any]:
+        found = _run_script(env, cases, capability, overlay, models)
+        (folder / "observed.json").write_text(json.dumps(found, sort_keys=True))
+        return {"cases": len(found)}
+
+    entry = cache.artifact("behaviour-observed", key, run)
+    observed: dict[str, dict[str, Any]] = json.loads(entry.file("observed.json").read_text())
+    return observed
+
+
 def check_behaviours(behaviours: Iterable[tuple[SeriesEntry, Behaviour]], env: BehaviourEnv,
-                     patched: Path, *, models: Path, reporter: Reporter | None = None
+                     patched: Path, *, models: Path, reporter: Reporter | None = None,
+                     cache: Cache | None = None, patched_key: str = ""
                      ) -> list[BehaviourResult]:
     """Run ``behaviours`` on upstream's code and on the patched tree; judge each.
 
@@ -228,6 +252,8 @@ def check_behaviours(behaviours: Iterable[tuple[SeriesEntry, Behaviour]], env: B
         patched: the patched tree (holds the patched ``sglang`` package).
         models: a folder for the tiny model configurations.
         reporter: progress.
+        cache: keep each run's observations here (``None``: run every time).
+        patched_key: the patched tree's content key (names its observations in the cache).
 
     Raises:
         PatchError: the script gave no result for a case (it crashed).
@@ -246,10 +272,13 @@ def check_behaviours(behaviours: Iterable[tuple[SeriesEntry, Behaviour]], env: B
                      "args": dict(case.args)})
     observed: dict[str, dict[str, dict[str, Any]]] = {"upstream": {}, "patched": {}}
     for capability, cases in sorted(jobs.items()):
-        for variant, overlay in (("upstream", None), ("patched", patched)):
+        for variant, overlay, code in (("upstream", None, "upstream"),
+                                       ("patched", patched, patched_key)):
             reporter.info(f"behaviour checks: {len(cases)} case(s) on {variant} code, device "
                           f"sm_{capability[0]}{capability[1]}")
-            observed[variant].update(_run_script(env, cases, capability, overlay, models))
+            observed[variant].update(_observe(env, cases, capability, overlay,
+                                              code if code else "", models,
+                                              cache if code else None))
     results = []
     for b_index, (entry, behaviour) in enumerate(pairs):
         cases_out = []
@@ -299,7 +328,8 @@ def run_behaviour(options: Options) -> BehaviourReport:
     models = options.cache.root / "behaviour-models"
     models.mkdir(parents=True, exist_ok=True)
     report.results = check_behaviours(pairs, env, patched.tree, models=models,
-                                      reporter=options.reporter)
+                                      reporter=options.reporter, cache=options.cache,
+                                      patched_key=patched.key)
     if not report.proven:
         unproven = [r.behaviour.name for r in report.results if not r.proven]
         raise PatchError(f"{len(unproven)} behaviour(s) of the series are not proven on "
