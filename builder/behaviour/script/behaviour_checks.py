@@ -100,7 +100,8 @@ def _published(name: str) -> Any:
             continue
         for part in [bag, *(getattr(bag, a, None) for a in dir(bag) if not a.startswith("_"))]:
             fields = tuple(getattr(type(part), "__struct_fields__", ())) + \
-                tuple(getattr(part, "__dataclass_fields__", {}))
+                tuple(getattr(part, "__dataclass_fields__", {})) + \
+                tuple(getattr(part, "__dict__", {}))
             if part is not None and name in fields:
                 return _value(getattr(part, name))
     return None
