@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from builder.cli.common import common
 from builder.core.cache import default_cache_root
-from builder.core.errors import ConfigurationError
+from builder.core.errors import BuildError, ConfigurationError
 
 if TYPE_CHECKING:
     from builder.core.progress import Reporter
@@ -133,13 +133,13 @@ def add_commands(commands: Any) -> None:
 
 
 def _days(text: str) -> float:
+    from builder.core.cache import MAX_AGE_DAYS, check_days
+
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("give 0 or more days")
-    return value
+        return check_days(float(text))
+    except (ValueError, ConfigurationError):  # one message for every bad number
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of days from 0 to {MAX_AGE_DAYS:g}") from None
 
 
 def _lock_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -247,11 +247,22 @@ def _cmd_cache(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
         return {"cache": str(root), "entries": [e.to_json() for e in entries],
                 "size": sum(e.size for e in entries)}
     days = args.older_than if args.cache_action == "prune" else None
-    removed = prune_cache(root, older_than_days=days)
+    pruned = prune_cache(root, older_than_days=days)
+    removed = pruned.removed
     freed = sum(e.size for e in removed)
-    reporter.result(f"removed {len(removed)} entr{'y' if len(removed) == 1 else 'ies'} "
-                    f"({_human(freed)}) from {root}")
-    return {"cache": str(root), "removed": [e.to_json() for e in removed], "freed": freed}
+    done = f"removed {len(removed)} entr{'y' if len(removed) == 1 else 'ies'} " \
+           f"({_human(freed)}) from {root}"
+    for path, why in pruned.skipped:
+        reporter.info(f"left alone: {path} ({why})")
+    if pruned.failed:
+        shown = "; ".join(f"{path} ({error})" for path, error in pruned.failed[:10])
+        more = f" and {len(pruned.failed) - 10} more" if len(pruned.failed) > 10 else ""
+        raise BuildError(f"could not remove {shown}{more}; {done}",
+                         "fix what keeps it (permissions, an immutable flag, a mount) and "
+                         "run again")
+    reporter.result(done)
+    return {"cache": str(root), "removed": [e.to_json() for e in removed], "freed": freed,
+            "skipped": [{"path": str(path), "why": why} for path, why in pruned.skipped]}
 
 
 def _human(size: int) -> str:

@@ -10,6 +10,11 @@ time (its last use). :func:`prune_cache` (also what ``cache clean`` runs) takes 
 exclusively and refuses while any build holds it, so no entry a running build may read
 is ever removed; it moves an entry to a temporary name before deleting it, so a killed
 prune never leaves a partial entry a later build would trust.
+
+Recognised: the root holds a ``CACHEDIR.TAG`` (written by :func:`hold_cache`, which every
+use of the cache goes through), and only folders of the kinds in :data:`KINDS` hold
+entries. Removal refuses a folder without the tag, leaves other kinds alone, follows no
+link and reports every delete that failed.
 """
 
 from __future__ import annotations
@@ -17,10 +22,12 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -30,12 +37,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from builder.core.errors import BuilderError, BuildError
+from builder.core.errors import BuilderError, BuildError, ConfigurationError
 
 _CHUNK = 1 << 20
 IN_USE_FILE = ".in-use"
 _HELD: dict[Path, int] = {}  # cache root -> the descriptor holding its shared lock
 _HELD_LOCK = threading.Lock()
+
+#: The marker a cache root holds: the Cache Directory Tagging Specification
+#: (https://bford.info/cachedir/): the file ``CACHEDIR.TAG`` begins with these 43 bytes.
+#: Backup tools skip such a folder; ``cache prune``/``clean`` refuse a folder without it.
+CACHEDIR_TAG = "CACHEDIR.TAG"
+CACHEDIR_SIGNATURE = b"Signature: 8a477f597d28d172789f06886806bc55"
+#: Every kind of entry (a folder of the root). :meth:`Cache.entry` refuses any other, and
+#: removal never touches another folder (logs, work folders, another program's files).
+KINDS = ("behaviour-env", "behaviour-observed", "behaviour-torch", "downloads", "git",
+         "kernel-env", "kernels", "patched", "source", "wheel", "wheelhouse")
+#: The largest ``--older-than`` (about 100 years): more is a typo, not an age.
+MAX_AGE_DAYS = 36500.0
 
 
 def hold_cache(root: Path) -> None:
@@ -49,9 +68,36 @@ def hold_cache(root: Path) -> None:
         if key in _HELD:
             return
         key.mkdir(parents=True, exist_ok=True)
+        _mark_cache(key)
         fd = os.open(key / IN_USE_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         fcntl.flock(fd, fcntl.LOCK_SH)
         _HELD[key] = fd
+
+
+def _mark_cache(root: Path) -> None:
+    """Write ``root``'s ``CACHEDIR.TAG`` unless it has one (a read-only cache keeps none)."""
+    if is_cache(root):
+        return
+    text = (CACHEDIR_SIGNATURE + b"\n# This file is a cache directory tag created by "
+            b"sglang-sm120-builder.\n# For information about cache directory tags, see:\n"
+            b"#\thttps://bford.info/cachedir/\n")
+    with suppress(OSError):
+        atomic_write_bytes(root / CACHEDIR_TAG, text)
+
+
+def is_cache(root: Path) -> bool:
+    """Whether ``root`` holds a ``CACHEDIR.TAG`` that begins with the signature (a regular
+    file, not a link: https://bford.info/cachedir/)."""
+    try:
+        fd = os.open(root / CACHEDIR_TAG, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return os.read(fd, len(CACHEDIR_SIGNATURE)) == CACHEDIR_SIGNATURE
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def default_cache_root() -> Path:
@@ -103,16 +149,23 @@ def sha256_tree(root: Path, *, exclude: frozenset[str] = frozenset()) -> str:
 
 @dataclass(frozen=True)
 class Cache:
-    """A cache root holding one folder per kind (``sdist``, ``source``, ``patched``, ``wheel``).
+    """A cache root holding one folder per kind (:data:`KINDS`).
 
     Args:
-        root: the cache directory; created on first use.
+        root: the cache directory; created, with its ``CACHEDIR.TAG``, on first use.
     """
 
     root: Path
 
     def entry(self, kind: str, key: str) -> Path:
-        """Return the path of entry ``key`` of ``kind`` (it may not exist yet)."""
+        """Return the path of entry ``key`` of ``kind`` (it may not exist yet).
+
+        Raises:
+            ValueError: ``kind`` is not in :data:`KINDS` (a new kind is added there, so
+                that ``cache prune`` knows it).
+        """
+        if kind not in KINDS:
+            raise ValueError(f"{kind!r} is not a cache kind (builder.core.cache.KINDS)")
         return self.root / kind / key
 
     def lookup(self, kind: str, key: str) -> Path | None:
@@ -367,23 +420,29 @@ def _pid_namespace() -> str:
         return "0"
 
 
-def _remove_orphans(folder: Path) -> None:
+def _remove_orphans(folder: Path) -> list[tuple[Path, str]]:
     """Remove temporary entries left by builds that were killed (their process is gone).
 
     Only entries made in this PID namespace are judged; another namespace's (a build
     container's, or the host's seen from one) are left alone.
+
+    Returns:
+        What could not be removed, with the error.
     """
     namespace = _pid_namespace()
+    failed: list[tuple[Path, str]] = []
     for tmp in folder.glob(".*.tmp"):
         parts = tmp.name.split(".")
-        if len(parts) < 5 or not parts[2].isdigit() or parts[3] != namespace:
+        if len(parts) < 5 or not parts[2].isdigit() or parts[3] != namespace or \
+                tmp.is_symlink():
             continue
         try:
             os.kill(int(parts[2]), 0)
         except ProcessLookupError:
-            shutil.rmtree(tmp, ignore_errors=True)
+            failed += _rmtree(tmp)
         except PermissionError:
             pass  # alive, owned by someone else
+    return failed
 
 
 @contextmanager
@@ -489,17 +548,41 @@ def _size(path: Path) -> int:
 
 def cache_entries(root: Path) -> list[CacheEntry]:
     """Every complete entry under ``root``, by kind and key (temporary folders of builds
-    in progress, and files such as logs, are not entries)."""
+    in progress, files such as logs, folders of other kinds and links are not entries)."""
+    return _scan(root)[0]
+
+
+def _scan(root: Path) -> tuple[list[CacheEntry], list[tuple[Path, str]]]:
+    """The entries under ``root``, and the links found where a kind folder or an entry
+    would be (never followed: a link can point anywhere)."""
     entries: list[CacheEntry] = []
-    if not root.is_dir():
-        return entries
-    for kind in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        for path in sorted(kind.iterdir()):
-            if path.name.startswith(".") or not path.is_dir() or path.is_symlink():
-                continue
-            entries.append(CacheEntry(kind.name, path.name, path, _size(path),
-                                      path.stat().st_mtime))
-    return entries
+    links: list[tuple[Path, str]] = []
+    for kind in _folders(root, links):
+        if kind.name not in KINDS:
+            continue
+        for path in _folders(Path(kind.path), links):
+            if not path.name.startswith("."):
+                entries.append(CacheEntry(kind.name, path.name, Path(path.path),
+                                          _size(Path(path.path)),
+                                          path.stat(follow_symlinks=False).st_mtime))
+    return entries, links
+
+
+def _folders(folder: Path, links: list[tuple[Path, str]]) -> list[os.DirEntry[str]]:
+    """The real folders in ``folder`` (sorted); a link among them goes to ``links``."""
+    try:
+        with os.scandir(folder) as found:
+            items = sorted(found, key=lambda item: item.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    folders = []
+    for item in items:
+        if item.is_symlink():
+            if not item.name.startswith(".") and item.name != CACHEDIR_TAG:
+                links.append((Path(item.path), "a link, not followed"))
+        elif item.is_dir(follow_symlinks=False):
+            folders.append(item)
+    return folders
 
 
 @contextmanager
@@ -520,23 +603,82 @@ def _exclusive(root: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _remove(path: Path) -> None:
-    """Move an entry out of the way (atomically), then delete it."""
+def _rmtree(path: Path) -> list[tuple[Path, str]]:
+    """Delete the folder ``path`` (a link is refused, never followed).
+
+    Returns:
+        Each path that could not be deleted, with the error.
+    """
+    failed: list[tuple[Path, str]] = []
+
+    def record(_function: Any, where: str, error: BaseException) -> None:
+        failed.append((Path(where), f"{type(error).__name__}: "
+                                    f"{getattr(error, 'strerror', None) or error}"))
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=record)
+    else:
+        shutil.rmtree(path, onerror=lambda fn, where, info: record(fn, where, info[1]))
+    return failed
+
+
+def _remove(path: Path) -> list[tuple[Path, str]]:
+    """Move an entry out of the way (atomically), then delete it.
+
+    Returns:
+        What could not be deleted after the move (the entry is gone from its name).
+
+    Raises:
+        OSError: the move failed (the entry is still there).
+    """
     doomed = path.parent / f".{path.name[:16]}.{os.getpid()}.{_pid_namespace()}.del.tmp"
     path.rename(doomed)
-    shutil.rmtree(doomed, ignore_errors=True)
+    return _rmtree(doomed)
 
 
 def _discard(path: Path) -> None:
-    """Remove an entry that must not be used, if another process has not already."""
+    """Remove an entry that must not be used, if another process has not already
+    (what cannot be deleted is left under a temporary name, never used)."""
     with suppress(FileNotFoundError):
         _remove(path)
 
 
+def check_days(days: float) -> float:
+    """Return ``days`` if it is an age ``cache prune --older-than`` can mean.
+
+    Raises:
+        ConfigurationError: ``days`` is not a number from 0 to :data:`MAX_AGE_DAYS` (NaN,
+            infinite, negative or absurd).
+    """
+    if not (math.isfinite(days) and 0 <= days <= MAX_AGE_DAYS):
+        raise ConfigurationError(f"--older-than {days!r} is not a number of days from 0 to "
+                                 f"{MAX_AGE_DAYS:g}", "give the age in days, e.g. 30")
+    return days
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """What :func:`prune_cache` did.
+
+    Attributes:
+        removed: the entries removed (wholly).
+        skipped: links found where a kind folder or an entry would be, left alone (path,
+            why).
+        failed: what could not be removed (path, the error); never counted as removed.
+    """
+
+    removed: list[CacheEntry]
+    skipped: list[tuple[Path, str]]
+    failed: list[tuple[Path, str]]
+
+
 def prune_cache(root: Path, *, older_than_days: float | None,
-                now: float | None = None) -> list[CacheEntry]:
+                now: float | None = None) -> Pruned:
     """Remove the entries not used for ``older_than_days`` days (``None``: every entry),
     and the temporary folders of builds that were killed.
+
+    Only a folder holding its ``CACHEDIR.TAG`` is pruned, only folders of :data:`KINDS`
+    are looked in, and no link is followed.
 
     Args:
         root: the cache root.
@@ -544,21 +686,43 @@ def prune_cache(root: Path, *, older_than_days: float | None,
         now: the current time (seconds since the epoch; default: now).
 
     Returns:
-        The entries removed.
+        What was removed, left alone and could not be removed.
 
     Raises:
+        ConfigurationError: ``root`` is not a builder cache (no ``CACHEDIR.TAG``), or
+            ``older_than_days`` is not an age (see :func:`check_days`); nothing is removed.
         BuilderError: a running build holds the cache (then nothing is removed).
     """
+    if older_than_days is not None:
+        check_days(older_than_days)
     if not root.is_dir():
-        return []
+        return Pruned([], [], [])
+    if not is_cache(root):
+        raise ConfigurationError(
+            f"{root} is not a builder cache (it has no {CACHEDIR_TAG}); nothing was removed",
+            "check --cache-dir and $SGLANG_SM120_CACHE; if it is a cache made by an older "
+            f"builder, mark it: printf '{CACHEDIR_SIGNATURE.decode()}\\n' > "
+            f"{root / CACHEDIR_TAG}")
     limit = None if older_than_days is None else \
         (now if now is not None else time.time()) - older_than_days * 86400
-    removed = []
+    removed: list[CacheEntry] = []
+    failed: list[tuple[Path, str]] = []
     with _exclusive(root):
-        for kind in (p for p in root.iterdir() if p.is_dir()):
-            _remove_orphans(kind)
-        for entry in cache_entries(root):
-            if limit is None or entry.last_used < limit:
-                _remove(entry.path)
+        entries, skipped = _scan(root)
+        for kind in KINDS:
+            if (root / kind).is_dir() and not (root / kind).is_symlink():
+                failed += _remove_orphans(root / kind)
+        for entry in entries:
+            if limit is not None and entry.last_used >= limit:
+                continue
+            try:
+                left = _remove(entry.path)
+            except OSError as error:
+                failed.append((entry.path, f"{type(error).__name__}: "
+                                           f"{error.strerror or error}"))
+                continue
+            if left:
+                failed += left
+            else:
                 removed.append(entry)
-    return removed
+    return Pruned(removed, skipped, failed)
