@@ -72,8 +72,11 @@ def _scheduler_init(server: Any, rank: int = 0) -> None:
     from sglang.srt.layers.quantization.fp8_utils import initialize_fp8_gemm_config
 
     if hasattr(context, "publish"):
-        context.publish(server, role="scheduler",
-                        ranks=context.SpawnRanks(world_rank=rank, dp_rank=None, gpu_id=rank))
+        if hasattr(context, "SpawnRanks"):  # 0.5.23: published with the spawn ranks
+            context.publish(server, role="scheduler",
+                            ranks=context.SpawnRanks(world_rank=rank, dp_rank=None, gpu_id=rank))
+        else:  # 0.5.20
+            context.publish(server, role="scheduler")
         initialize_moe_config()
         initialize_fp8_gemm_config()
         initialize_fp4_gemm_config()

@@ -1,8 +1,10 @@
 """Tiny Hugging Face model folders (``config.json`` and, for ModelOpt, ``hf_quant_config.json``;
 no weights, no tokenizer) of the MoE families SM120 users serve.
 
-Standard library only. The shapes are small; what matters is what the release's selection
-code reads: the architecture, ``model_type``, the expert counts and the checkpoint's
+Standard library only. The shapes are small, but DeepSeek-V3's expert layout is its own
+(256 routed experts, top-8, 8 groups: SGLang's shared-expert fusion decision checks it);
+what matters is what the release's selection code reads: the architecture, ``model_type``,
+the expert counts and the checkpoint's
 declared quantization (ModelOpt's ``quant_algo: NVFP4``, FP8 block quantization,
 compressed-tensors NVFP4, or none for bf16).
 """
@@ -36,8 +38,8 @@ _DEEPSEEK_V3: dict[str, Any] = {
     "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
     "vocab_size": 1024, "hidden_size": 256, "intermediate_size": 512,
     "moe_intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 16,
-    "num_key_value_heads": 16, "n_shared_experts": 1, "n_routed_experts": 8,
-    "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "routed_scaling_factor": 2.5,
+    "num_key_value_heads": 16, "n_shared_experts": 1, "n_routed_experts": 256,
+    "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4, "routed_scaling_factor": 2.5,
     "topk_method": "noaux_tc", "scoring_func": "sigmoid", "norm_topk_prob": True,
     "first_k_dense_replace": 1, "moe_layer_freq": 1, "kv_lora_rank": 512, "q_lora_rank": 384,
     "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
@@ -74,20 +76,24 @@ MODELS: dict[str, tuple[dict[str, Any], dict[str, Any] | None, bool]] = {
 
 
 def write(name: str, root: Path) -> Path:
-    """Write model ``name`` under ``root`` (once) and return its folder."""
+    """Write model ``name`` under ``root`` and return its folder (rewritten when the
+    definition above changed, so a kept folder never serves an older configuration)."""
     config, quantization, modelopt_file = MODELS[name]
     exclude = _BF16_SHARED if name.endswith("-bf16-shared") else _EXCLUDE
     folder = root / name
-    if not (folder / "config.json").exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        data: dict[str, Any] = copy.deepcopy(config)
-        if quantization is not None:
-            data["quantization_config"] = copy.deepcopy(quantization)
-            if modelopt_file:
-                data["quantization_config"]["exclude_modules"] = exclude
-        (folder / "config.json").write_text(json.dumps(data, indent=1))
+    folder.mkdir(parents=True, exist_ok=True)
+    data: dict[str, Any] = copy.deepcopy(config)
+    if quantization is not None:
+        data["quantization_config"] = copy.deepcopy(quantization)
         if modelopt_file:
-            quant: dict[str, Any] = copy.deepcopy(_MODELOPT_FILE)
-            quant["quantization"]["exclude_modules"] = exclude
-            (folder / "hf_quant_config.json").write_text(json.dumps(quant, indent=1))
+            data["quantization_config"]["exclude_modules"] = exclude
+    files = {"config.json": json.dumps(data, indent=1)}
+    if modelopt_file:
+        quant: dict[str, Any] = copy.deepcopy(_MODELOPT_FILE)
+        quant["quantization"]["exclude_modules"] = exclude
+        files["hf_quant_config.json"] = json.dumps(quant, indent=1)
+    for file_name, text in files.items():
+        path = folder / file_name
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
     return folder
