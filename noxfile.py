@@ -143,9 +143,9 @@ def bump(session: nox.Session) -> None:
     from packaging.version import Version
 
     session.install(".")
-    # upstream exits 1 when the series needs a refresh: the report is then under "report".
+    # upstream exits 5 when the series needs a refresh: the report is then under "report".
     out = json.loads(str(session.run("python", "-m", "builder", "upstream", "--json",
-                                     *session.posargs, silent=True, success_codes=[0, 1])))
+                                     *session.posargs, silent=True, success_codes=[0, 5])))
     report = out.get("report", out)
     if "new_versions" not in report:
         session.error(f"upstream failed: {out.get('error')}")

@@ -68,13 +68,14 @@ def test_targets_lists_the_shipped_targets() -> None:
     assert data["default"] == "sglang-0.5.9"
     names = [t["name"] for t in data["targets"]]
     assert names == ["sglang-0.5.9", "sglang-0.5.7", "sglang-0.5.10.post1", "sglang-0.5.11",
-                     "sglang-0.5.12.post1", "sglang-0.5.16", "sglang-0.5.23"]
+                     "sglang-0.5.12.post1", "sglang-0.5.16", "sglang-0.5.23", "sglang-0.5.20"]
     for target in data["targets"][:3]:  # released with an sdist: built from it
         assert target["prefer"] == "sdist"
         assert {s["kind"] for s in target["sources"]} == {"sdist", "git"}
     tags = {"sglang-0.5.11": ["cp311", "cp312"], "sglang-0.5.12.post1": ["cp311", "cp312"],
             # written by bump: every CPython manylinux x86_64 wheel upstream publishes
             "sglang-0.5.16": ["cp310", "cp311", "cp312", "cp313"],
+            "sglang-0.5.20": ["cp310", "cp311", "cp312", "cp313"],
             "sglang-0.5.23": ["cp311", "cp312", "cp313"]}
     for target in data["targets"][3:]:  # wheels only upstream: repacked
         assert target["prefer"] == "wheel"
@@ -286,7 +287,7 @@ def test_a_source_dir_of_another_release_or_project_is_refused(
     pkg_info.write_text(pkg_info.read_text().replace("Name: sglang", "Name: foo", 1))
     done = run_cli("patch", "--source-dir", str(other), "--patch", str(SEED), "--dry-run",
                    "--json", cache=tmp_path / "cache")
-    assert done.returncode == 1, done.stdout
+    assert done.returncode == 4, done.stdout
     assert "is foo (its PKG-INFO), not SGLang" in json.loads(done.stdout)["error"]
     # the same tree as what it is still patches
     done = run_cli("patch", "--source-dir", str(unpacked["0.5.9"]), "--patch", str(SEED),

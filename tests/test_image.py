@@ -151,7 +151,7 @@ def test_pin_images_then_image_builds_with_no_base_image(
             f'cuda_lane = "12.9"\nname = "{debian_base_image.name}"\ndigest = ""\n')
         refused = run_cli("image", "--cache-dir", str(runtime_project / "cache"),
                           cwd=runtime_project, env=docker_engine.env)
-        assert refused.returncode == 1
+        assert refused.returncode == 2
         assert "python -m builder pin-images" in " ".join(refused.stderr.split())
         pinned = run_cli("pin-images", cwd=runtime_project,
                          env={"DOCKER_CONFIG": str(config)})
@@ -175,8 +175,8 @@ def test_missing_base_image_is_one_clear_error(runtime_project: Path,
     missing = f"{registry.host}/sm120-test/nothing:here@sha256:{'0' * 64}"
     done = run_cli("image", "--cache-dir", str(runtime_project / "cache"), "--base-image",
                    missing, cwd=runtime_project, env=docker_engine.env)
-    assert done.returncode == 1
-    assert f"error: base image {missing} is missing" in " ".join(done.stderr.split())
+    assert done.returncode == 6
+    assert f"build error: base image {missing} is missing" in " ".join(done.stderr.split())
     assert "Traceback" not in done.stderr
 
 

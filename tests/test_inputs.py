@@ -341,7 +341,7 @@ def test_integer_control_still_needs_its_fuzz(tmp_path: Path) -> None:
     done = run_cli("patch", "--source-dir", "tree", "--upstream-version", "0.5.9",
                    "--series", "c-int-control/patches/series.toml", "--dry-run", cwd=case,
                    cache=tmp_path / "cache")
-    assert done.returncode == 1 and "needs fuzz 1, the series allows 0" in done.stderr
+    assert done.returncode == 5 and "needs fuzz 1, the series allows 0" in done.stderr
 
 
 # --- intent checks -------------------------------------------------------------------------
@@ -441,7 +441,7 @@ def test_malformed_pep691_entry_is_one_clear_error(tmp_path: Path, serve: object
     server = serve(case / "idx")  # type: ignore[operator]
     done = run_cli("fetch", "--json", "--targets-file", "targets.toml", "--index-url",
                    f"{server.url}/simple", cwd=case, cache=tmp_path / "cache")
-    assert done.returncode == 1
+    assert done.returncode == 4
     assert _json_error(done)["error"] == (
         f"{server.url}/simple/sglang/ is not a valid PEP 691 project page: file entry "
         f"sglang-0.5.9.tar.gz: {field}")

@@ -160,7 +160,7 @@ def test_unknown_module_group_is_refused_before_any_work(kernel_cache, tmp_path)
     start = time.monotonic()
     result = run_cli("kernels", *TARGET, *TORCH, "--mode", "host", "--modules", "norm,nrom",
                      "--cache-dir", str(tmp_path / "cache"), "--dist", str(tmp_path / "dist"))
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "unknown module group 'nrom'" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "dist").exists()
     assert not (tmp_path / "cache" / "kernel-env").exists()  # nothing installed
@@ -173,7 +173,7 @@ def test_plain_12_0_and_a_foreign_lane_are_refused(tmp_path):
     assert plain.returncode == 2 and "breaks FlashInfer's FP4 code" in plain.stderr
     lane = run_cli("kernels", "--target", "sglang-0.5.9", "--cuda-lane", "12.8",
                    "--save-request", str(tmp_path / "r.json"))
-    assert lane.returncode == 1 and "not 12.8" in lane.stderr
+    assert lane.returncode == 2 and "not 12.8" in lane.stderr
     assert not (tmp_path / "r.json").exists()
 
 

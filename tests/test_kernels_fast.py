@@ -139,7 +139,7 @@ def test_a_hand_edited_request_cannot_mislabel_a_build(tmp_path: Path,
         assert done.returncode == 2, (key, done.stdout, done.stderr)
         assert message in done.stderr, (key, done.stderr)
     done = _request(tmp_path, shared_cache, fast_build="yes")
-    assert done.returncode == 1 and "fast_build is 'yes'" in done.stderr, done.stderr
+    assert done.returncode == 2 and "fast_build is 'yes'" in done.stderr, done.stderr
     assert not (tmp_path / "dist").exists() and not (tmp_path / "cache" / "kernels").exists()
 
 

@@ -109,7 +109,7 @@ def test_multi_platform_index_records_index_and_amd64_manifest(
     # An index without the platform asked for is refused, nothing written.
     before = pins.read_bytes()
     done = pin(pins, "--platform", "linux/s390x", env={"DOCKER_CONFIG": str(docker_config)})
-    assert done.returncode == 1
+    assert done.returncode == 4
     assert "multi-platform image without linux/s390x (it has linux/amd64, linux/arm64)" in \
         " ".join(done.stderr.split())
     assert pins.read_bytes() == before
@@ -128,7 +128,7 @@ def test_moved_tag_is_reported_by_check_then_repinned(
     assert second != first
     before = pins.read_bytes()
     check = pin(pins, "--check", "--json", env=env)
-    assert check.returncode == 1
+    assert check.returncode == 4
     error = json.loads(check.stdout)
     assert error["error"] == ("1 base image pin(s) no longer match their tag: "
                               f"{registry.host}/pin/moving:v1 (moved)")
@@ -149,9 +149,9 @@ def test_missing_tag_is_one_clear_error_and_nothing_written(
                               f"{registry.host}/pin/exists:no-such-tag"))
     before = pins.read_bytes()
     done = pin(pins, env={"DOCKER_CONFIG": str(docker_config)})
-    assert done.returncode == 1
+    assert done.returncode == 4
     message = " ".join(done.stderr.split())
-    assert (f"error: the kernel build base for CUDA 12.9: {registry.host}/pin/exists:"
+    assert (f"source error: the kernel build base for CUDA 12.9: {registry.host}/pin/exists:"
             "no-such-tag does not exist in its registry (HTTP 404)") in message
     assert f"{pins} was not changed" in message and "Traceback" not in done.stderr
     assert pins.read_bytes() == before
@@ -179,12 +179,12 @@ def test_htpasswd_registry_uses_docker_login_credentials(
         before = pins.read_bytes()
         env = {"DOCKER_CONFIG": str(docker_config)}
         anonymous = pin(pins, env=env)
-        assert anonymous.returncode == 1
+        assert anonymous.returncode == 4
         assert f"registry {secured.host} needs a login" in " ".join(anonymous.stderr.split())
         assert f"docker login {secured.host}" in anonymous.stderr
         login(docker_config, secured.host, "puller", "wrong")
         wrong = pin(pins, env=env)
-        assert wrong.returncode == 1
+        assert wrong.returncode == 4
         assert f"registry {secured.host} refused user 'puller' access to {secured.host}/" \
             "pin/auth:v1 (HTTP 401)" in " ".join(wrong.stderr.split())
         assert pins.read_bytes() == before
@@ -215,7 +215,7 @@ def test_token_registry_bearer_flow(token_registry: tuple[Registry, TokenServer]
     before = pins.read_bytes()
     env = {"DOCKER_CONFIG": str(docker_config)}
     anonymous = pin(pins, env=env)
-    assert anonymous.returncode == 1
+    assert anonymous.returncode == 4
     assert f"the token service of {secured.host} refused anonymous pull (HTTP 401)" in \
         " ".join(anonymous.stderr.split())
     assert pins.read_bytes() == before

@@ -33,6 +33,9 @@ ARG_GROUPS = "sglang/srt/arg_groups/"  # where 0.5.16+ declare (0.5.2x: all) the
 
 # Targets' releases that the matrix tests do not cover (its column list is fixed).
 PROFILE_RELEASES = {
+    "0.5.20": Release("0.5.20",
+                      "1573527042f4f6b4ead838302818595fc77fdc611dbcc2e40cd150fbc8f8513c",
+                      f"{FILES}/9e/5e/63895828d22998545df27d62bc030d15d13055ac8d1ff2031d1c9a1e54a1/sglang-0.5.20-cp311-cp311-manylinux_2_34_x86_64.whl"),
     "0.5.23": Release("0.5.23",
                       "00b3cd5b265ac76c64185fbb6b95424f324ddd9f428d0306b77bc9db9d859937",
                       f"{FILES}/57/dd/0206d00b2ea5b163bbdd216e91cc4f23ea90fde8620db0a6272d4236b68e/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl"),

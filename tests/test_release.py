@@ -196,9 +196,10 @@ def fresh_registry(tmp_path: Path) -> Iterator[Registry]:
 
 
 def assert_failed(done: subprocess.CompletedProcess[str], message: str) -> dict:
-    """Exit 1 with ``message`` in the one error line; return the summary it carries."""
-    assert done.returncode == 1, done.stdout + done.stderr
+    """A typed refusal (its exit status is its kind's) with ``message`` in the one error line;
+    return the summary it carries."""
     error = outcome(done)
+    assert done.returncode == error["exit_status"] > 1, done.stdout + done.stderr
     assert message in error["error"], error
     assert "Traceback" not in done.stderr
     return error["report"]
@@ -371,7 +372,7 @@ def test_release_on_a_runner_without_gpu_publishes_nothing(runtime_project: Path
                    "--registry", fresh_registry.host, "--base-image",
                    debian_base_image.reference, "--repository-url", fresh_index.url,
                    cwd=runtime_project, env={**docker_engine.env, **fresh_index.env()})
-    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.returncode == 7, done.stdout + done.stderr  # the gate stays shut
     error = outcome(done)
     assert error["error"].startswith("the gpu smoke gate failed: runner: misconfigured runner")
     summary = error["report"]

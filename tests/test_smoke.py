@@ -834,19 +834,23 @@ def test_release_gate_refuses_failed_or_other_artifacts(installed: tuple[Path, P
 
 def test_intent_patterns_map_repository_paths_to_installed_ones() -> None:
     series = load_series(REPO / "patches" / "series.toml")
-    assert intent_patterns(series) == [
-        "sglang/srt/arg_groups/*.py", "sglang/srt/layers/quantization/modelopt_quant.py",
-        "sglang/srt/model_executor/*.py"]
+    patterns = intent_patterns(series)
+    assert patterns == sorted(set(patterns))
+    # repository paths (python/sglang/...) become installed ones (sglang/...), globs kept
+    assert {"sglang/srt/arg_groups/*.py", "sglang/srt/arg_groups/overrides.py",
+            "sglang/srt/model_executor/*.py",
+            "sglang/kernels/ops/attention/dsa/tilelang_kernel.py"} <= set(patterns)
+    assert not any(p.startswith("python/") for p in patterns)
 
 
 def test_bad_input_is_refused_before_anything_runs(tmp_path: Path) -> None:
     done = run_cli("smoke", "--mode", "image")
     assert done.returncode == 2 and "--mode image needs --image REF" in done.stderr
     done = run_cli("smoke", "--series", str(tmp_path / "none.toml"))
-    assert done.returncode == 1 and "none.toml" in done.stderr
+    assert done.returncode == 2 and "none.toml" in done.stderr
     (tmp_path / "not.whl").write_text("no zip")
     done = run_cli("smoke", "--sglang-wheel", str(tmp_path / "not.whl"))
-    assert done.returncode == 1 and "cannot read the wheel" in done.stderr
+    assert done.returncode == 2 and "cannot read the wheel" in done.stderr
 
 
 def test_smoke_is_listed_and_help_works_without_torch() -> None:

@@ -119,6 +119,7 @@ def _project_0512(root: Path, wheel: Path, series: str | None = None) -> Path:
 
 
 MOE = "0002-sm12x-nvfp4-moe-auto-flashinfer-cutlass.patch"
+MOE_0513 = "0002-sm12x-nvfp4-moe-auto-flashinfer-cutlass-0.5.13.patch"
 DSA = "0003-sm12x-dsa-backends-tilelang.patch"
 
 
@@ -141,7 +142,9 @@ def test_shipped_series_on_the_releases_after_the_newest_target(
     assert cells[SEED]["0.5.13"]["status"] == "not-applicable"
     assert cells[SEED_0511]["0.5.16"] == {"status": "obsolete", "text": "obsolete",
                                           "intents_hold": True}
-    assert cells[MOE]["0.5.13"]["text"] == "offset -250"
+    assert cells[MOE]["0.5.13"]["status"] == "not-applicable"  # its 0.5.13 copy applies there
+    assert cells[MOE_0513]["0.5.13"]["status"] in ("clean", "offset")
+    assert cells[MOE_0513]["0.5.13"]["intents_hold"] is True
     assert cells[MOE]["0.5.16"] == {"status": "clean", "text": "clean", "intents_hold": True}
     assert cells[DSA]["0.5.13"]["status"] == "not-applicable"
     assert cells[DSA]["0.5.16"]["status"] == "clean"
@@ -151,7 +154,7 @@ def test_a_release_no_patch_changes_ships_upstreams_wheel(
         json_index: str, release_files: dict[str, Path], tmp_path: Path) -> None:
     # The series as it was before the SM12x patches: nothing changes 0.5.13 or 0.5.16.
     shipped = (REPO / "patches" / "series.toml").read_text()
-    series = shipped.split(f'\n[[patch]]\nfile = "{MOE}"')[0]
+    series = shipped.split('\n[[patch]]\nfile = "0002-')[0]
     project = _project_0512(tmp_path / "p", release_files["0.5.12.post1"], series)
     json_done = run_cli("upstream", "--json", "--index-url", json_index, cwd=project,
                         cache=tmp_path / "cache")
@@ -215,10 +218,10 @@ def test_a_patch_that_breaks_on_a_newer_release_needs_a_refresh(
     assert [(f["version"], f["action"], f["detail"]) for f in report["findings"]] == [
         ("0.5.12.post1", "refresh", "needs fuzz 2 (allowed 0)"),
         ("0.5.13", "obsolete", "its intent checks hold without it")]
-    assert markdown.returncode == 1
+    assert markdown.returncode == 5
     assert f"### Needs a refresh\n\n- `{SEED}` on 0.5.12.post1: needs fuzz 2 (allowed 0)" \
         in markdown.stdout
-    assert "error: the series needs a refresh for 0.5.12.post1" in markdown.stderr
+    assert "patch error: the series needs a refresh for 0.5.12.post1" in markdown.stderr
     assert "Traceback" not in markdown.stderr
 
 

@@ -231,12 +231,11 @@ def _observe(env: BehaviourEnv, cases: list[dict[str, Any]], capability: tuple[i
                        "standins": env.standins, "capability": list(capability)})
 
     def run(folder: Path) -> dict[str, Any]:
-        found = _run_script(env, cases, capability, overlay, models)
-        (folder / "observed.json").write_text(json.dumps(found, sort_keys=True))
-        return {"cases": len(found)}
+        return {"observed": _run_script(env, cases, capability, overlay, models)}
 
-    entry = cache.artifact("behaviour-observed", key, run)
-    observed: dict[str, dict[str, Any]] = json.loads(entry.file("observed.json").read_text())
+    entry = cache.artifact("behaviour-observed", key, run, record="",
+                           valid=lambda meta: "observed" in meta)
+    observed: dict[str, dict[str, Any]] = entry.meta["observed"]
     return observed
 
 

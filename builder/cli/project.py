@@ -23,7 +23,7 @@ with other content and record new ones themselves.
 
 examples:
   python -m builder lock                       # record every target's new versions
-  python -m builder lock --check               # CI: exit 1 if a version is new or differs
+  python -m builder lock --check               # CI: exit 2 if a version is new or differs
   python -m builder lock --check --target sglang-0.5.9   # one target's lock state
   python -m builder next-label --target sglang-0.5.9     # sm120.1 -> sm120.2
   python -m builder lock --target sglang-0.5.9 --replace  # only for a never-published label

@@ -16,7 +16,7 @@ from builder.cli.common import (
     validate_source_args,
 )
 from builder.core.basepins import PINS_FILE
-from builder.core.errors import ConfigurationError
+from builder.core.errors import ConfigurationError, SourceError
 
 if TYPE_CHECKING:
     from builder.core.progress import Reporter
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 _PIN_EPILOG = """\
 examples:
   python -m builder pin-images                 # resolve every base, rewrite images/pins.toml
-  python -m builder pin-images --check         # exit 1 if a tag now points elsewhere
+  python -m builder pin-images --check         # exit 4 if a tag now points elsewhere
   python -m builder pin-images --json --pins-file my-pins.toml
 
 Credentials: docker login's (~/.docker/config.json, $DOCKER_CONFIG, credential helpers);
@@ -188,7 +188,7 @@ def _cmd_pin_images(args: argparse.Namespace, reporter: Reporter) -> dict[str, A
                  f"{'written' if report.written else 'unchanged'}\n")
     reporter.raw("".join(lines))
     if args.check and report.drifted:
-        raise ConfigurationError(
+        raise SourceError(
             f"{len(report.drifted)} base image pin(s) no longer match their tag: "
             + ", ".join(f"{o.pin.name} ({o.status})" for o in report.drifted),
             "run `python -m builder pin-images`, rebuild and test, then commit "

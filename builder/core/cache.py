@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from builder.core.errors import BuilderError, BuildError, ConfigurationError
+from builder.core.errors import BuildError, ConfigurationError
 
 _CHUNK = 1 << 20
 IN_USE_FILE = ".in-use"
@@ -590,14 +590,15 @@ def _exclusive(root: Path) -> Iterator[None]:
     """Hold the cache exclusively, or refuse at once if a build is using it."""
     root.mkdir(parents=True, exist_ok=True)
     if root.resolve() in _HELD:
-        raise BuilderError(f"this process is using the cache {root}", "")
+        raise ConfigurationError(f"this process is using the cache {root}", "")
     fd = os.open(root / IN_USE_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise BuilderError(f"the cache {root} is in use by a running build",
-                               "try again when it has finished; nothing was removed") from None
+            raise ConfigurationError(
+                f"the cache {root} is in use by a running build",
+                "try again when it has finished; nothing was removed") from None
         yield
     finally:
         os.close(fd)

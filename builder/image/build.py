@@ -44,7 +44,7 @@ from builder.core.basepins import load_base_pins as load_base_pins  # re-exporte
 from builder.core.cache import sha256_file, sha256_json
 from builder.core.config import GitPin, Target
 from builder.core.engine import BuildkitTrace, StreamError, read_stream
-from builder.core.errors import BuildError
+from builder.core.errors import BuildError, ConfigurationError
 from builder.core.progress import Reporter
 from builder.image.profile import LAUNCHER_PATH, LAUNCHER_SOURCE, PROFILE_PATH, LaunchProfile
 from builder.wheel.build import WheelResult
@@ -90,10 +90,10 @@ class BaseImage:
         """
         name, at, digest = text.partition("@")
         if not at or not name or not _DIGEST.match(digest):
-            raise BuildError(f"base image {text!r} is not pinned by digest",
-                             "write it as NAME:TAG@sha256:<64 hex> (`python -m builder "
-                             "pin-images` resolves pins; docker inspect --format "
-                             "'{{index .RepoDigests 0}}' NAME gives one)")
+            raise ConfigurationError(f"base image {text!r} is not pinned by digest",
+                                     "write it as NAME:TAG@sha256:<64 hex> (`python -m builder "
+                                     "pin-images` resolves pins; docker inspect --format "
+                                     "'{{index .RepoDigests 0}}' NAME gives one)")
         return BaseImage(name, digest)
 
 

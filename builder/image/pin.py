@@ -19,7 +19,7 @@ from typing import Any
 
 from builder.core.basepins import BasePin, load_base_pins, write_base_pins
 from builder.core.config import TargetsFile
-from builder.core.errors import BuilderError, SourceError
+from builder.core.errors import BuilderError, ConfigurationError, SourceError
 from builder.core.progress import Reporter
 from builder.image.registry import Resolution, resolve
 
@@ -106,8 +106,8 @@ def pin_images(path: Path, *, check: bool = False, targets: TargetsFile | None =
     """
     pins = load_base_pins(path)
     if not pins.pins:
-        raise SourceError(f"{path} has no [[base]] or [[kernel_base]] entries",
-                          "add the images to pin (name = NAME:TAG, digest = \"\")")
+        raise ConfigurationError(f"{path} has no [[base]] or [[kernel_base]] entries",
+                                 "add the images to pin (name = NAME:TAG, digest = \"\")")
     outcomes = []
     for pin in pins.pins:
         if reporter:

@@ -67,10 +67,10 @@ def check_groups(groups: tuple[str, ...]) -> None:
     """
     unknown = [g for g in groups if not _GROUP.match(g)]
     if unknown:
-        raise BuildError(f"unknown module group {', '.join(map(repr, unknown))}",
-                         "groups: norm, activation, sampling, rope, page, attention, "
-                         "trtllm_utils, fused_moe_smNN, fp4_quantization_smNN, "
-                         "fp4_gemm_smNN (e.g. fused_moe_sm120, fp4_quantization_sm120f)")
+        raise ConfigurationError(f"unknown module group {', '.join(map(repr, unknown))}",
+                                 "groups: norm, activation, sampling, rope, page, attention, "
+                                 "trtllm_utils, fused_moe_smNN, fp4_quantization_smNN, "
+                                 "fp4_gemm_smNN (e.g. fused_moe_sm120, fp4_quantization_sm120f)")
 #: The local label segment of a ``--fast-build`` kernel wheel (``0.6.14+sm120.1.cu130.fastbuild``).
 FAST_BUILD_LABEL = "fastbuild"
 
@@ -140,9 +140,9 @@ class KernelRequest:
         """
         fast = data.get("fast_build", False) if isinstance(data, dict) else False
         if not isinstance(fast, bool):
-            raise BuildError(f"not a kernel request (fast_build is {fast!r}, not true or "
-                             "false)", "write it with `python -m builder kernels "
-                             "--save-request`")
+            raise ConfigurationError(f"not a kernel request (fast_build is {fast!r}, not true or "
+                                     "false)", "write it with `python -m builder kernels "
+                                     "--save-request`")
         try:
             pins = data["pins"]
             request = cls(data["target"], KernelPins(
