@@ -29,11 +29,21 @@ def test_shipped_files_parse() -> None:
     assert [e.name for e in series.entries] == [
         "0001-enable-flashinfer-cutlass-autotune.patch",
         "0001-enable-flashinfer-cutlass-autotune-0.5.11.patch",
+        "0002-sm12x-nvfp4-moe-auto-flashinfer-cutlass-0.5.13.patch",
+        "0002-sm12x-nvfp4-moe-auto-flashinfer-cutlass-0.5.15.patch",
         "0002-sm12x-nvfp4-moe-auto-flashinfer-cutlass.patch",
+        "0002-sm12x-nvfp4-moe-auto-flashinfer-cutlass-0.5.19.patch",
+        "0002-sm12x-nvfp4-moe-auto-flashinfer-cutlass-0.5.23.patch",
         "0003-sm12x-dsa-backends-tilelang.patch",
-        "0003-sm12x-dsa-backends-tilelang-0.5.23.patch"]
-    assert [str(t.upstream_version) for t in targets.targets.values()][-2:] == [
-        "0.5.16", "0.5.23"]  # written by python -m builder bump
+        "0003-sm12x-dsa-backends-tilelang-0.5.23.patch",
+        "0004-sm12x-nvfp4-shared-expert-fusion.patch",
+        "0004-sm12x-nvfp4-shared-expert-fusion-0.5.17.patch",
+        "0004-sm12x-nvfp4-shared-expert-fusion-0.5.18.patch",
+        "0005-sm12x-fp4-gemm-auto-b12x.patch",
+        "0005-sm12x-fp4-gemm-auto-b12x-0.5.13.patch",
+        "0005-sm12x-fp4-gemm-auto-b12x-0.5.14.patch"]
+    assert [str(t.upstream_version) for t in targets.targets.values()][-3:] == [
+        "0.5.16", "0.5.23", "0.5.20"]  # written by python -m builder add-target
 
 
 @pytest.mark.parametrize(("extra", "message"), [

@@ -123,9 +123,9 @@ versions = ">=0.5"
     with pytest.raises(BuilderError, match=r"patch 0002-broken\.patch failed") as caught:
         apply_series(local_source(tree), load_series(series_file), in_place=True)
     statuses = [p["status"] for p in caught.value.report.to_json()["patches"]]
-    # the seed patch, its 0.5.11 copy and the three SM12x patches (not for 0.5.9), then ours
-    assert statuses == ["applied", "not-applicable", "not-applicable", "not-applicable",
-                        "not-applicable", "failed"]
+    # the seed patch, its 0.5.11 copy and the SM12x patches (not for 0.5.9), then ours
+    shipped = load_series(REPO / "patches" / "series.toml").entries
+    assert statuses == ["applied", *["not-applicable"] * (len(shipped) - 1), "failed"]
     assert {p: p.read_bytes() for p in tree.rglob("*.py")} == snapshot
 
 

@@ -318,11 +318,14 @@ def test_the_kernel_build_and_the_probe_pick_the_same_sm120_arch() -> None:
         probe_side = probe.flashinfer_arch((12, 0), version)  # type: ignore[attr-defined]
         assert (build_side, probe_side) == (expected, expected), version
     # One rule, not a copy: the probe's neighbour is a link to the builder's module.
-    link = SCRIPT_DIR / "sm120_arch.py"
-    assert link.is_symlink() and link.resolve() == Path(arch.__file__).resolve()
-    shared = SCRIPT_DIR / "smoke_shared.py"
+    repo_script = REPO / "builder" / "smoke" / "script"
+    link = repo_script / "sm120_arch.py"
+    assert link.is_symlink() and link.resolve() == (REPO / "builder/core/arch.py").resolve()
+    shared = repo_script / "smoke_shared.py"
     assert shared.is_symlink() and shared.resolve() == \
         (REPO / "builder" / "smoke" / "shared.py").resolve()
+    # the builder that runs (installed, links copied) carries the same bytes
+    assert (SCRIPT_DIR / "sm120_arch.py").read_bytes() == Path(arch.__file__).read_bytes()
 
 
 def test_fused_moe_module_follows_cutlass_fused_moe_s_choice() -> None:

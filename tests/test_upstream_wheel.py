@@ -19,7 +19,7 @@ def _project(root: Path, wheel: Path, sha256: str, version: str) -> Path:
         (root / "patches" / patch.name).write_bytes(patch.read_bytes())
     shipped = (REPO / "patches" / "series.toml").read_text()
     (root / "patches" / "series.toml").write_text(
-        shipped.split(f'\n[[patch]]\nfile = "{MOE}"')[0])
+        shipped.split('\n[[patch]]\nfile = "0002-')[0])
     (root / "targets.toml").write_text(f"""
 [[target]]
 name = "t"

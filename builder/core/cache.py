@@ -217,7 +217,7 @@ class Cache:
 
         Raises:
             BuildError: ``on_damage="refuse"`` and the entry was damaged (it is removed).
-            Whatever ``build`` raises (then no entry appears).
+            BuilderError: whatever ``build`` raises (then no entry appears).
         """
         path = self.lookup(kind, key)
         if path is not None:

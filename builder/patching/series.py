@@ -150,7 +150,7 @@ class SeriesEntry:
         intents: checks that must hold on the patched tree.
         description: one line for reports.
         behaviours: what the patch must make the release's own code do
-            (:mod:`builder.behaviour` runs them).
+            (the behaviour stage, ``builder/behaviour``, runs them).
     """
 
     path: Path
