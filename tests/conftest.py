@@ -438,7 +438,9 @@ def kernel_base_image(docker_engine: DockerEngine) -> LocalImage:
 # docs/testing.md says how to run each tier.
 
 SERVICES = "services"
-KERNEL_ENV = "kernel-env"
+# The kernel build tests share the builder cache's kernel entries with the sccache test
+# (on Redis, a service), which empties them: one worker runs them all, never two at once.
+KERNEL_ENV = SERVICES
 
 
 @dataclass(frozen=True)

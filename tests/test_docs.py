@@ -73,7 +73,7 @@ def test_broken_link_and_reference_fail_the_build(tmp_path: Path) -> None:
                     "[the statuses](patches.md#no-such-section).\n")
     init = project / "builder" / "__init__.py"
     text = init.read_text()
-    init.write_text(text.replace(":func:`run_fetch`", ":func:`run_fetchh`", 1))
+    init.write_text(text.replace(":func:`load_targets`", ":func:`load_targetss`", 1))
     assert init.read_text() != text
 
     result = _mkdocs_build(project, tmp_path / "site")
@@ -82,7 +82,7 @@ def test_broken_link_and_reference_fail_the_build(tmp_path: Path) -> None:
     warnings = "\n".join(_warnings(output))
     assert "hunk-matcher.md" in warnings, output
     assert "no-such-section" in warnings, output
-    assert "run_fetchh" in warnings, output
+    assert "load_targetss" in warnings, output
 
 
 def _commands() -> list[str]:
