@@ -11,7 +11,8 @@ The pipeline's stages, one package each, each returning one result object the ne
                            run_kernels ----------/
                            (KernelResult: a flashinfer_jit_cache wheel)
 
-Each ``run_*`` function runs its stage for a target of the targets file, read by
+Each ``run_*`` function (:func:`run_fetch`, :func:`run_patch`, :func:`run_wheels`, ...)
+runs its stage for a target of the targets file, read by
 :func:`load_targets` into :class:`Target` s and selected by an :class:`Options`; a stage
 with options of its own takes them from its package (``builder.kernels.KernelOptions``,
 ``builder.image.ImageOptions``, ``builder.smoke.SmokeOptions``, and
@@ -27,7 +28,7 @@ The public names are declared once, by the ``if TYPE_CHECKING:`` imports at the 
 file, written ``import X as X`` (the explicit re-export form strict mypy and pyright read).
 Type checkers see exactly those names and their real types. At run time nothing is
 imported with the package: the first lookup of a public name reads that same block from
-this file's source (:func:`_public`, parsed once) and imports only the module the name
+this file's source (``_public``, parsed once) and imports only the module the name
 comes from (PEP 562 ``__getattr__``), so ``import builder`` stays cheap and a user of one
 stage does not load the others. ``__all__`` and ``dir(builder)`` come from the same block.
 """

@@ -460,7 +460,7 @@ SLOW_FIXTURES = {
     "redis_server": Slow("starts redis-server", SERVICES),
     "kernel_cache": Slow("builds FlashInfer kernels in a build environment of several GB",
                          KERNEL_ENV),
-    "nvcc": Slow("compiles CUDA code with nvcc", None),
+    "nvcc": Slow("compiles CUDA code with nvcc", SERVICES),
     "token_registry": Slow("starts a docker-registry and a token server", None),
     "installed": Slow("a venv with the 0.5.9 wheel and FlashInfer installed", None),
 }
