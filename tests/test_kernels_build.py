@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import run_cli, run_cli_process
 from services import Process, need
 
 from builder.core.cache import sha256_file
@@ -31,8 +31,9 @@ TORCH = ["--build-torch", "torch==2.13.0"]
 
 
 def _kernels(*args: str, env: dict[str, str] | None = None):
-    result = run_cli("kernels", *TARGET, *TORCH, "--modules", "norm", *args, "--json",
-                     env=env)
+    # A process per build, as a user runs it: builds in one process share its state.
+    result = run_cli_process("kernels", *TARGET, *TORCH, "--modules", "norm", *args, "--json",
+                             env=env)
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
     return json.loads(result.stdout)
 
