@@ -218,6 +218,10 @@ def _run_script(env: BehaviourEnv, cases: list[dict[str, Any]], capability: tupl
     return found
 
 
+def _case_id(behaviour: int, case: int, capability: tuple[int, int]) -> str:
+    return f"b{behaviour}-c{case}-{capability[0]}{capability[1]}"
+
+
 def _observe(env: BehaviourEnv, cases: list[dict[str, Any]], capability: tuple[int, int],
              overlay: Path | None, overlay_key: str, models: Path, cache: Cache | None
              ) -> dict[str, dict[str, Any]]:
@@ -260,12 +264,10 @@ def check_behaviours(behaviours: Iterable[tuple[SeriesEntry, Behaviour]], env: B
     reporter = reporter or Reporter(quiet=True)
     pairs = list(behaviours)
     jobs: dict[tuple[int, int], list[dict[str, Any]]] = {}
-    ids: dict[tuple[int, int, int], str] = {}
     for b_index, (_entry, behaviour) in enumerate(pairs):
         for capability in behaviour.capabilities:
             for c_index, case in enumerate(behaviour.cases):
-                case_id = f"b{b_index}-c{c_index}-{capability[0]}{capability[1]}"
-                ids[(b_index, c_index, hash(capability))] = case_id
+                case_id = _case_id(b_index, c_index, capability)
                 jobs.setdefault(capability, []).append(
                     {"id": case_id, "check": behaviour.check, "model": case.model,
                      "args": dict(case.args)})
@@ -283,7 +285,7 @@ def check_behaviours(behaviours: Iterable[tuple[SeriesEntry, Behaviour]], env: B
         cases_out = []
         for capability in behaviour.capabilities:
             for c_index, case in enumerate(behaviour.cases):
-                case_id = ids[(b_index, c_index, hash(capability))]
+                case_id = _case_id(b_index, c_index, capability)
                 up, new = observed["upstream"][case_id], observed["patched"][case_id]
                 cases_out.append(CaseResult(case, capability, up, new,
                                             _rule(behaviour, new, up),
