@@ -529,6 +529,34 @@ def _slow_keys(item: pytest.Item) -> tuple[str, str, str]:
     return item.nodeid, f"{file}::{rest.partition('[')[0]}", file
 
 
+class GroupsTakeEffect:
+    """Stops the run when ``--dist loadgroup`` would ignore the groups set below.
+
+    pytest-xdist 3.8 tells the controller a test's group by appending ``@GROUP`` to the
+    node id, which pytest 9.2 no longer lets a plugin change (pytest-xdist issue #1386):
+    the tests would then be spread one by one, and two kernel builds empty each other's
+    cache entries. Every test gets a group under loadgroup, so every id must carry one.
+    """
+
+    def pytest_xdist_node_collection_finished(self, node: object, ids: list[str]) -> None:
+        """Exit (status 4, a usage error) when a worker's test ids lack their group."""
+        lost = [nodeid for nodeid in ids if nodeid.rfind("@") <= nodeid.rfind("]")]
+        if lost:
+            pytest.exit(f"--dist loadgroup ignores the xdist groups on pytest "
+                        f"{pytest.__version__} (pytest-xdist issue #1386; {len(lost)} of "
+                        f"{len(ids)} tests, e.g. {lost[0]}): install the test extra's pytest "
+                        "(pip install -e '.[test]')", returncode=pytest.ExitCode.USAGE_ERROR)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """On the controller of ``--dist loadgroup``: check the groups take effect."""
+    if not hasattr(config, "workerinput") and config.getoption("dist", "no") == "loadgroup":
+        config.pluginmanager.register(GroupsTakeEffect(), "groups-take-effect")
+
+
+# tryfirst: xdist's own hook reads the xdist_group marks when it runs (it appends the group
+# to the node id); after it, a mark added here would be ignored.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
     """Put every test in exactly one tier (marks ``fast`` or ``slow``), and in its xdist
@@ -539,7 +567,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             an entry of SLOW_TESTS that names no collected test (when the whole suite is
             collected), so the table cannot go stale.
     """
-    grouped = getattr(config.option, "dist", "no") == "loadgroup"
+    # On an xdist worker `dist` reads "no" and `loadgroup` says what the controller was given.
+    grouped = bool(getattr(config.option, "loadgroup", False)) or \
+        getattr(config.option, "dist", "no") == "loadgroup"
     wrong = []
     used: set[str] = set()
     for item in items:
