@@ -14,6 +14,8 @@
   (:class:`~builder.smoke.shared.ProbeResults`), FlashInfer's log rules, the manifest.
 * :mod:`~builder.smoke.container` -- running the probe in the image with every GPU.
 * :mod:`~builder.smoke.server` -- check 6: a real SGLang server started and asked for text.
+* :mod:`~builder.smoke.warm_cache` -- FlashInfer's autotune file captured with the key it is
+  valid for, and restored only for that key (issue 27; no CLI command yet).
 """
 
 from builder.smoke.gpu import SmokeOptions, SmokeReport, run_smoke

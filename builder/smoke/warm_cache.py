@@ -1,0 +1,195 @@
+"""A warm autotune cache: FlashInfer's autotune file, captured with the key it is valid for.
+
+Issue 27, part 3 (the CPU side). A GPU smoke run's server writes FlashInfer's autotune
+config file; :func:`capture` keeps its fused-MoE entries for one model shape and wraps them
+with a :class:`WarmCacheKey` (GPU name and compute capability, FlashInfer version, release,
+model shape, TP, dtype). :func:`restore` writes the file back for a server only when the
+running key equals the captured one; otherwise it logs one warning and writes nothing.
+
+Why the dtype is in the key: FlashInfer 0.6.14's file keys (``autotune(cache=...)`` in
+``flashinfer/autotuner.py``) hold the op name, the runner's class name and the input shapes,
+not the runner's hash its in-memory keys carry, so bf16 and fp8 MoE runs of one shape share
+keys; on the lent H200 (2026-12-01, ``reports/2026-12-01-h200-moe-shapes/``) an fp8 run
+that read a bf16 run's file failed with "Invalid gemm1 profile id". The file's own
+``_metadata`` names the GPU and FlashInfer version (checked by :func:`capture`), not the
+dtype.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import os
+import tempfile
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Final
+
+from builder.core.errors import ConfigurationError
+
+FORMAT: Final = 1
+DTYPES: Final = ("bf16", "fp8", "nvfp4")
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WarmCacheKey:
+    """What an autotune result is valid for; two keys match only when every field is equal.
+
+    Attributes:
+        gpu_name: the GPU's name as FlashInfer's ``_metadata.gpu`` and torch report it.
+        compute_capability: ``"major.minor"``, e.g. ``"12.0"``.
+        flashinfer_version: the FlashInfer release that tuned (its tactic ids are its own).
+        release: the target, e.g. ``sglang-0.5.16``.
+        hidden: the model's hidden size.
+        experts: experts on each GPU.
+        top_k: experts per token.
+        intermediate: the per-GPU expert width.
+        tp: tensor parallelism.
+        dtype: one of :data:`DTYPES` (FlashInfer's file does not tell them apart).
+    """
+
+    gpu_name: str
+    compute_capability: str
+    flashinfer_version: str
+    release: str
+    hidden: int
+    experts: int
+    top_k: int
+    intermediate: int
+    tp: int
+    dtype: str
+
+    @classmethod
+    def from_mapping(cls, data: object) -> WarmCacheKey:
+        """Build a key from JSON, checking every field's type.
+
+        Raises:
+            ConfigurationError: a field is missing, extra, of the wrong type, or the dtype
+                is unknown.
+        """
+        if not isinstance(data, dict):
+            raise ConfigurationError("a warm-cache key must be a JSON object")
+        names = {f.name: f.type for f in fields(cls)}
+        missing, extra = sorted(names.keys() - data.keys()), sorted(data.keys() - names.keys())
+        if missing or extra:
+            raise ConfigurationError(f"warm-cache key: missing {missing}, unknown {extra}",
+                                     "give exactly: " + ", ".join(names))
+        for name, kind in names.items():
+            want = int if kind == "int" else str
+            value = data[name]
+            if type(value) is not want or (isinstance(value, int) and value < 1):
+                raise ConfigurationError(f"warm-cache key: {name} must be a "
+                                         f"{'positive integer' if want is int else 'string'}, "
+                                         f"got {value!r}")
+        if data["dtype"] not in DTYPES:
+            raise ConfigurationError(f"warm-cache key: dtype {data['dtype']!r} is not one of "
+                                     f"{', '.join(DTYPES)}")
+        return cls(**data)
+
+    def mismatches(self, other: WarmCacheKey) -> list[str]:
+        """``field: captured X, running Y`` for each field where ``other`` differs."""
+        mine, theirs = asdict(self), asdict(other)
+        return [f"{name}: captured {mine[name]!r}, running {theirs[name]!r}"
+                for name in mine if mine[name] != theirs[name]]
+
+
+def _fc1_shape(entry_key: str) -> tuple[int, ...] | None:
+    """The fc1 weight shape of one FlashInfer fused-MoE file entry, or None for another op.
+
+    An entry's key is the repr of ``(op, runner class, input shapes, extras)``; the fused
+    MoE's second input is fc1's weights ``[experts, 2 * intermediate, hidden]``.
+    """
+    try:
+        parsed = ast.literal_eval(entry_key)
+    except (ValueError, SyntaxError):
+        return None
+    if (not isinstance(parsed, tuple) or len(parsed) < 3
+            or not str(parsed[0]).startswith("trtllm::fused_moe::")):
+        return None
+    shapes = parsed[2]
+    if not isinstance(shapes, tuple) or len(shapes) < 2 or not isinstance(shapes[1], tuple):
+        return None
+    return tuple(shapes[1])
+
+
+def capture(flashinfer_cache: Path, key: WarmCacheKey) -> dict[str, Any]:
+    """The warm-cache artifact of ``key``'s shape from FlashInfer's autotune file.
+
+    Keeps the file's ``_metadata`` and its fused-MoE entries whose fc1 weights are
+    ``[experts, 2 * intermediate, hidden]`` of ``key``.
+
+    Raises:
+        ConfigurationError: the file is unreadable or not FlashInfer's format, was written
+            on another GPU or FlashInfer than ``key`` names, or holds no entry for the shape.
+    """
+    try:
+        data = json.loads(flashinfer_cache.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigurationError(f"cannot read FlashInfer's autotune file {flashinfer_cache}: "
+                                 f"{exc}", "pass the file the server wrote") from exc
+    meta = data.get("_metadata") if isinstance(data, dict) else None
+    if not isinstance(meta, dict):
+        raise ConfigurationError(f"{flashinfer_cache} has no _metadata: not a FlashInfer "
+                                 "autotune file")
+    for field, have in (("gpu", key.gpu_name), ("flashinfer_version", key.flashinfer_version)):
+        if meta.get(field) != have:
+            raise ConfigurationError(
+                f"{flashinfer_cache} was written with {field} {meta.get(field)!r}, the key "
+                f"says {have!r}", "capture the file on the GPU and FlashInfer the key names")
+    want = (key.experts, 2 * key.intermediate, key.hidden)
+    entries = {k: v for k, v in data.items() if k != "_metadata" and _fc1_shape(k) == want}
+    if not entries:
+        raise ConfigurationError(
+            f"{flashinfer_cache} holds no fused-MoE entry for fc1 weights {list(want)}",
+            "check hidden, experts, intermediate (per GPU) and that the autotune ran")
+    return {"format": FORMAT, "key": asdict(key),
+            "flashinfer_cache": {"_metadata": meta, **entries}}
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_artifact(artifact: dict[str, Any], dest: Path) -> None:
+    """Write a :func:`capture` result to ``dest`` whole or not at all."""
+    _write_atomically(dest, json.dumps(artifact, indent=2, sort_keys=True) + "\n")
+
+
+def restore(artifact_path: Path, running: WarmCacheKey, dest: Path) -> bool:
+    """Write the artifact's FlashInfer file to ``dest`` when its key equals ``running``.
+
+    A missing, unreadable or mismatched artifact is ignored with one warning (the server
+    then tunes as if there were none); ``dest`` is never written then.
+
+    Returns:
+        True when ``dest`` was written.
+    """
+    try:
+        artifact = json.loads(artifact_path.read_text())
+        if not isinstance(artifact, dict) or artifact.get("format") != FORMAT:
+            got = artifact.get("format") if isinstance(artifact, dict) else None
+            raise ConfigurationError(f"format {got!r}, this builder reads {FORMAT}")
+        captured = WarmCacheKey.from_mapping(artifact.get("key"))
+        cache = artifact.get("flashinfer_cache")
+        if not isinstance(cache, dict):
+            raise ConfigurationError("no flashinfer_cache object")
+    except (OSError, ValueError, ConfigurationError) as exc:
+        logger.warning("warm autotune cache %s ignored: unreadable (%s)", artifact_path, exc)
+        return False
+    differ = captured.mismatches(running)
+    if differ:
+        logger.warning("warm autotune cache %s ignored: its key does not match (%s)",
+                       artifact_path, "; ".join(differ))
+        return False
+    _write_atomically(dest, json.dumps(cache, indent=2) + "\n")
+    return True
