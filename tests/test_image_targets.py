@@ -9,13 +9,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, TEST_CACHE, run_cli
 from services import DockerEngine, Registry
 
 from builder.core.basepins import load_base_pins
 from builder.core.config import load_targets
 from builder.image.build import OCI, BaseImage
 
+WHEEL = "sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl"
 CURRENT = ("sglang-0.5.16", "sglang-0.5.20", "sglang-0.5.23")
 
 
@@ -40,24 +41,40 @@ def test_an_unresolved_digest_is_one_clear_error_before_the_engine(tmp_path: Pat
     assert not any(tmp_path.iterdir())  # nothing fetched or built
 
 
+def _project_0_5_23(root: Path) -> Path:
+    """The repo's 0.5.23 target with its cp311 wheel only (the stand-in's Python), read from
+    the test cache's copy when it is there (verified by its sha256 either way), else from
+    the index; the repo's patches and images."""
+    root.mkdir()
+    shutil.copytree(REPO / "patches", root / "patches")
+    shutil.copytree(REPO / "images", root / "images")
+    text = (REPO / "targets.toml").read_text()
+    start = text.index('[[target]]\nname = "sglang-0.5.23"')
+    block = text[start:text.index("[[target]]", start + 1)]
+    source = block.index("[[target.source]]")
+    cp312 = block.index("[[target.source]]", source + 1)
+    copy = TEST_CACHE / "sdists" / WHEEL
+    url = f'url = "{copy.as_uri()}"\n' if copy.is_file() else ""
+    (root / "targets.toml").write_text('default = "sglang-0.5.23"\n\n'
+                                       + block[:cp312].rstrip("\n") + "\n" + url)
+    return root
+
+
 def test_image_for_0_5_23_on_a_local_stand_in_base(
-        shared_cache: Path, docker_engine: DockerEngine, registry: Registry,
-        debian_base_image: BaseImage, tmp_path: Path) -> None:
-    project = tmp_path / "project"
-    project.mkdir()
-    shutil.copy(REPO / "targets.toml", project)
-    shutil.copytree(REPO / "patches", project / "patches")
-    shutil.copytree(REPO / "images", project / "images")
-    done = run_cli("image", "--target", "sglang-0.5.23", "--json", "--registry",
-                   registry.host, "--base-image", debian_base_image.reference,
-                   cwd=project, cache=shared_cache, env=docker_engine.env)
+        docker_engine: DockerEngine, registry: Registry, debian_base_image: BaseImage,
+        tmp_path: Path) -> None:
+    project = _project_0_5_23(tmp_path / "project")
+    done = run_cli("image", "--json", "--registry", registry.host, "--base-image",
+                   debian_base_image.reference, cwd=project, cache=tmp_path / "cache",
+                   env=docker_engine.env)
     assert done.returncode == 0, done.stdout + done.stderr
     built = json.loads(done.stdout)
     assert built["tags"] == [f"{registry.host}/sglang-sm120:0.5.23-sm120.1"]
+    assert [Path(w).name for w in built["wheels"]] == [
+        "sglang-0.5.23+sm120.1-cp311-cp311-manylinux_2_34_x86_64.whl"]
     labels = docker_engine.api.inspect_image(built["image_id"])["Config"]["Labels"]
     assert labels[f"{OCI}.version"] == "0.5.23+sm120.1"
     assert labels[f"{OCI}.base.digest"] == debian_base_image.digest
-    # pip took the cp311 wheel of the three (the stand-in's Python is 3.11).
     shown = docker_engine.client.containers.run(
         built["image_id"], entrypoint=["python3", "-c", "import importlib.metadata as m; "
                                        "print(m.version('sglang'))"],
