@@ -49,7 +49,7 @@ def _project_0_5_23(root: Path) -> Path:
     shutil.copytree(REPO / "patches", root / "patches")
     shutil.copytree(REPO / "images", root / "images")
     text = (REPO / "targets.toml").read_text()
-    start = text.index('[[target]]\nname = "sglang-0.5.23"')
+    start = text.rindex("[[target]]", 0, text.index('name = "sglang-0.5.23"'))
     block = text[start:text.index("[[target]]", start + 1)]
     source = block.index("[[target.source]]")
     cp312 = block.index("[[target.source]]", source + 1)
