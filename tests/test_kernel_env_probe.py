@@ -14,6 +14,7 @@ from conftest import serve_directory
 from builder.core.cache import Cache
 from builder.core.errors import MissingToolError
 from builder.core.progress import Reporter
+from builder.kernels.preflight import preflight
 from builder.kernels.toolchain import managed_environment, probe_index
 
 
@@ -41,3 +42,19 @@ def test_an_index_that_answers_passes_the_probe(tmp_path: Path) -> None:
     with serve_directory(tmp_path) as base:
         probe_index(f"{base}/whl")  # a listing
         probe_index(f"{base}/no-such-lane")  # a 404 is an answer: pip reports the rest
+
+
+def test_preflight_counts_the_headers_kernels_installs_itself(tmp_path: Path) -> None:
+    # No nvcc either: the header checks still run, each on its own.
+    args = {"nvcc": tmp_path / "no-nvcc", "lane": "13.0", "arches": [],
+            "include_dirs": [tmp_path]}
+    managed = {c.name: c for c in preflight(**args, managed_headers=True)}  # type: ignore[arg-type]
+    for header, wanted in (("cublas_v2.h", "nvidia-cublas==13.*"),
+                           ("curand.h", "nvidia-curand")):
+        assert managed[header].ok, managed[header]
+        assert f"`kernels` installs {wanted} in its managed environment" in \
+            managed[header].detail
+    assert not managed["nvcc"].ok
+    # Folders named with --include are the user's: a missing header there still fails.
+    given = {c.name: c for c in preflight(**args)}  # type: ignore[arg-type]
+    assert not given["cublas_v2.h"].ok and not given["curand.h"].ok
