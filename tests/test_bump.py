@@ -18,8 +18,11 @@ from pathlib import Path
 
 import pytest
 from conftest import MATRIX_RELEASES, REPO, run_cli
+from packaging.version import Version
 
+from builder.core.basepins import load_base_pins
 from builder.core.config import WheelPin, load_targets
+from builder.image.profile import load_profile
 
 TORCH_WHEEL = "torch-2.11.0-cp311-cp311-manylinux_2_28_x86_64.whl"
 PEP691 = "application/vnd.pypi.simple.v1+json"
@@ -223,3 +226,75 @@ def test_bad_arguments(project: Path, tmp_path: Path) -> None:
                           (("0.5.16", "--cuda-lane", "13"), "is not like 13.0")):
         done = run_cli("add-target", *args, cwd=project, cache=tmp_path / "cache")
         assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+
+def _edited_series(project: Path) -> None:
+    """The repo's series in ``project/patches``, with three real gaps for 0.5.16: 0003's
+    range ends before it (0.5.12.post1 still gets it), 0004 gets an intent that holds
+    nowhere, and 0005's behaviours are gone."""
+    import shutil
+
+    shutil.copytree(REPO / "patches", project / "patches")
+    path = project / "patches/series.toml"
+    text = path.read_text()
+    start = text.index('file = "0003-sm12x-dsa-backends-tilelang.patch"')
+    text = text[:start] + text[start:].replace('versions = ">=0.5.15,<0.5.17"',
+                                               'versions = ">=0.5.12,<0.5.16"', 1)
+    start = text.index('file = "0004-sm12x-nvfp4-shared-expert-fusion.patch"')
+    end = text.index("max_fuzz = 0\n", start) + len("max_fuzz = 0\n")
+    text = text[:end] + ('\n[[patch.intent]]\ncheck = "regex-present"\n'
+                         'file = "python/sglang/srt/server_args.py"\n'
+                         "pattern = '^NO_SUCH_LINE_SM120$'\n") + text[end:]
+    blocks = re.split(r"(?m)^(?=\[\[)", text)
+    text = "".join(b for b in blocks if not (
+        b.startswith("[[behaviour]]") and "0005-sm12x-fp4-gemm-auto-b12x" in b))
+    path.write_text(text)
+    targets = project / "targets.toml"
+    targets.write_text(targets.read_text().replace(str(REPO / "patches"),
+                                                   str(project / "patches")))
+
+
+def test_add_target_writes_its_stubs_and_prints_what_it_lacks(index: str, project: Path,
+                                                              tmp_path: Path) -> None:
+    _edited_series(project)
+    cache = tmp_path / "cache"
+    code, report = _bump(project, cache, "0.5.16", "--index-url", index, "--dry-run")
+    assert code == 0 and not (project / "images").exists()  # a dry run writes nothing
+    dry_gaps = report["gaps"]
+    code, report = _bump(project, cache, "0.5.16", "--index-url", index)
+    assert code == 0, report
+    pins, profile = project / "images/pins.toml", project / "images/profiles/sglang-0.5.16.toml"
+    assert report["written"] == [str(pins), str(profile)]
+    base = load_base_pins(pins).pin_for(Version("0.5.16"), "13.0")
+    assert (base.name, base.digest) == ("docker.io/lmsysorg/sglang:v0.5.16-cu130-runtime", "")
+    target = load_targets(project / "targets.toml").get("sglang-0.5.16")
+    assert load_profile(profile, target).args == {}  # a stub the image stage accepts
+    gaps = [(g["kind"], g["subject"]) for g in report["gaps"]]
+    assert gaps == [
+        ("patch", "0004-sm12x-nvfp4-shared-expert-fusion.patch"),
+        ("patch-range", "0003-sm12x-dsa-backends-tilelang.patch"),
+        ("base-digest", "images/pins.toml"),
+        ("launch-profile", "images/profiles/sglang-0.5.16.toml"),
+        ("behaviour", "0005-sm12x-fp4-gemm-auto-b12x.patch")]
+    # The dry run reports the same gaps (its base gap: no entry yet).
+    assert [g["kind"] for g in dry_gaps] == [g[0] for g in gaps]
+    assert dry_gaps[2]["detail"] == "no [[base]] for 0.5.16 / CUDA 13.0"
+    details = {g["kind"]: g["detail"] for g in report["gaps"]}
+    assert "intent checks fail" in details["patch"]
+    assert details["patch-range"] == "its range <0.5.16,>=0.5.12 ends before 0.5.16"
+    assert details["base-digest"].endswith("digest unresolved")
+    assert details["launch-profile"] == "no launch profile values"
+    # Human-readable: the same gaps, each with its fix; the stubs are never overwritten.
+    profile.write_text(profile.read_text() + '"--max-running-requests" = 64\n')
+    kept = profile.read_bytes()
+    done = run_cli("add-target", "0.5.16", "--index-url", index, "--replace", cwd=project,
+                   cache=cache)
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "sglang-0.5.16 still lacks:" in text
+    assert "patch-range: 0003-sm12x-dsa-backends-tilelang.patch" in text
+    assert "base-digest: images/pins.toml" in text and "pin-images" in text
+    assert "launch-profile" not in text and "wrote" not in text
+    assert profile.read_bytes() == kept
+    assert len(load_base_pins(pins).runtime()) == 1

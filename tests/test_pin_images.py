@@ -230,8 +230,10 @@ def test_token_registry_bearer_flow(token_registry: tuple[Registry, TokenServer]
 def test_repository_pins_name_every_default_kernel_base() -> None:
     pins = load_base_pins(REPO / "images/pins.toml")
     assert {lane: pins.kernel_base(lane).name for lane in DEFAULT_BASES} == DEFAULT_BASES
-    assert [p.name for p in pins.runtime()] == \
-        ["docker.io/lmsysorg/sglang:v0.5.9-cu129-amd64-runtime"]
+    assert [p.name for p in pins.runtime()] == [
+        "docker.io/lmsysorg/sglang:v0.5.9-cu129-amd64-runtime",
+        *(f"docker.io/lmsysorg/sglang:v{v}-cu130-runtime" for v in ("0.5.16", "0.5.20",
+                                                                      "0.5.23"))]
 
 
 def test_kernel_stage_refuses_an_unpinned_default_base_naming_pin_images(
@@ -242,7 +244,8 @@ def test_kernel_stage_refuses_an_unpinned_default_base_naming_pin_images(
     with pytest.raises(BuilderError) as refused:
         default_base("12.9", REPO / "images/pins.toml")
     assert refused.value.cause == ("the kernel build base for CUDA 12.9 (docker.io/nvidia/"
-                                   "cuda:12.9.1-devel-ubuntu24.04) is not pinned by digest")
+                                   "cuda:12.9.1-devel-ubuntu24.04) is not pinned by digest: "
+                                   'its digest is unresolved (digest = "" in the pins file)')
     assert "python -m builder pin-images" in refused.value.hint
     pins = tmp_path / "pins.toml"
     pins.write_text(f'[[kernel_base]]\ncuda_lane = "12.9"\nname = "r/cuda:x"\n'

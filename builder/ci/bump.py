@@ -31,13 +31,23 @@ import tomlkit
 from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from builder.ci.gaps import (
+    Gap,
+    check_stub_paths,
+    target_gaps,
+    write_base_entry,
+    write_profile_stub,
+)
 from builder.ci.upstream import Finding, assess, newer_releases
+from builder.core.basepins import PINS_FILE
 from builder.core.config import SdistPin, WheelPin, load_targets
 from builder.core.errors import ConfigurationError, SourceError
 from builder.core.options import Options
 from builder.core.pipconfig import resolve_index
+from builder.image.profile import PROFILES_DIR
 from builder.kernels.pins import exact_torch, read_pins, sm120_arch, torch_cuda_lane
 from builder.patching.matrix import Matrix, run_check
+from builder.patching.series import load_series
 from builder.source.fetch import (
     fetch_pin,
     list_releases,
@@ -97,6 +107,8 @@ class BumpReport:
         matrix: the compatibility matrix on the release (``None`` when up to date).
         findings: patches that need a refresh, apply only with fuzz, or became obsolete.
         unpatched: ``True`` when no patch changes the release: its wheel is upstream's own.
+        gaps: what the new target still lacks (:mod:`builder.ci.gaps`).
+        written: the stub files written besides targets.toml (pins file, profile).
     """
 
     status: Status
@@ -106,6 +118,8 @@ class BumpReport:
     matrix: Matrix | None
     findings: tuple[Finding, ...]
     unpatched: bool
+    gaps: tuple[Gap, ...] = ()
+    written: tuple[str, ...] = ()
 
     @property
     def needs_refresh(self) -> bool:
@@ -119,6 +133,7 @@ class BumpReport:
                 "target": self.target.to_json() if self.target else None,
                 "needs_refresh": self.needs_refresh, "unpatched": self.unpatched,
                 "findings": [f.to_json() for f in self.findings],
+                "gaps": [g.to_json() for g in self.gaps], "written": list(self.written),
                 "matrix": self.matrix.to_json() if self.matrix else None}
 
     def to_markdown(self) -> str:
@@ -150,6 +165,10 @@ class BumpReport:
             lines += ["No patch of the series changes this release: the target ships "
                       "upstream's own wheel, sha256-pinned and unrenamed (docs/upstream.md).",
                       ""]
+        if self.gaps:
+            lines += ["### What the target still lacks", "",
+                      *(f"- {g.kind}: `{g.subject}`: {g.detail} (fix: {g.fix})"
+                        for g in self.gaps), ""]
         lines += ["### Compatibility matrix", "", self.matrix.to_markdown().rstrip("\n")]
         return "\n".join(lines) + "\n"
 
@@ -373,12 +392,26 @@ def run_bump(options: Options, version: str | None, *, latest: bool = False,
                            for t in targets.targets.values()):
         raise ConfigurationError(f"{options.targets_file} already has a target for {wanted}",
                                  "pass --replace to overwrite it explicitly")
+    root = options.targets_file.parent
+    check_stub_paths(root)
     options.reporter.info(f"Pinning {project} {wanted} from {_index_url(options)}")
     target = plan_target(options, wanted, local_label=local_label, cuda_lane=cuda_lane)
     matrix = run_check(options, versions=[str(wanted)])
     findings, unpatched = assess(matrix)
     status: Status = "dry-run"
+    written: list[str] = []
     if not dry_run:
         status = write_target(options.targets_file, target, replace=replace)
+        pins_file = root / PINS_FILE
+        if write_base_entry(pins_file, target.upstream_version, target.cuda_lane):
+            written.append(str(pins_file))
+        profile = root / PROFILES_DIR / f"{target.name}.toml"
+        if write_profile_stub(profile, target.name, target.upstream_version):
+            written.append(str(profile))
+    default = targets.get(None)
+    series = load_series(options.series) if options.series else load_series(default.series)
+    gaps = target_gaps(series=series, matrix=matrix, version=str(wanted),
+                       lane=target.cuda_lane, name=target.name, root=root,
+                       older=[t.upstream_version for t in targets.targets.values()])
     return BumpReport(status, options.targets_file, str(wanted), target, matrix, findings,
-                      bool(unpatched))
+                      bool(unpatched), gaps, tuple(written))

@@ -181,4 +181,10 @@ def _cmd_bump(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
             reporter.result(matrix_table(report.matrix))
         for finding in report.findings:
             reporter.result(f"{finding.action}: {finding.patch}: {finding.detail}")
+        for path in report.written:
+            reporter.result(f"wrote {path}")
+        if report.gaps:
+            reporter.result(f"{target.name} still lacks:")
+            for gap in report.gaps:
+                reporter.result(f"  {gap.line()}")
     return report.to_json()

@@ -96,7 +96,9 @@ def add_commands(commands: Any) -> None:
                          help="the simple index of that repository, read to find files "
                               "already published (default: <repository-url>/simple/)")
     release.add_argument("--wheels-only", action="store_true",
-                         help="publish the wheel(s) alone: no image, no Docker Engine")
+                         help="publish the wheel(s) alone: no image, no Docker Engine; "
+                              "--kernel-wheel FILE (repeated) publishes the kernel stage's "
+                              "wheels with them, through the same gate and index checks")
     release.add_argument("--gate", choices=_IMAGE_GATES + _WHEEL_GATES, default=None,
                          help="with the image: gpu (default; the smoke test on this "
                               "runner's GPU, in the image) or static (provenance and patched "
@@ -119,7 +121,7 @@ _WHEEL_GATES = ("smoke", "build")
 #: The image's flags and their defaults: given with --wheels-only they would do nothing.
 _IMAGE_DEFAULTS: tuple[tuple[str, object], ...] = (
     ("registry", "localhost:5000"), ("repository", "sglang-sm120"), ("base_image", None),
-    ("kernel_wheel", []), ("pins_file", None), ("dockerfile", None), ("profiles_dir", None),
+    ("pins_file", None), ("dockerfile", None), ("profiles_dir", None),
     ("launch_profile", None), ("docker_host", None), ("gate_series", None))
 
 
@@ -214,7 +216,8 @@ def _publish_wheels(args: argparse.Namespace, reporter: Reporter) -> dict[str, A
 
     index = Index.from_urls(args.repository_url, args.publish_index_url)
     summary = run_publish_wheels(options(args, reporter), index, gate=args.gate,
-                                 smoke_report=args.smoke_report)
+                                 smoke_report=args.smoke_report,
+                                 kernel_wheels=tuple(args.kernel_wheel))
     reporter.raw("".join(line + "\n" for line in summary.lines()))
     return summary.to_json()
 

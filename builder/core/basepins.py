@@ -71,8 +71,11 @@ class BasePin:
             BuilderError: the digest is not resolved yet (the hint names ``pin-images``).
         """
         if not self.digest:
-            raise ConfigurationError(f"{self.describe()} ({self.name}) is not pinned by digest",
-                                     f"{_FIX}, or pass --base-image NAME@sha256:...")
+            raise ConfigurationError(
+                f"{self.describe()} ({self.name}) is not pinned by digest: its digest is "
+                "unresolved (digest = \"\" in the pins file)",
+                f"{_FIX} (it writes the digest), or pass --base-image NAME@sha256:... "
+                "(another base, e.g. a local stand-in)")
         return f"{self.name}@{self.digest}"
 
     def describe(self) -> str:

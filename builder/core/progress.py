@@ -13,6 +13,8 @@ if TYPE_CHECKING:  # rich loads on first print, not at start-up (``targets --jso
     from rich.console import Console
     from rich.progress import Progress
 
+#: The width results are laid out at on a pipe or file (no table cell is cut).
+PIPE_WIDTH = 400
 _STEP = re.compile(r"^\[\d+/\d+\]|^\[sm120-builder\]|\berror\b|^FAILED", re.IGNORECASE)
 
 
@@ -42,9 +44,14 @@ class Reporter:
     @cached_property
     def out(self) -> Console:
         """The standard-output console (results), made on first use."""
+        import os
+
         from rich.console import Console
 
-        return Console(quiet=self.quiet, highlight=False)
+        # Piped, rich assumes 80 columns and cuts table cells (target names) with "…";
+        # a pipe has no width, so the result is written at its own width ($COLUMNS wins).
+        wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+        return Console(quiet=self.quiet, highlight=False, width=PIPE_WIDTH if wide else None)
 
     def info(self, message: str) -> None:
         """Print one line of progress on standard error (text is never read as markup)."""

@@ -60,7 +60,6 @@ def run_image(options: Options, image_options: ImageOptions,
             :func:`builder.image.build.build_image`; the engine is unreachable; no base is
             pinned for the target's lane; its launch profile is missing or malformed.
     """
-    client = client or connect(image_options.docker_host)
     target = select_target(options)
     pins = load_base_pins(image_options.pins_file)
     base = BaseImage.parse(image_options.base_image) if image_options.base_image else \
@@ -71,6 +70,8 @@ def run_image(options: Options, image_options: ImageOptions,
     if not image_options.dockerfile.is_file():
         raise BuildError(f"{image_options.dockerfile} not found",
                          "run from the project root (images/Dockerfile)")
+    # The files are checked first: an unresolved pin is reported without an engine.
+    client = client or connect(image_options.docker_host)
     wheels = run_wheels(options)
     tags = image_tags(image_options.registry, image_options.repository, target,
                       pins.lanes(target.upstream_version))

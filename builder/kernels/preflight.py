@@ -164,7 +164,8 @@ def _compiles(nvcc: Path, arch: str) -> tuple[bool, str]:
 
 
 def preflight(*, nvcc: Path, lane: str, arches: list[str], include_dirs: list[Path],
-              python: Path | None = None, lanes: Sequence[str] = ()) -> list[Check]:
+              python: Path | None = None, lanes: Sequence[str] = (),
+              managed_headers: bool = False) -> list[Check]:
     """Check a toolchain before compiling; every check runs, each says what it found.
 
     Args:
@@ -175,6 +176,9 @@ def preflight(*, nvcc: Path, lane: str, arches: list[str], include_dirs: list[Pa
         python: an interpreter whose torch must be built for the lane or for the CPU
             (``None``: skip).
         lanes: every CUDA lane the target offers (to name ``--cuda-lane`` as the fix).
+        managed_headers: a header found in none of ``include_dirs`` passes when ``kernels``
+            installs it itself (its managed environment holds
+            :func:`builder.kernels.toolchain.cuda_wheels`); not for ``--include`` folders.
 
     Returns:
         The checks, in order: nvcc version, per arch ``--list-gpu-arch`` and a real
@@ -196,6 +200,13 @@ def preflight(*, nvcc: Path, lane: str, arches: list[str], include_dirs: list[Pa
         checks.append(Check(f"compile {arch}", ok, detail))
     for header, package in _HEADERS.items():
         hits = [d for d in include_dirs if (d / header).is_file()]
+        if not hits and managed_headers:
+            wanted = next(r for r in cuda_wheels(lane, compiler=False)
+                          if r.startswith(_HEADERS[header]))
+            checks.append(Check(header, True, f"not on this machine: `kernels` installs "
+                                f"{wanted} in its managed environment (for --environment "
+                                f"current: {header_fix(header, lane)})"))
+            continue
         checks.append(Check(header, bool(hits), f"in {hits[0]}" if hits else
                             f"not in {', '.join(map(str, include_dirs))}: install "
                             f"{package} for CUDA {lane} from PyPI",
@@ -279,9 +290,12 @@ def run_preflight(options: Options, *, nvcc: Path | None = None,
     arch = check_arch_list(target.arch_list, pins)
     lane = target.lane(lane)
     nvcc = nvcc or discover_nvcc(lane)
+    # Without --include the headers may come from `kernels`' own managed environment.
+    managed = not include_dirs
     include_dirs = include_dirs or default_include_dirs(nvcc, python)
     checks = preflight(nvcc=nvcc, lane=lane, arches=list(target.arch_list),
-                       include_dirs=include_dirs, python=python, lanes=target.cuda_lanes)
+                       include_dirs=include_dirs, python=python, lanes=target.cuda_lanes,
+                       managed_headers=managed)
     groups = tuple(target.kernel_groups or default_groups(target.arch_list))
     wheels = (f"flashinfer-jit-cache-sm{arch.replace('.', '')}", "flashinfer-jit-cache") \
         if uses_providers(pins.flashinfer) else ("flashinfer-jit-cache",)

@@ -135,6 +135,39 @@ def torch_index(lane: str) -> str:
     return f"https://download.pytorch.org/whl/cu{lane.replace('.', '')}"
 
 
+#: Seconds to wait for an extra index before pip is started (pip retries for minutes).
+INDEX_PROBE_TIMEOUT = 10.0
+
+
+def probe_index(url: str, timeout: float = INDEX_PROBE_TIMEOUT) -> None:
+    """Ask ``url`` once, with a short timeout, before pip is sent there.
+
+    pip retries an unreachable index five times per file with back-off, silently under
+    ``--quiet``: on a PyPI-only network the build printed nothing for minutes. Any HTTP
+    answer (even an error status) means the index is reachable; pip reports the rest.
+
+    Raises:
+        MissingToolError: no answer (refused, no route, DNS, timeout); the hint names
+            ``--build-torch`` (PyPI's CPU torch is enough to compile).
+    """
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/", timeout=timeout):
+            pass
+    except urllib.error.HTTPError:
+        return
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise MissingToolError(
+            f"the PyTorch index {url} is unreachable ({reason}); the build environment "
+            "takes the lane's torch from there",
+            "pass --build-torch 'torch==VERSION' to install torch from PyPI instead (its "
+            "CPU build is enough to compile the kernels), or --wheelhouse DIR, or open the "
+            "network to download.pytorch.org") from None
+
+
 def managed_environment(requirements: list[str], cache: Cache, reporter: Reporter, *,
                         wheelhouse: Path | None = None,
                         extra_index_urls: tuple[str, ...] = ()) -> PythonEnv:
@@ -156,6 +189,10 @@ def managed_environment(requirements: list[str], cache: Cache, reporter: Reporte
                        "indexes": [] if wheelhouse else list(extra_index_urls)})
 
     def install(tmp: Path) -> None:
+        if not wheelhouse:
+            for url in extra_index_urls:
+                reporter.info(f"Checking that {url} answers")
+                probe_index(url)
         with reporter.working(f"Installing the build environment ({len(requirements)} "
                               "requirements)"):
             venv.EnvBuilder(with_pip=True).create(tmp / "venv")

@@ -15,6 +15,13 @@ The gate:
 * ``build``: the build's own checks alone (every patch applied within its fuzz policy,
   every intent check held, the version lock): chosen explicitly, like ``release --gate
   static``, for an index that does not need proof from a GPU.
+
+Kernel wheels (``--kernel-wheel``, what the kernel stage wrote: FlashInfer >= 0.7's
+provider wheel and its shim, or the one jit-cache wheel of older releases) go through the
+same door: each must be a kernel wheel the builder made for the target (its local label,
+and a kernel manifest in the provider or jit-cache wheel; a shim only beside its
+provider), the ``smoke`` gate's report must have tested that manifest, and the index
+checks above apply to them before anything at all is uploaded.
 """
 
 from __future__ import annotations
@@ -24,7 +31,8 @@ from typing import Literal
 
 from builder.core.cache import sha256_json
 from builder.core.errors import BuilderError, PublishError
-from builder.core.options import Options
+from builder.core.options import Options, select_target
+from builder.image.build import ExtraWheel, read_extra_wheel
 from builder.release.publish import Index, Published, upload_wheel, wheel_state
 from builder.release.run import ReleaseSummary
 from builder.smoke.gpu import load_report, require_passed
@@ -56,8 +64,49 @@ def _covered(wheels: list[WheelResult], gate: WheelGate,
     return covered
 
 
+def kernel_wheels_for(paths: tuple[Path, ...], label: str, gate: WheelGate,
+                      smoke_report: Path | None) -> list[ExtraWheel]:
+    """Read and gate the kernel wheels to publish beside the sglang wheels.
+
+    Args:
+        paths: the kernel wheel files (``--kernel-wheel``).
+        label: the target's local label; each wheel's local version starts with it
+            (``0.7.2+sm120.1.cu130`` for ``sm120.1``, the kernel stage's versioning).
+        gate: ``smoke`` (the report must have tested the kernel manifest) or ``build``.
+        smoke_report: the report for the ``smoke`` gate.
+
+    Raises:
+        BuilderError: a file is not a wheel or has a broken manifest; it is not the
+            target's (label); no wheel carries a kernel manifest; the smoke report failed
+            or tested other kernels.
+    """
+    wheels = [read_extra_wheel(p) for p in paths]
+    for wheel in wheels:
+        local = wheel.version.partition("+")[2]
+        if local != label and not local.startswith(f"{label}."):
+            raise PublishError(f"{wheel.path.name} is not a kernel wheel of this target "
+                               f"(local version {local or 'none'}, the target's label is "
+                               f"{label})", "pass the wheels `python -m builder kernels "
+                               "--target NAME` wrote for this target")
+    manifests = [w for w in wheels if w.manifest is not None]
+    if wheels and not manifests:
+        raise PublishError(
+            f"no kernel manifest in {', '.join(w.path.name for w in wheels)}: a shim wheel "
+            "is published only with its provider wheel", "pass the provider wheel too "
+            "(flashinfer_jit_cache_sm120*), as the kernel stage wrote them")
+    if gate == "smoke" and manifests:
+        if smoke_report is None:
+            raise PublishError("the smoke gate needs the smoke test's report from a GPU "
+                               "runner", "--smoke-report FILE, or --gate build")
+        report = load_report(smoke_report)
+        for wheel in manifests:
+            require_passed(report, kernel_manifest=wheel.manifest)
+    return wheels
+
+
 def run_publish_wheels(options: Options, index: Index, *, gate: WheelGate = "smoke",
-                       smoke_report: Path | None = None) -> ReleaseSummary:
+                       smoke_report: Path | None = None,
+                       kernel_wheels: tuple[Path, ...] = ()) -> ReleaseSummary:
     """Build the target's wheel(s), gate them and publish them to ``index``.
 
     Args:
@@ -65,6 +114,7 @@ def run_publish_wheels(options: Options, index: Index, *, gate: WheelGate = "smo
         index: where the wheels go.
         gate: ``smoke`` (a passed smoke report for the wheel) or ``build``.
         smoke_report: the report for the ``smoke`` gate.
+        kernel_wheels: kernel wheels published with them (:func:`kernel_wheels_for`).
 
     Returns:
         What was published (or found already published), and what was not and why.
@@ -76,6 +126,9 @@ def run_publish_wheels(options: Options, index: Index, *, gate: WheelGate = "smo
     """
     summary = ReleaseSummary()
     try:
+        # The kernel wheels are checked first: a refusal costs no build.
+        kernels = kernel_wheels_for(kernel_wheels, select_target(options).local_label, gate,
+                                    smoke_report)
         wheels = run_wheels(options)
         covered = _covered(wheels, gate, smoke_report)
     except BuilderError as exc:
@@ -87,20 +140,19 @@ def run_publish_wheels(options: Options, index: Index, *, gate: WheelGate = "smo
                                             "report tested another wheel)")
                               for w in wheels if w.path.name not in names]
     done: set[str] = set()
+    files = [(w.path, w.sha256) for w in covered] + [(k.path, k.sha256) for k in kernels]
     try:
         # Every check that can refuse runs before anything is uploaded.
-        states = {w.path.name: wheel_state(index, w.path, w.sha256) for w in covered}
-        for wheel in covered:
-            if states[wheel.path.name] == "already-published":
-                summary.published.append(Published("wheel", wheel.path.name,
-                                                   index.simple_url, f"sha256:{wheel.sha256}",
-                                                   "already-published"))
+        states = {path.name: wheel_state(index, path, sha256) for path, sha256 in files}
+        for path, sha256 in files:
+            if states[path.name] == "already-published":
+                summary.published.append(Published("wheel", path.name, index.simple_url,
+                                                   f"sha256:{sha256}", "already-published"))
             else:
-                summary.published.append(upload_wheel(index, wheel.path, wheel.sha256,
-                                                      options.reporter))
-            done.add(wheel.path.name)
+                summary.published.append(upload_wheel(index, path, sha256, options.reporter))
+            done.add(path.name)
     except BuilderError as exc:
-        summary.not_published += [(w.path.name, f"stopped: {exc.cause}") for w in covered
-                                  if w.path.name not in done]
+        summary.not_published += [(path.name, f"stopped: {exc.cause}") for path, _ in files
+                                  if path.name not in done]
         raise PublishError(exc.cause, exc.hint, report=summary) from None
     return summary

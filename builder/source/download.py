@@ -133,7 +133,9 @@ def _fetch_http(url: str, partial: Path, reporter: Reporter) -> None:
                 mode = "ab" if resumed else "wb"  # HTTP 200: the range was ignored
                 length = r.headers.get("Content-Length")
                 total = (int(length) + (have if resumed else 0)) if length else None
-                label = f"{'Resuming' if resumed else 'Downloading'} {partial.name[:-5]}"
+                # The file's name from the URL: the partial file is named by its hash.
+                name = urllib.parse.unquote(urllib.parse.urlparse(url).path.rsplit("/", 1)[-1])
+                label = f"{'Resuming' if resumed else 'Downloading'} {name or partial.name}"
                 with partial.open(mode) as out, reporter.download(label, total) as bar:
                     if resumed:
                         bar.advance(bar.task_ids[0], have)

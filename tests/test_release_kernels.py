@@ -1,0 +1,92 @@
+"""``release --wheels-only --kernel-wheel``: the kernel stage's real 0.7.2 wheel pair (the
+sm120f provider and the shim, from the test cache's kernel entries) published with the
+0.5.23 sglang wheel to a real pypiserver, through the gates the sglang wheel goes through:
+nothing uploaded before every check passed, the same name with other bytes refused, the
+upload verified on the index, a second run finding them published."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import REPO, TEST_CACHE, run_cli
+from services import PackageIndex, start_package_index
+from test_image_targets import _project_0_5_23
+
+PROVIDER = "flashinfer_jit_cache_sm120f-0.7.2+sm120.1.cu130-py3-none-manylinux_2_28_x86_64.whl"
+SHIM = "flashinfer_jit_cache-0.7.2+sm120.1.cu130-py3-none-manylinux_2_28_x86_64.whl"
+SGLANG = "sglang-0.5.23+sm120.1-cp311-cp311-manylinux_2_34_x86_64.whl"
+
+
+def _kernel_pair(folder: Path) -> tuple[Path, Path]:
+    """Copies of a provider and shim the kernel stage wrote (one cache entry holds both)."""
+    for entry in sorted((TEST_CACHE / "builder-cache/kernels").glob("*")):
+        if (entry / PROVIDER).is_file() and (entry / SHIM).is_file():
+            folder.mkdir()
+            return (Path(shutil.copy(entry / PROVIDER, folder)),
+                    Path(shutil.copy(entry / SHIM, folder)))
+    raise AssertionError("no 0.7.2 kernel wheel pair in the test cache: run "
+                         "tests/test_kernels_current.py (it builds one) first")
+
+
+def _publish(project: Path, cache: Path, index: PackageIndex, *args: str):
+    return run_cli("release", "--wheels-only", "--repository-url", index.url, "--json", *args,
+                   cwd=project, cache=cache, env=index.env())
+
+
+def test_kernel_wheel_pair_published_with_the_same_gates(
+        package_index: PackageIndex, tmp_path: Path) -> None:
+    provider, shim = _kernel_pair(tmp_path / "kernels")
+    project = _project_0_5_23(tmp_path / "project")
+    cache = tmp_path / "cache"
+    before = sorted(p.name for p in package_index.packages.iterdir())
+    # A shim alone is not a kernel build: refused before anything is built or uploaded.
+    done = _publish(project, cache, package_index, "--gate", "build", "--kernel-wheel",
+                    str(shim))
+    assert done.returncode == 7, done.stdout
+    assert "published only with its provider wheel" in json.loads(done.stdout)["error"]
+    # Another label's kernels are not this target's.
+    other = tmp_path / "kernels" / PROVIDER.replace("sm120.1", "sm120.9")
+    shutil.copy(provider, other)
+    done = _publish(project, cache, package_index, "--gate", "build", "--kernel-wheel",
+                    str(other))
+    assert done.returncode == 7 and "not a kernel wheel of this target" in done.stdout
+    # The smoke gate wants a report that tested these kernels.
+    done = _publish(project, cache, package_index, "--kernel-wheel", str(provider),
+                    "--kernel-wheel", str(shim))
+    assert done.returncode == 7 and "--smoke-report" in done.stdout
+    assert sorted(p.name for p in package_index.packages.iterdir()) == before
+    assert not (project / "dist").exists()  # refused before the wheel stage ran
+    # The build gate: all three published and verified on the index, then found there.
+    args = ("--gate", "build", "--kernel-wheel", str(provider), "--kernel-wheel", str(shim))
+    done = _publish(project, cache, package_index, *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [(p["name"], p["status"]) for p in json.loads(done.stdout)["published"]] == [
+        (SGLANG, "published"), (PROVIDER, "published"), (SHIM, "published")]
+    for wheel in (provider, shim):
+        assert (package_index.packages / wheel.name).read_bytes() == wheel.read_bytes()
+    done = _publish(project, cache, package_index, *args)
+    assert done.returncode == 0, done.stdout
+    assert [p["status"] for p in json.loads(done.stdout)["published"]] == [
+        "already-published"] * 3
+
+
+@pytest.mark.slow  # starts its own pypiserver
+def test_kernel_wheel_with_other_bytes_on_the_index_is_refused_and_nothing_uploaded(
+        tmp_path: Path) -> None:
+    provider, shim = _kernel_pair(tmp_path / "kernels")
+    project = _project_0_5_23(tmp_path / "project")
+    index = start_package_index(tmp_path / "index", credentials=("u", "p-5"))
+    try:
+        shutil.copy(REPO / "README.md", index.packages / SHIM)
+        done = _publish(project, tmp_path / "cache", index, "--gate", "build",
+                        "--kernel-wheel", str(provider), "--kernel-wheel", str(shim))
+        assert done.returncode == 7, done.stdout
+        assert "with other bytes" in done.stdout
+        # Nothing half-published: neither sglang's wheel nor the provider went up.
+        assert sorted(p.name for p in index.packages.iterdir()) == [SHIM]
+        assert (index.packages / SHIM).read_bytes() == (REPO / "README.md").read_bytes()
+    finally:
+        index.stop()
