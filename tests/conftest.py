@@ -172,6 +172,14 @@ def shared_cache() -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def kernel_cache(shared_cache: Path) -> Path:
+    """The cache the kernel tests share (the build venv and wheelhouses are reused). A test
+    that reads or empties its kernel entries takes this fixture, so it runs on the services
+    worker with every other kernel build (SLOW_FIXTURES), never beside one."""
+    return shared_cache
+
+
 def run_cli(*args: str, cwd: Path = REPO, cache: Path | None = None,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the CLI with ``ARGS`` as ``python -m builder ARGS`` would, in this process.

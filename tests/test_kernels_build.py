@@ -60,13 +60,6 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory):
     process.stop()
 
 
-@pytest.fixture(scope="session")
-def kernel_cache(shared_cache: Path) -> Path:
-    """One cache for the kernel tests: the build venv and wheelhouses are reused (the
-    upstream sdist is fetched into it once)."""
-    return shared_cache
-
-
 def test_sccache_redis_second_clean_build_gets_only_hits(kernel_cache, redis_server,
                                                          tmp_path):
     """Two builds in clean build folders share objects through Redis; a third, unchanged,

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, run_cli
 from services import need
-from test_kernels_build import TARGET, TORCH, kernel_cache, redis_server  # noqa: F401
+from test_kernels_build import TARGET, TORCH, redis_server  # noqa: F401
 
 from builder.core.cache import Cache
 from builder.core.errors import BuilderError

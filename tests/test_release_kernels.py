@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TEST_CACHE, run_cli
+from conftest import REPO, run_cli, run_cli_process
 from services import PackageIndex, start_package_index
 from test_image_targets import _project_0_5_23
 
@@ -20,15 +20,16 @@ SHIM = "flashinfer_jit_cache-0.7.2+sm120.1.cu130-py3-none-manylinux_2_28_x86_64.
 SGLANG = "sglang-0.5.23+sm120.1-cp311-cp311-manylinux_2_34_x86_64.whl"
 
 
-def _kernel_pair(folder: Path) -> tuple[Path, Path]:
-    """Copies of a provider and shim the kernel stage wrote (one cache entry holds both)."""
-    for entry in sorted((TEST_CACHE / "builder-cache/kernels").glob("*")):
-        if (entry / PROVIDER).is_file() and (entry / SHIM).is_file():
-            folder.mkdir()
-            return (Path(shutil.copy(entry / PROVIDER, folder)),
-                    Path(shutil.copy(entry / SHIM, folder)))
-    raise AssertionError("no 0.7.2 kernel wheel pair in the test cache: run "
-                         "tests/test_kernels_current.py (it builds one) first")
+def _kernel_pair(shared_cache: Path, folder: Path) -> tuple[Path, Path]:
+    """The provider and shim the kernel stage makes for 0.5.23's ``norm`` (a cache hit when
+    tests/test_kernels_current.py built them already; built now otherwise)."""
+    done = run_cli_process("kernels", "--target", "sglang-0.5.23", "--build-torch",
+                           "torch==2.13.0", "--modules", "norm", "--mode", "host",
+                           "--cache-dir", str(shared_cache), "--dist", str(folder), "--json")
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    provider, shim = folder / PROVIDER, folder / SHIM
+    assert provider.is_file() and shim.is_file(), sorted(p.name for p in folder.iterdir())
+    return provider, shim
 
 
 def _publish(project: Path, cache: Path, index: PackageIndex, *args: str):
@@ -37,8 +38,8 @@ def _publish(project: Path, cache: Path, index: PackageIndex, *args: str):
 
 
 def test_kernel_wheel_pair_published_with_the_same_gates(
-        package_index: PackageIndex, tmp_path: Path) -> None:
-    provider, shim = _kernel_pair(tmp_path / "kernels")
+        package_index: PackageIndex, kernel_cache: Path, tmp_path: Path) -> None:
+    provider, shim = _kernel_pair(kernel_cache, tmp_path / "kernels")
     project = _project_0_5_23(tmp_path / "project")
     cache = tmp_path / "cache"
     before = sorted(p.name for p in package_index.packages.iterdir())
@@ -75,8 +76,8 @@ def test_kernel_wheel_pair_published_with_the_same_gates(
 
 @pytest.mark.slow  # starts its own pypiserver
 def test_kernel_wheel_with_other_bytes_on_the_index_is_refused_and_nothing_uploaded(
-        tmp_path: Path) -> None:
-    provider, shim = _kernel_pair(tmp_path / "kernels")
+        kernel_cache: Path, tmp_path: Path) -> None:
+    provider, shim = _kernel_pair(kernel_cache, tmp_path / "kernels")
     project = _project_0_5_23(tmp_path / "project")
     index = start_package_index(tmp_path / "index", credentials=("u", "p-5"))
     try:
