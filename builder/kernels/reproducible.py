@@ -51,6 +51,9 @@ SCHEME = 1
 #: time per machine: a lock beside it).
 FIXED_ROOT = "/tmp/sglang-sm120-build"
 
+#: What :data:`FIXED_ROOT` and the mapped folders read as in the libraries (``__FILE__``).
+SHOWN_ROOT = "/sglang-sm120-build"
+
 #: The packages whose files the compile reads (FlashInfer's sources and headers, TVM-FFI's
 #: headers) and their metadata, staged into the fixed root.
 STAGED = ("flashinfer", "tvm_ffi", "flashinfer_python-*.dist-info",
@@ -107,11 +110,11 @@ def path_maps(roots: dict[str, Iterable[Path]]) -> list[tuple[str, str]]:
         map that matches (``remap_filename`` in GCC 12's ``file-prefix-map.cc``), so a
         folder inside another one is mapped by its own entry.
     """
-    found: dict[str, str] = {}
+    found: dict[str, str] = {FIXED_ROOT: SHOWN_ROOT}
     for name, folders in roots.items():
         for folder in folders:
             for form in {str(folder), os.path.realpath(folder)}:
-                found.setdefault(form.rstrip("/") or "/", f"{FIXED_ROOT}/mapped/{name}")
+                found.setdefault(form.rstrip("/") or "/", f"{SHOWN_ROOT}/mapped/{name}")
     return sorted(found.items(), key=lambda item: (len(item[0]), item))
 
 
