@@ -205,3 +205,57 @@ def test_container_build_with_pypi_toolkit_is_found_by_flashinfer(docker_engine,
     assert again["cached"] is True and again["sha256"] == built["sha256"]
     assert (tmp_path / "dist" / Path(built["wheel"]).name).read_bytes() == \
         (tmp_path / "again" / Path(built["wheel"]).name).read_bytes()
+
+
+def _hardlink_tree(source: Path, destination: Path) -> None:
+    """``source`` at another path: hard links (no disk), copies across file systems."""
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(source, destination, symlinks=True, copy_function=link)
+
+
+def test_same_request_same_bytes_whatever_the_paths_and_jobs(kernel_cache, tmp_path):
+    """Issue 29: norm built with FlashInfer installed at two paths (the build environment
+    at another place in a second cache folder) and two job counts gives one wheel, and no
+    library names a folder of the build machine (strings and cuobjdump's ELF dump)."""
+    first = _kernels("--mode", "host", "--cache-dir", str(kernel_cache), "--jobs", "1",
+                     "--dist", str(tmp_path / "a"))
+    other = tmp_path / "other-cache"
+    for name in ("source", "downloads"):  # the pinned sdist, not fetched again
+        if (kernel_cache / name).is_dir():
+            _hardlink_tree(kernel_cache / name, other / name)
+    # Every 0.6.3 environment of the shared cache: the build picks its own by key.
+    for entry in (kernel_cache / "kernel-env").iterdir():
+        if entry.is_dir() and any(entry.glob("venv/lib/python3*/site-packages/"
+                                             "flashinfer_python-0.6.3.dist-info")):
+            _hardlink_tree(entry, other / "kernel-env" / entry.name)
+    second = _kernels("--mode", "host", "--cache-dir", str(other), "--jobs", "2",
+                      "--dist", str(tmp_path / "b"))
+    assert not second["cached"]  # a cache of its own: compiled again
+    log = Path(second["log"]).read_text()
+    assert str(other / "kernel-env") in log  # FlashInfer of the other path was used
+    assert first["sha256"] == second["sha256"], (first["manifest"], second["manifest"])
+    rebuild = second["manifest"]["rebuild"]
+    assert rebuild["nvcc"] == second["manifest"]["nvcc_version"]
+    assert rebuild["host_compiler"] != "none" and len(rebuild["build_flags_sha256"]) == 64
+    nvcc = _nvcc_of(kernel_cache)
+    cuobjdump = next(p for p in (nvcc.parent / "cuobjdump", *sorted(kernel_cache.glob(
+        "kernel-env/*/venv/lib/python3*/site-packages/nvidia/cu13/bin/cuobjdump")))
+        if p.is_file())
+    machine = [str(kernel_cache), str(other), str(tmp_path), "/root", "/tmp", "/work",
+               "site-packages", "kernels-work"]
+    with zipfile.ZipFile(second["wheel"]) as archive:
+        archive.extractall(tmp_path / "unpacked")
+    libraries = sorted((tmp_path / "unpacked").rglob("*.so"))
+    assert libraries
+    for library in libraries:
+        text = subprocess.run(["strings", "-a", str(library)], capture_output=True,
+                              text=True, check=True).stdout
+        text += subprocess.run([str(cuobjdump), "-elf", str(library)], capture_output=True,
+                               text=True, check=True).stdout
+        found = sorted({m for m in machine if m in text})
+        assert not found, f"{library.name} names {found}"

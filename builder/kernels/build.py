@@ -34,7 +34,7 @@ from packaging.version import InvalidVersion, Version
 from builder.core.cache import Cache, legacy_entry, sha256_file, sha256_json
 from builder.core.errors import BuilderError, BuildError, ConfigurationError
 from builder.core.progress import Reporter
-from builder.kernels import jitcache
+from builder.kernels import jitcache, reproducible
 from builder.kernels.pins import DEFAULT_GROUPS, KernelPins, uses_providers
 from builder.kernels.preflight import preflight
 from builder.kernels.shard import Shard, StepCosts, partition
@@ -46,6 +46,7 @@ from builder.kernels.toolchain import (
     find_nvcc,
     nvcc_release,
     sass_archs,
+    toolkit_root,
     torch_index,
 )
 
@@ -369,7 +370,8 @@ class KernelBuild:
                             "host_compiler": _host_compiler(),
                             "flags": {k: os.environ.get(k) for k in _FLAG_VARIABLES},
                             "driver": sha256_file(_DRIVER),
-                            "jitcache": sha256_file(Path(jitcache.__file__))})
+                            "jitcache": sha256_file(Path(jitcache.__file__)),
+                            "reproducible": reproducible.SCHEME})
 
 
 @dataclass(frozen=True)
@@ -378,6 +380,12 @@ class _Site:
 
     work: Path
     toolchain: Toolchain
+
+    def maps(self, build: KernelBuild) -> list[tuple[str, str]]:
+        """The build's folders and their fixed names (:func:`reproducible.path_maps`)."""
+        return reproducible.path_maps({
+            "site-packages": [build.env.site_packages],
+            "cuda": [toolkit_root(self.toolchain.nvcc)]})
 
 
 def _stream(command: list[str], environment: dict[str, str], log: Path,
@@ -484,7 +492,7 @@ def compile_shard(build: KernelBuild, shard: Shard, *,
     The steps are those of the ninja graph FlashInfer writes for the request (the same
     graph :func:`build_kernels` runs), split by :func:`builder.kernels.shard.partition`
     with the recorded step costs. The shard compiles in the same build folder as the
-    final build (``<cache>/kernels-work/<key>``), so its objects are the final build's
+    final build (the fixed root), so its objects are the final build's
     bytes. No link, no wheel, no cache entry; the step times are recorded.
 
     Args:
@@ -558,29 +566,31 @@ def costs_file(cache: Cache, request: KernelRequest) -> Path:
 
 @contextlib.contextmanager
 def _workspace(build: KernelBuild) -> Iterator[_Site]:
-    """The build folder of one request, the same path for every build of it, with
-    ``CUDA_HOME`` assembled in it and the preflight passed (:func:`_toolchain`).
+    """The build folder: the fixed root :data:`reproducible.FIXED_ROOT`, the same path on
+    every machine and for every build, with FlashInfer staged in it, ``CUDA_HOME``
+    assembled in it and the preflight passed (:func:`_toolchain`).
 
-    Object files embed source paths (generated sources live in the build folder), so
-    shards and the final job compile in the same place to give the same bytes as an
-    unsharded build. Builds of one request on one machine take turns (a lock); the
-    folder is emptied before and after.
+    nvcc names each translation unit's internal symbols after the source's absolute path
+    (cudafe++'s ``--orig_src_path_name``, nvcc 13.0) and no option maps it, so FlashInfer's
+    sources, the generated ones and the objects must lie at one path everywhere
+    (:func:`reproducible.stage`); shards and the final job compile there too. Builds on
+    one machine take turns (a lock beside the root); the root is emptied before and after.
 
     Raises:
-        BuilderError: a preflight check failed.
+        BuilderError: a preflight check failed, or the fixed root cannot be made.
     """
-    cache, key, reporter = build.cache, build.key, build.reporter
-    folder = cache.root / "kernels-work" / key[:16]
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f"{key[:16]}.lock", "w") as lock:
+    reporter = build.reporter
+    folder = Path(reproducible.FIXED_ROOT)
+    with open(folder.with_name(folder.name + ".lock"), "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            with reporter.working("Waiting for another build of the same request here"):
+            with reporter.working("Waiting for another kernel build on this machine"):
                 fcntl.flock(lock, fcntl.LOCK_EX)
         shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir()
         try:
+            folder.mkdir()
+            reproducible.stage(build.env.site_packages, folder / "site")
             yield _Site(folder, _toolchain(build, folder))
         finally:
             shutil.rmtree(folder, ignore_errors=True)
@@ -619,7 +629,36 @@ def _keep_log(build: KernelBuild, work: Path, error: BuilderError) -> BuilderErr
 
 #: Environment variables that change what nvcc or the host compiler produce.
 _FLAG_VARIABLES = ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "CXX", "CC", "CXXFLAGS",
-                   "CFLAGS", "LDFLAGS")
+                   "CFLAGS", "LDFLAGS", "FLASHINFER_JIT_LINEINFO", "FLASHINFER_JIT_DEBUG",
+                   "FLASHINFER_NVCC_THREADS", *reproducible.FLASHINFER_FLAG_VARIABLES)
+
+
+def builder_version() -> str:
+    """This builder's version (installed metadata, else the repository's VERSION file;
+    the wheel stage's own reader is not imported here)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sglang-sm120-builder")
+    except PackageNotFoundError:
+        found = Path(__file__).resolve().parents[2] / "VERSION"
+        return found.read_text().strip() if found.is_file() else "unknown"
+
+
+def rebuild_record(nvcc: str, host_compiler: str,
+                   maps: list[tuple[str, str]]) -> dict[str, Any]:
+    """What a rebuild needs besides the request to give the same bytes, as the manifest
+    records it (no path of the build machine in it).
+
+    Args:
+        nvcc: nvcc's full release (``13.0.88``).
+        host_compiler: the host C++ compiler's version line.
+        maps: the build's prefix maps (only their fixed names are recorded).
+    """
+    return {"reproducible": reproducible.SCHEME, "builder": builder_version(),
+            "nvcc": nvcc, "host_compiler": host_compiler,
+            "build_flags_sha256": reproducible.flags_digest(maps),
+            "fixed_root": reproducible.FIXED_ROOT}
 
 
 def _host_compiler() -> str:
@@ -653,6 +692,11 @@ def _run_driver(build: KernelBuild, site: _Site, extra: dict[str, Any],
                    "PATH": os.pathsep.join([str(env.python.parent),
                                             os.environ.get("PATH", os.defpath)])}
     environment.pop("FLASHINFER_DISABLE_JIT", None)
+    # The libraries name no folder of this machine, and no process id (issue 29).
+    environment.update(reproducible.flag_environment(site.maps(build), environment))
+    # FlashInfer is imported from its copy in the fixed root (its paths are resolved).
+    environment["PYTHONPATH"] = os.pathsep.join(
+        [str(work / "site"), *filter(None, [os.environ.get("PYTHONPATH")])])
     for name in [k for k in environment if k.startswith("SCCACHE_")]:
         del environment[name]  # only sccache_settings() reach sccache, below
     sockets = Path(tempfile.mkdtemp(prefix="sm120-sccache-",
@@ -661,7 +705,7 @@ def _run_driver(build: KernelBuild, site: _Site, extra: dict[str, Any],
     try:
         if sccache is not None:
             environment.update(_sccache_environment(sccache, sockets,
-                                                    [work, env.site_packages]))
+                                                    [work]))
             environment["FLASHINFER_NVCC"] = f"{sccache.binary} {toolchain.nvcc}"
             environment["CXX"] = f"{sccache.binary} {environment.get('CXX', 'c++')}"
             started = subprocess.run([str(sccache.binary), "--start-server"],
@@ -717,9 +761,19 @@ def _compile(build: KernelBuild, site: _Site, tmp: Path,
     if _compiled(stats):
         StepCosts(costs).record(result.get("step_seconds", {}), compile_steps, jobs)
     expected = sorted(arch_code(arch) for arch in request.arch_list)
+    maps = site.maps(build)
+    machine = [old for old, _new in maps] + [str(build.cache.root),
+                                             os.path.realpath(build.cache.root)]
     entries = []
     for name, info in sorted(result["modules"].items()):
         library = modules / info["path"]
+        leaked = reproducible.leaked_paths(library, machine)
+        if leaked:
+            raise BuildError(f"{info['path']} names folders of this machine: "
+                             f"{', '.join(leaked)} (its bytes would differ elsewhere)",
+                             "leave FLASHINFER_JIT_LINEINFO and FLASHINFER_JIT_DEBUG unset; "
+                             "a module with -lineinfo or -G in its own flags cannot be "
+                             "built reproducibly (docs/kernels.md, reproducible builds)")
         sass, ptx = sass_archs(toolchain.cuobjdump, library)
         if sass != expected:
             raise BuildError(f"{info['path']} has SASS for {', '.join(sass) or 'nothing'}, "
@@ -734,7 +788,8 @@ def _compile(build: KernelBuild, site: _Site, tmp: Path,
                 "arch_list": list(request.arch_list), "cuda_version": toolchain.lane,
                 "nvcc_version": toolchain.release, "flags_sha256": sha256_json(flags),
                 "groups": list(request.groups), "head_dims": list(request.head_dims),
-                "modules": entries}
+                "modules": entries, "rebuild": rebuild_record(toolchain.release,
+                                                              _host_compiler(), maps)}
     if request.fast_build:
         manifest["fast_build"] = True
     if uses_providers(request.pins.flashinfer):
