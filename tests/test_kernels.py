@@ -101,3 +101,28 @@ def test_preflight_command(shared_cache: Path) -> None:
     assert data["error"].startswith("toolchain preflight failed: nvcc:")
     report = data["report"]
     assert report["kernel_version"] == "0.6.3+sm120.1.cu129" and report["arch"] == "12.0a"
+
+
+def test_the_lock_digest_changes_with_the_packer_and_the_build_scheme(tmp_path: Path,
+                                                                      monkeypatch) -> None:
+    """One kernel version, one content: what the version lock records for a kernel wheel
+    changes when the packer or the reproducible-build scheme changes, as it does when the
+    request does (a builder that would make other bytes under the same version is refused)."""
+    from builder.kernels import jitcache, reproducible
+    from builder.kernels.request import KernelRequest
+    from builder.kernels.run import kernel_content_digest
+
+    saved = tmp_path / "request.json"
+    done = run_cli("kernels", "--target", "sglang-0.5.9", "--modules", "norm",
+                   "--save-request", str(saved))
+    assert done.returncode == 0, done.stderr
+    request = KernelRequest.from_json(json.loads(saved.read_text()))
+    before = kernel_content_digest(request)
+    assert kernel_content_digest(request) == before  # a digest, not a clock
+    monkeypatch.setattr(reproducible, "SCHEME", reproducible.SCHEME + 1)
+    assert kernel_content_digest(request) != before
+    monkeypatch.undo()
+    packer = tmp_path / "jitcache.py"
+    packer.write_bytes(Path(jitcache.__file__).read_bytes() + b"\n# another layout\n")
+    monkeypatch.setattr(jitcache, "__file__", str(packer))
+    assert kernel_content_digest(request) != before

@@ -9,6 +9,7 @@ from builder.core.errors import BuildError, MissingToolError
 from builder.core.lock import VersionLock, lock_path
 from builder.core.options import Options
 from builder.core.progress import Reporter
+from builder.kernels import jitcache, reproducible
 from builder.kernels.build import (
     DRIVER,
     KernelBuild,
@@ -61,9 +62,14 @@ def build_environment(request: KernelRequest, kernel: KernelOptions, cache: Cach
 def kernel_content_digest(request: KernelRequest) -> str:
     """The sha256 of what decides a kernel wheel's content, for the version lock: the
     request (FlashInfer and its lockstep pins, arch list, CUDA lane, module groups, head
-    dimensions, release time) and the driver that runs FlashInfer's spec functions.
-    nvcc's patch release is not in it (the lane is)."""
-    return sha256_json({"request": request.describe(), "driver": sha256_file(DRIVER)})
+    dimensions, release time), the driver that runs FlashInfer's spec functions, the
+    packer that writes the wheels, and the reproducible-build scheme (the fixed build root
+    and path maps: :mod:`builder.kernels.reproducible`), so a builder that would lay out or
+    compile the same version differently is refused as the sglang wheel's is. nvcc's patch
+    release is not in it (the lane is; the manifest's ``rebuild`` record names it)."""
+    return sha256_json({"request": request.describe(), "driver": sha256_file(DRIVER),
+                        "packer": sha256_file(Path(jitcache.__file__)),
+                        "scheme": reproducible.SCHEME})
 
 
 def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult | ShardResult:
