@@ -325,6 +325,28 @@ def parse_with_release(env: BehaviourEnv, argvs: list[list[str]]) -> list[dict[s
     return found
 
 
+def release_env(target: Target, *, cache: Cache, index_url: str | None = None,
+                reporter: Reporter | None = None) -> BehaviourEnv:
+    """The behaviour environment of the target's pinned wheel for this interpreter (fetched
+    and installed once, then found in the cache).
+
+    Raises:
+        ConfigurationError: the target pins no wheel for this Python.
+        SourceError: the wheel could not be fetched.
+        BuildError: the environment could not be installed.
+    """
+    from builder.behaviour.env import behaviour_env
+    from builder.behaviour.run import wheel_for_interpreter
+    from builder.source.fetch import fetch_pin
+
+    pin = wheel_for_interpreter(target)
+    source = fetch_pin(pin, target.upstream_version, cache=cache, index_url=index_url,
+                       reporter=reporter)
+    assert source.archive is not None  # a wheel pin always has its file
+    return behaviour_env(source.archive, str(target.upstream_version), cache=cache,
+                         reporter=reporter)
+
+
 def check_profile(profile: LaunchProfile, target: Target, *, cache: Cache,
                   index_url: str | None = None, reporter: Reporter | None = None
                   ) -> ProfileCheck:
@@ -351,22 +373,17 @@ def check_profile(profile: LaunchProfile, target: Target, *, cache: Cache,
         SourceError: the release could not be fetched.
         BuildError: its behaviour environment could not be installed or run.
     """
-    from builder.behaviour.env import behaviour_env
-    from builder.behaviour.run import wheel_for_interpreter
     from builder.core.config import WheelPin
     from builder.source.fetch import fetch_pin
 
     combos = profile.combinations()
     argvs = [["--model-path", CHECK_MODEL, *profile.argv(gpu, tp)] for gpu, tp in combos]
-    checked = tuple({"gpu": gpu, "tp": tp, "argv": argv} for (gpu, tp), argv in
-                    zip(combos, argvs, strict=True))
+    checked: tuple[dict[str, Any], ...] = tuple(
+        {"gpu": gpu, "tp": tp, "argv": argv}
+        for (gpu, tp), argv in zip(combos, argvs, strict=True))
     release = str(target.upstream_version)
     if any(isinstance(pin, WheelPin) for pin in target.sources):
-        pin = wheel_for_interpreter(target)
-        source = fetch_pin(pin, target.upstream_version, cache=cache, index_url=index_url,
-                           reporter=reporter)
-        assert source.archive is not None  # a wheel pin always has its file
-        env = behaviour_env(source.archive, release, cache=cache, reporter=reporter)
+        env = release_env(target, cache=cache, index_url=index_url, reporter=reporter)
         for item, answer in zip(checked, parse_with_release(env, argvs), strict=True):
             if not answer["ok"]:
                 raise ConfigurationError(

@@ -58,8 +58,8 @@ def run_image(options: Options, image_options: ImageOptions,
     Raises:
         BuilderError: see :func:`builder.wheel.build.run_wheels`,
             :func:`builder.image.build.build_image`; the engine is unreachable; no base is
-            pinned for the target's lane; its launch profile is missing or malformed, or passes an option the release
-            refuses (:func:`builder.image.profile.check_profile`).
+            pinned for the target's lane; its launch profile is missing or malformed, or
+            passes an option the release refuses (:func:`builder.image.profile.check_profile`).
     """
     client = client or connect(image_options.docker_host)
     target = select_target(options)
