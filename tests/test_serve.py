@@ -99,7 +99,7 @@ def test_an_unknown_option_or_a_wrong_type_is_refused(tmp_path: Path,
     # An sdist target (no behaviour environment): the option names of its server_args.py.
     old = TARGETS.get("sglang-0.5.9")
     bad.write_text('upstream_version = "0.5.9"\n[args]\n"--no-such-option" = true\n')
-    with pytest.raises(ConfigurationError, match="sglang 0.5.9 has no option --no-such-option"):
+    with pytest.raises(ConfigurationError, match=r"sglang 0\.5\.9 has no option --no-such-option"):
         check_profile(load_profile(bad, old), old, cache=cache)
     old_profile = load_profile(profile_path(REPO / PROFILES_DIR, old), old)
     assert check_profile(old_profile, old, cache=cache).method == "names"
@@ -147,7 +147,7 @@ def test_serve_command_and_the_image_launcher_give_the_same_arguments(name: str)
             launched = shlex.split(image.stdout)[3:]
             # The launcher leaves --tp-size to the user's (last); serve-command adds it.
             assert [a for a in printed if a != "--model-path" and a != "m"] == \
-                launched[:-4] + ["--tp-size", str(tp)]
+                [*launched[:-4], "--tp-size", str(tp)]
             assert launched[-4:] == ["--model-path", "m", "--tp-size", str(tp)]
 
 
