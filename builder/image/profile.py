@@ -13,7 +13,7 @@ launcher's own ``resolve_args``, so the image and ``serve-command`` agree).
 
 :func:`check_profile` proves every argument list a profile can give is one the pinned
 release accepts: for a wheel target by running the release's own argument parser in its
-behaviour environment (:mod:`builder.behaviour.env`), for an sdist target (no behaviour
+behaviour environment (``builder.behaviour.env``), for an sdist target (no behaviour
 environment) by the option names :func:`server_args_options` reads from its
 ``server_args.py``.
 """
@@ -300,7 +300,7 @@ def parse_with_release(env: BehaviourEnv, argvs: list[list[str]]) -> list[dict[s
     """Parse each argv with the release's own server-argument parser (in ``env``).
 
     Args:
-        env: the release's behaviour environment (:func:`builder.behaviour.env.behaviour_env`).
+        env: the release's behaviour environment (``builder.behaviour.env.behaviour_env``).
         argvs: argument lists as ``python -m sglang.launch_server`` would get them.
 
     Returns:
