@@ -373,7 +373,7 @@ def check_profile(profile: LaunchProfile, target: Target, *, cache: Cache,
         SourceError: the release could not be fetched.
         BuildError: its behaviour environment could not be installed or run.
     """
-    from builder.core.config import WheelPin
+    from builder.core.config import GitPin, WheelPin
     from builder.source.fetch import fetch_pin
 
     combos = profile.combinations()
@@ -392,8 +392,10 @@ def check_profile(profile: LaunchProfile, target: Target, *, cache: Cache,
                     f"use only options sglang {release} has, with its types and choices "
                     "(`python -m sglang.launch_server --help` of that release)")
         return ProfileCheck("parser", checked)
-    source = fetch_pin(target.sources[0], target.upstream_version, cache=cache,
-                       index_url=index_url, reporter=reporter)
+    # The sdist where there is one: a git pin needs GitHub, the index is what the wheel uses.
+    pin = next((p for p in target.sources if not isinstance(p, GitPin)), target.sources[0])
+    source = fetch_pin(pin, target.upstream_version, cache=cache, index_url=index_url,
+                       reporter=reporter)
     texts = [p.read_text() for p in source.tree.rglob("server_args.py")
              if p.parent.name == "srt"]
     if len(texts) != 1:
