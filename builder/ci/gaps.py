@@ -146,9 +146,10 @@ def write_profile_stub(path: Path, name: str, version: str) -> bool:
         return False
     _replace_atomically(path, (
         f"# SM120 launch profile of the image for target {name} (SGLang {version}): a stub\n"
-        "# written by `python -m builder add-target`. Fill [args] from the nearest release's\n"
-        "# profile, checking each option against this release's server arguments\n"
-        "# (tests/test_profiles.py), with the evidence for each value as a comment.\n"
+        "# written by `python -m builder add-target`. Fill [args] and the [gpu.rtx-pro-6000]\n"
+        "# and [gpu.rtx-5090] tables from the nearest release's profile, with the evidence\n"
+        "# for each value as a comment; `serve-command --check` parses them with the release's\n"
+        "# own server arguments.\n"
         f'target = "{name}"\nupstream_version = "{version}"\n\n[args]\n'))
     return True
 
@@ -209,14 +210,14 @@ def target_gaps(*, series: Series, matrix: Matrix, version: str, lane: str, name
                         "python -m builder pin-images (where docker.io is reachable)"))
     profile = root / PROFILES_DIR / f"{name}.toml"
     try:
-        args = tomllib.loads(profile.read_text()).get("args")
+        data = tomllib.loads(profile.read_text())
     except (FileNotFoundError, tomllib.TOMLDecodeError):
-        args = None
-    if not args:
+        data = {}
+    if not data.get("args") or not data.get("gpu"):
         gaps.append(Gap("launch-profile", str(PROFILES_DIR / profile.name),
                         "no launch profile values" if profile.exists() else "no launch profile",
-                        "fill [args] from the nearest release's profile and check them "
-                        "against this release's server arguments (tests/test_profiles.py)"))
+                        "fill [args] and the [gpu.*] tables from the nearest release's profile "
+                        "and check them: python -m builder serve-command --check"))
     for entry in series.entries:
         if entry.name not in in_effect:
             continue

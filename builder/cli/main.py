@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from builder.cli import behaviour, ci, kernels, patching, project, release, smoke, wheel
+from builder.cli import behaviour, ci, kernels, patching, project, release, serve, smoke, wheel
 from builder.cli.common import resolve_project_paths
 from builder.core.errors import BuilderError, ConfigurationError
 
@@ -40,6 +40,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("wheel", ("wheel", "behaviour")),
     ("kernels", ("preflight", "kernels")),
     ("images", ("pin-images", "image")),
+    ("serving", ("serve-command",)),
     ("release", ("smoke", "release")),
     ("series and targets", ("upstream", "add-target", "next-label", "lock", "plan")),
     ("cache", ("cache",)),
@@ -90,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     release.add_commands(commands)
     patching.finish_refresh(refresh)
     smoke.add_commands(commands)
+    serve.add_commands(commands)
     ci.add_commands(commands)
     project.add_commands(commands)
     parser.description = _DESCRIPTION + "\n" + _listing(commands)

@@ -6,26 +6,61 @@ flag without a value), each with the evidence for it as a comment. The image car
 as :data:`PROFILE_PATH` (its path and sha256 in labels) next to the launcher
 ``sglang-sm120-serve`` (:data:`LAUNCHER_PATH`, ``builder/image/data``), which runs
 ``python -m sglang.launch_server`` with the profile's arguments first and the user's after
-them (the user's win). :func:`server_args_options` reads the options a release knows from
-its own ``server_args.py`` so a profile never passes one it does not.
+them (the user's win). A profile may hold values per GPU and TP size (``[gpu.<name>]``
+with ``match``, ``memory_gib``, ``tp_sizes``, ``[gpu.<name>.args]`` and
+``[gpu.<name>.tp.<N>]``); :meth:`LaunchProfile.resolve` gives the arguments for one (the
+launcher's own ``resolve_args``, so the image and ``serve-command`` agree).
+
+:func:`check_profile` proves every argument list a profile can give is one the pinned
+release accepts: for a wheel target by running the release's own argument parser in its
+behaviour environment (``builder.behaviour.env``), for an sdist target (no behaviour
+environment) by the option names :func:`server_args_options` reads from its
+``server_args.py``.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
+import importlib.machinery
+import importlib.util
+import json
+import os
+import subprocess
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from builder.core.config import Target
-from builder.core.errors import ConfigurationError
+from builder.core.errors import BuildError, ConfigurationError
+
+if TYPE_CHECKING:
+    from builder.behaviour.env import BehaviourEnv
+    from builder.core.cache import Cache
+    from builder.core.progress import Reporter
 
 PROFILE_PATH = "/etc/sglang-sm120/profile.toml"
 LAUNCHER_PATH = "/usr/local/bin/sglang-sm120-serve"
 LAUNCHER_SOURCE = Path(__file__).resolve().parent / "data" / "sglang-sm120-serve"
 PROFILES_DIR = Path("images/profiles")
+PARSE_SCRIPT = Path(__file__).resolve().parents[1] / "behaviour" / "script" / \
+    "parse_server_args.py"
+#: The model path the checks parse with (the parser only needs one to be given).
+CHECK_MODEL = "/models/check"
+
+
+@cache
+def launcher_module() -> ModuleType:
+    """The launcher ``sglang-sm120-serve`` loaded as a module (one owner of the rules)."""
+    loader = importlib.machinery.SourceFileLoader("sglang_sm120_serve", str(LAUNCHER_SOURCE))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
 
 
 @dataclass(frozen=True)
@@ -43,10 +78,37 @@ class LaunchProfile:
     text: str
     args: dict[str, Any]
     sha256: str
+    gpus: dict[str, Any] = field(default_factory=dict)
 
     def options(self) -> list[str]:
         """The options the profile passes (``false`` ones are left out)."""
         return [option for option, value in self.args.items() if value is not False]
+
+    def combinations(self) -> list[tuple[str | None, int | None]]:
+        """Every (GPU, TP size) the profile has; ``(None, None)`` (common [args] only)
+        first, as the launcher passes them when it knows no GPU."""
+        return [(None, None), *((gpu, tp) for gpu, entry in self.gpus.items()
+                                for tp in entry["tp_sizes"])]
+
+    def resolve(self, gpu: str | None, tp: int | None) -> dict[str, Any]:
+        """The arguments for ``gpu`` at TP ``tp`` (``gpu`` None: the common [args]).
+
+        Raises:
+            ConfigurationError: the profile has no such GPU or TP size.
+        """
+        launcher = launcher_module()
+        try:
+            args: dict[str, Any] = launcher.resolve_args(
+                {"args": self.args, "gpu": self.gpus}, gpu, tp)
+        except launcher.ProfileError as exc:
+            raise ConfigurationError(f"{self.path}: {exc}",
+                                     "pick one of the GPUs and TP sizes it lists") from None
+        return args
+
+    def argv(self, gpu: str | None, tp: int | None, given: set[str] | None = None
+             ) -> list[str]:
+        """:meth:`resolve` as the argv the launcher passes (``given`` options left out)."""
+        return list(launcher_module().to_argv(self.resolve(gpu, tp), given or set()))
 
 
 def profile_path(profiles_dir: Path, target: Target) -> Path:
@@ -85,10 +147,10 @@ def load_profile(path: Path, target: Target) -> LaunchProfile:
         data = tomllib.loads(raw.decode())
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigurationError(f"{path} is not valid TOML: {exc}", "fix the file") from None
-    unknown = set(data) - {"target", "upstream_version", "args"}
+    unknown = set(data) - {"target", "upstream_version", "args", "gpu"}
     if unknown:
         raise ConfigurationError(f"{path}: unknown keys {sorted(unknown)}",
-                                 "only target, upstream_version and [args]")
+                                 "only target, upstream_version, [args] and [gpu.*]")
     if data.get("upstream_version") != str(target.upstream_version):
         raise ConfigurationError(f"{path} is for sglang {data.get('upstream_version')!r}, target "
                                  f"{target.name} is {target.upstream_version}",
@@ -96,12 +158,47 @@ def load_profile(path: Path, target: Target) -> LaunchProfile:
     args = data.get("args")
     if not isinstance(args, dict):
         raise ConfigurationError(f"{path} has no [args] table", "add [args] (it may be empty)")
+    _check_args(path, "[args]", args)
+    gpus = data.get("gpu", {})
+    if not isinstance(gpus, dict):
+        raise ConfigurationError(f"{path}: gpu is not a table", "write [gpu.<name>] tables")
+    for name, entry in gpus.items():
+        _check_gpu(path, name, entry)
+    return LaunchProfile(path, raw.decode(), args, hashlib.sha256(raw).hexdigest(), gpus)
+
+
+def _check_args(path: Path, where: str, args: object) -> None:
+    if not isinstance(args, dict):
+        raise ConfigurationError(f"{path} {where} is not a table", 'write "--option" = value')
     for option, value in args.items():
         if not option.startswith("--") or not _value_ok(value):
-            raise ConfigurationError(f"{path} [args]: {option!r} = {value!r} is not an option with "
-                                     "a string, number, true/false or list value",
+            raise ConfigurationError(f"{path} {where}: {option!r} = {value!r} is not an option "
+                                     "with a string, number, true/false or list value",
                                      'write it like "--max-running-requests" = 128')
-    return LaunchProfile(path, raw.decode(), args, hashlib.sha256(raw).hexdigest())
+
+
+def _check_gpu(path: Path, name: str, entry: object) -> None:
+    where = f"[gpu.{name}]"
+    if not isinstance(entry, dict):
+        raise ConfigurationError(f"{path} {where} is not a table", "see images/profiles/")
+    unknown = set(entry) - {"name", "match", "memory_gib", "tp_sizes", "args", "tp"}
+    if unknown:
+        raise ConfigurationError(f"{path} {where}: unknown keys {sorted(unknown)}",
+                                 "only name, match, memory_gib, tp_sizes, args and tp")
+    sizes = entry.get("tp_sizes")
+    if not (isinstance(sizes, list) and sizes and all(
+            isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes)):
+        raise ConfigurationError(f"{path} {where}: tp_sizes must be a list of positive "
+                                 "integers", "write tp_sizes = [1, 2, 4, 8]")
+    _check_args(path, f"{where} args", entry.get("args", {}))
+    per_tp = entry.get("tp", {})
+    if not isinstance(per_tp, dict):
+        raise ConfigurationError(f"{path} {where} tp is not a table", "write [gpu.NAME.tp.N]")
+    for size, args in per_tp.items():
+        if not size.isdigit() or int(size) not in sizes:
+            raise ConfigurationError(f"{path} [gpu.{name}.tp.{size}]: not one of tp_sizes "
+                                     f"{sizes}", "add the size to tp_sizes or drop the table")
+        _check_args(path, f"[gpu.{name}.tp.{size}]", args)
 
 
 def server_args_options(*sources: str) -> set[str]:
@@ -183,3 +280,137 @@ def _field_options(item: ast.stmt) -> set[str]:
     if isinstance(action, ast.Attribute) and action.attr == "BooleanOptionalAction":
         names += ["--no-" + n[2:] for n in names if n.startswith("--")]
     return set(names)
+
+
+@dataclass(frozen=True)
+class ProfileCheck:
+    """What :func:`check_profile` found.
+
+    Attributes:
+        method: ``"parser"`` (the release's own argument parser ran) or ``"names"`` (the
+            option names of its ``server_args.py``: sdist targets).
+        checked: one entry per (GPU, TP) combination: ``gpu``, ``tp``, ``argv``.
+    """
+
+    method: str
+    checked: tuple[dict[str, Any], ...]
+
+
+def parse_with_release(env: BehaviourEnv, argvs: list[list[str]]) -> list[dict[str, Any]]:
+    """Parse each argv with the release's own server-argument parser (in ``env``).
+
+    Args:
+        env: the release's behaviour environment (``builder.behaviour.env.behaviour_env``).
+        argvs: argument lists as ``python -m sglang.launch_server`` would get them.
+
+    Returns:
+        one ``{"ok": True, "values": {...}}`` or ``{"ok": False, "error": ...}`` per list
+        (``builder/behaviour/script/parse_server_args.py``).
+
+    Raises:
+        BuildError: the script printed no answer for every list (the release did not import).
+    """
+    request = {"argvs": argvs, "standins": env.standins}
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    done = subprocess.run([str(env.python), str(PARSE_SCRIPT)], input=json.dumps(request),
+                          capture_output=True, text=True, env=environ, check=False,
+                          timeout=600)
+    found = [json.loads(line[len("PARSED "):]) for line in done.stdout.splitlines()
+             if line.startswith("PARSED ")]
+    if len(found) != len(argvs):
+        tail = "\n".join(done.stderr.strip().splitlines()[-12:])
+        raise BuildError(f"sglang {env.release}'s argument parser gave {len(found)} of "
+                         f"{len(argvs)} answers (exit {done.returncode}):\n{tail}",
+                         "run the script by hand in the behaviour environment to see why")
+    return found
+
+
+def release_env(target: Target, *, cache: Cache, index_url: str | None = None,
+                reporter: Reporter | None = None) -> BehaviourEnv:
+    """The behaviour environment of the target's pinned wheel for this interpreter (fetched
+    and installed once, then found in the cache).
+
+    Raises:
+        ConfigurationError: the target pins no wheel for this Python.
+        SourceError: the wheel could not be fetched.
+        BuildError: the environment could not be installed.
+    """
+    from builder.behaviour.env import behaviour_env
+    from builder.behaviour.run import wheel_for_interpreter
+    from builder.source.fetch import fetch_pin
+
+    pin = wheel_for_interpreter(target)
+    source = fetch_pin(pin, target.upstream_version, cache=cache, index_url=index_url,
+                       reporter=reporter)
+    assert source.archive is not None  # a wheel pin always has its file
+    return behaviour_env(source.archive, str(target.upstream_version), cache=cache,
+                         reporter=reporter)
+
+
+def check_profile(profile: LaunchProfile, target: Target, *, cache: Cache,
+                  index_url: str | None = None, reporter: Reporter | None = None
+                  ) -> ProfileCheck:
+    """Refuse a profile that gives the pinned release an option it does not accept.
+
+    Every (GPU, TP) combination of the profile is turned into the launcher's argv (with a
+    model path) and checked: wheel targets (0.5.11 and later) by the release's own parser
+    (:func:`parse_with_release`; unknown options, wrong types and choices fail), sdist
+    targets by :func:`server_args_options` over the sdist's ``server_args.py`` (names only).
+
+    Args:
+        profile: the loaded profile.
+        target: its target.
+        cache: where the release and its behaviour environment are (downloaded once).
+        index_url: the index to fetch the pinned release from (default PyPI).
+        reporter: progress.
+
+    Returns:
+        the :class:`ProfileCheck`.
+
+    Raises:
+        ConfigurationError: an argument list the release refuses (its message and the
+            GPU / TP it came from).
+        SourceError: the release could not be fetched.
+        BuildError: its behaviour environment could not be installed or run.
+    """
+    from builder.core.config import GitPin, WheelPin
+    from builder.source.fetch import fetch_pin
+
+    combos = profile.combinations()
+    argvs = [["--model-path", CHECK_MODEL, *profile.argv(gpu, tp)] for gpu, tp in combos]
+    checked: tuple[dict[str, Any], ...] = tuple(
+        {"gpu": gpu, "tp": tp, "argv": argv}
+        for (gpu, tp), argv in zip(combos, argvs, strict=True))
+    release = str(target.upstream_version)
+    if any(isinstance(pin, WheelPin) for pin in target.sources):
+        env = release_env(target, cache=cache, index_url=index_url, reporter=reporter)
+        for item, answer in zip(checked, parse_with_release(env, argvs), strict=True):
+            if not answer["ok"]:
+                raise ConfigurationError(
+                    f"{profile.path} ({_combo(item)}): sglang {release}'s own argument "
+                    f"parser refuses it: {answer['error']}",
+                    f"use only options sglang {release} has, with its types and choices "
+                    "(`python -m sglang.launch_server --help` of that release)")
+        return ProfileCheck("parser", checked)
+    # The sdist where there is one: a git pin needs GitHub, the index is what the wheel uses.
+    pin = next((p for p in target.sources if not isinstance(p, GitPin)), target.sources[0])
+    source = fetch_pin(pin, target.upstream_version, cache=cache, index_url=index_url,
+                       reporter=reporter)
+    texts = [p.read_text() for p in source.tree.rglob("server_args.py")
+             if p.parent.name == "srt"]
+    if len(texts) != 1:
+        raise BuildError(f"sglang {release}: sglang/srt/server_args.py not found once in "
+                         f"{source.tree}", "check the pinned source")
+    known = server_args_options(*texts)
+    for item in checked:
+        unknown = [a for a in item["argv"] if a.startswith("--") and a not in known]
+        if unknown:
+            raise ConfigurationError(
+                f"{profile.path} ({_combo(item)}): sglang {release} has no option "
+                f"{', '.join(unknown)}", f"use only options sglang {release} defines "
+                "(its server_args.py)")
+    return ProfileCheck("names", checked)
+
+
+def _combo(item: dict[str, Any]) -> str:
+    return "common [args]" if item["gpu"] is None else f"GPU {item['gpu']}, TP {item['tp']}"

@@ -19,7 +19,7 @@ from builder.image.build import (
     load_base_pins,
     read_extra_wheel,
 )
-from builder.image.profile import PROFILES_DIR, load_profile, profile_path
+from builder.image.profile import PROFILES_DIR, check_profile, load_profile, profile_path
 from builder.wheel.build import run_wheels
 
 
@@ -58,7 +58,8 @@ def run_image(options: Options, image_options: ImageOptions,
     Raises:
         BuilderError: see :func:`builder.wheel.build.run_wheels`,
             :func:`builder.image.build.build_image`; the engine is unreachable; no base is
-            pinned for the target's lane; its launch profile is missing or malformed.
+            pinned for the target's lane; its launch profile is missing or malformed, or
+            passes an option the release refuses (:func:`builder.image.profile.check_profile`).
     """
     target = select_target(options)
     pins = load_base_pins(image_options.pins_file)
@@ -70,7 +71,10 @@ def run_image(options: Options, image_options: ImageOptions,
     if not image_options.dockerfile.is_file():
         raise BuildError(f"{image_options.dockerfile} not found",
                          "run from the project root (images/Dockerfile)")
-    # The files are checked first: an unresolved pin is reported without an engine.
+    # Before the engine and the wheel: an unresolved pin or a profile option the release
+    # refuses is reported without an engine, not at serve time.
+    check_profile(profile, target, cache=options.cache, index_url=options.index_url,
+                  reporter=options.reporter)
     client = client or connect(image_options.docker_host)
     wheels = run_wheels(options)
     tags = image_tags(image_options.registry, image_options.repository, target,
