@@ -223,3 +223,29 @@ def test_bad_arguments(project: Path, tmp_path: Path) -> None:
                           (("0.5.16", "--cuda-lane", "13"), "is not like 13.0")):
         done = run_cli("add-target", *args, cwd=project, cache=tmp_path / "cache")
         assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(("member", "text", "message"), [
+    ("torch-2.11.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: torch\nVersion: 2.10.0\n",
+     "says version 2.10.0, but the pin and the file name say 2.11.0"),
+    ("torch-2.11.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: tensorflow\n"
+     "Version: 2.11.0\n", "says it is tensorflow"),
+    ("torch-2.11.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0\n"
+     + "Requires-Dist: x\n" * 80_000, "over 1048576"),
+])
+def test_a_range_read_metadata_must_be_its_file_and_small(
+        tmp_path: Path, member: str, text: str, message: str) -> None:
+    from builder.core.errors import SourceError
+    from builder.source.fetch import remote_wheel_metadata
+
+    (tmp_path / "files").mkdir()
+    with zipfile.ZipFile(tmp_path / "files" / TORCH_WHEEL, "w", zipfile.ZIP_DEFLATED) as out:
+        out.writestr("torch/lib/padding.bin", os.urandom(300_000))
+        out.writestr(member, text)
+    server, url = _serve(tmp_path, ranges=True)
+    try:
+        with pytest.raises(SourceError, match=re.escape(message)):
+            remote_wheel_metadata(url.replace("/simple", f"/files/{TORCH_WHEEL}"), TORCH_WHEEL)
+    finally:
+        server.shutdown()
+        server.server_close()

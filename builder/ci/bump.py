@@ -205,7 +205,7 @@ def _cuda_lane(torch: Version, index_url: str) -> str:
     if not linux:
         raise SourceError(f"{index_url} lists no Linux x86_64 wheel of torch {torch}",
                           "pass --cuda-lane X.Y (the CUDA of that torch build)")
-    metadata = remote_wheel_metadata(linux[0][1])
+    metadata = remote_wheel_metadata(linux[0][1], linux[0][0])
     lane = torch_cuda_lane([str(r) for r in metadata.get_all("Requires-Dist") or []])
     if lane is None:
         raise SourceError(f"{linux[0][0]} pins no NVIDIA CUDA runtime (a CPU build?)",
