@@ -136,3 +136,32 @@ def test_copies_and_renames_read_the_preimage_as_git_apply_does(tmp_path: Path,
         elif "copy x to z" in name:
             assert ours[f"{SRT}/z.py"][1] == BODY.encode(), where
     assert not wrong, f"the builder's tree is not git apply's for: {wrong}"
+
+
+DEGENERATE = {
+    "context only (git)": f"diff --git a/{SRT}/x.py b/{SRT}/x.py\n--- a/{SRT}/x.py\n"
+                          f"+++ b/{SRT}/x.py\n@@ -1,3 +1,3 @@\n v1 = 1\n v2 = 2\n v3 = 3\n",
+    "context only (plain)": f"--- a/{SRT}/x.py\n+++ b/{SRT}/x.py\n@@ -2,2 +2,2 @@\n v2 = 2\n"
+                            " v3 = 3\n",
+    "a real hunk, then context only": f"--- a/{SRT}/x.py\n+++ b/{SRT}/x.py\n@@ -1,2 +1,2 @@\n"
+                                      "-v1 = 1\n+v1 = 10\n v2 = 2\n@@ -6,2 +6,2 @@\n v6 = 6\n"
+                                      " v7 = 7\n",
+}
+
+
+@pytest.mark.parametrize("name", list(DEGENERATE))
+def test_a_hunk_that_changes_nothing_is_malformed_as_both_oracles_say(
+        tmp_path: Path, name: str) -> None:
+    from conftest import run_cli
+
+    base = _base(tmp_path / "base")
+    patch = tmp_path / "p.patch"
+    patch.write_text(DEGENERATE[name])
+    assert oracle_tree("git", base, patch, tmp_path / "git") is None
+    assert oracle_tree("gnu", base, patch, tmp_path / "gnu") is None
+    before = tree_state(base)
+    done = run_cli("patch", "--source-dir", str(base), "--patch", str(patch),
+                   "--upstream-version", "0.5.9", cache=tmp_path / "cache")
+    assert done.returncode == 5, done.stdout + done.stderr
+    assert "changes nothing (no '-' or '+' line)" in done.stderr
+    assert tree_state(base) == before
