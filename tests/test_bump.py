@@ -286,7 +286,8 @@ def test_add_target_writes_its_stubs_and_prints_what_it_lacks(index: str, projec
     assert details["base-digest"].endswith("digest unresolved")
     assert details["launch-profile"] == "no launch profile values"
     # Human-readable: the same gaps, each with its fix; the stubs are never overwritten.
-    profile.write_text(profile.read_text() + '"--max-running-requests" = 64\n')
+    profile.write_text(profile.read_text() + '"--max-running-requests" = 64\n\n'
+                       '[gpu.rtx-pro-6000.args]\n"--cuda-graph-max-bs" = 256\n')
     kept = profile.read_bytes()
     done = run_cli("add-target", "0.5.16", "--index-url", index, "--replace", cwd=project,
                    cache=cache)
@@ -298,3 +299,29 @@ def test_add_target_writes_its_stubs_and_prints_what_it_lacks(index: str, projec
     assert "launch-profile" not in text and "wrote" not in text
     assert profile.read_bytes() == kept
     assert len(load_base_pins(pins).runtime()) == 1
+
+
+@pytest.mark.parametrize(("member", "text", "message"), [
+    ("torch-2.11.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: torch\nVersion: 2.10.0\n",
+     "says version 2.10.0, but the pin and the file name say 2.11.0"),
+    ("torch-2.11.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: tensorflow\n"
+     "Version: 2.11.0\n", "says it is tensorflow"),
+    ("torch-2.11.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0\n"
+     + "Requires-Dist: x\n" * 80_000, "over 1048576"),
+])
+def test_a_range_read_metadata_must_be_its_file_and_small(
+        tmp_path: Path, member: str, text: str, message: str) -> None:
+    from builder.core.errors import SourceError
+    from builder.source.fetch import remote_wheel_metadata
+
+    (tmp_path / "files").mkdir()
+    with zipfile.ZipFile(tmp_path / "files" / TORCH_WHEEL, "w", zipfile.ZIP_DEFLATED) as out:
+        out.writestr("torch/lib/padding.bin", os.urandom(300_000))
+        out.writestr(member, text)
+    server, url = _serve(tmp_path, ranges=True)
+    try:
+        with pytest.raises(SourceError, match=re.escape(message)):
+            remote_wheel_metadata(url.replace("/simple", f"/files/{TORCH_WHEEL}"), TORCH_WHEEL)
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -502,7 +502,9 @@ def test_verdict_counts_required_checks_and_warnings_pass() -> None:
     assert passing.passed and passing.exit_status == 0
     asked = _report(runner=("passed", True), moe=("not-run", True))
     assert not asked.passed and asked.exit_status == 1
-    failed_optional = _report(runner=("passed", True), server=("failed", False))
+    failed_optional = _report(runner=("passed", True), sglang=("passed", True),
+                              lockstep=("passed", True), kernels=("passed", True),
+                              server=("failed", False))
     assert failed_optional.passed
     misconfigured = SmokeReport("image", passing.checks, misconfigured_runner=True)
     assert not misconfigured.passed and misconfigured.exit_status == 3
@@ -825,7 +827,11 @@ def test_release_gate_refuses_failed_or_other_artifacts(installed: tuple[Path, P
     with pytest.raises(BuilderError, match="did not pass"):
         require_passed(SmokeReport.from_json(written), sglang_provenance=provenance)
     # The gate's second half on a passing report: the digests must be this artifact's.
-    passing = SmokeReport("host", (CheckResult("runner", "passed", "GPU"),),
+    passing = SmokeReport("host", (
+        CheckResult("runner", "passed", "GPU"),
+        CheckResult("sglang", "passed", "ours",
+                    data={"provenance_sha256": sha256_json(provenance)}),
+        CheckResult("lockstep", "passed", "pins"), CheckResult("kernels", "passed", "found")),
                           {"sglang": {"provenance_sha256": sha256_json(provenance)},
                            "kernels": {"manifest_sha256": sha256_json(MANIFEST)}})
     require_passed(passing, sglang_provenance=provenance, kernel_manifest=MANIFEST)

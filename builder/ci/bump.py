@@ -41,9 +41,10 @@ from builder.ci.gaps import (
 from builder.ci.upstream import Finding, assess, newer_releases
 from builder.core.basepins import PINS_FILE
 from builder.core.config import SdistPin, WheelPin, load_targets
-from builder.core.errors import ConfigurationError, SourceError
+from builder.core.errors import BuilderError, ConfigurationError, SourceError
 from builder.core.options import Options
 from builder.core.pipconfig import resolve_index
+from builder.core.userfiles import rewrite_user_file, with_line_endings_of
 from builder.image.profile import PROFILES_DIR
 from builder.kernels.pins import exact_torch, read_pins, sm120_arch, torch_cuda_lane
 from builder.patching.matrix import Matrix, run_check
@@ -224,7 +225,7 @@ def _cuda_lane(torch: Version, index_url: str) -> str:
     if not linux:
         raise SourceError(f"{index_url} lists no Linux x86_64 wheel of torch {torch}",
                           "pass --cuda-lane X.Y (the CUDA of that torch build)")
-    metadata = remote_wheel_metadata(linux[0][1])
+    metadata = remote_wheel_metadata(linux[0][1], linux[0][0])
     lane = torch_cuda_lane([str(r) for r in metadata.get_all("Requires-Dist") or []])
     if lane is None:
         raise SourceError(f"{linux[0][0]} pins no NVIDIA CUDA runtime (a CPU build?)",
@@ -308,8 +309,9 @@ def write_target(path: Path, target: NewTarget, *, replace: bool = False) -> Lit
         BuilderError: a target of that name or upstream version exists and ``replace``
             is false; or the result would not be a valid targets file.
     """
-    text = path.read_text()
-    document = tomlkit.parse(text)
+    # Bytes decoded without newline translation: a CRLF file stays CRLF.
+    original = path.read_bytes()
+    document = tomlkit.parse(original.decode("utf-8"))
     tables = document.get("target")
     if tables is None:
         raise ConfigurationError(f"{path} declares no [[target]]", "see docs/upstream.md")
@@ -329,17 +331,20 @@ def write_target(path: Path, target: NewTarget, *, replace: bool = False) -> Lit
             del tables[index]
     else:
         tables.append(new)
-    output = tomlkit.dumps(document)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    output = with_line_endings_of(original, tomlkit.dumps(document))
+    # The schema check on the result, beside the file (its series path is relative to
+    # it); a bad result is never installed, and the error names the user's file.
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.resolve().parent)
     try:
-        with os.fdopen(handle, "w") as out:
+        with os.fdopen(handle, "wb") as out:
             out.write(output)
-        load_targets(Path(temporary))  # the schema check; a bad result is never installed
-        os.chmod(temporary, path.stat().st_mode & 0o777)
-        os.replace(temporary, path)
-    except BaseException:
+        load_targets(Path(temporary))
+    except BuilderError as exc:
+        raise type(exc)(exc.cause.replace(temporary, str(path)).replace(
+            Path(temporary).name, path.name), exc.hint) from None
+    finally:
         Path(temporary).unlink(missing_ok=True)
-        raise
+    rewrite_user_file(path, output)
     return "replaced" if existing else "added"
 
 

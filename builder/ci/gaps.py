@@ -29,6 +29,7 @@ from packaging.version import Version
 
 from builder.core.basepins import PINS_FILE, load_base_pins
 from builder.core.errors import ConfigurationError
+from builder.core.userfiles import rewrite_user_file, with_line_endings_of
 from builder.image.profile import PROFILES_DIR
 from builder.patching.matrix import Matrix
 from builder.patching.series import Series
@@ -110,7 +111,8 @@ def write_base_entry(pins_path: Path, version: str, lane: str) -> bool:
     Raises:
         BuilderError: the existing file is malformed.
     """
-    text = pins_path.read_text() if pins_path.exists() else _PINS_HEADER
+    original = pins_path.read_bytes() if pins_path.exists() else b""
+    text = original.decode("utf-8").replace("\r\n", "\n") if original else _PINS_HEADER
     if pins_path.exists() and lane in load_base_pins(pins_path).lanes(Version(version)):
         return False
     entry = (f'[[base]]\nupstream_version = "{version}"\ncuda_lane = "{lane}"\n'
@@ -132,7 +134,10 @@ def write_base_entry(pins_path: Path, version: str, lane: str) -> bool:
         load_base_pins(Path(probe))  # never write a file the stages cannot read
     finally:
         os.unlink(probe)
-    _replace_atomically(pins_path, new)
+    if original:  # the user's file: its identity and line endings kept
+        rewrite_user_file(pins_path, with_line_endings_of(original, new))
+    else:
+        _replace_atomically(pins_path, new)
     return True
 
 

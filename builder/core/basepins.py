@@ -18,9 +18,7 @@ This module is in the core because both the kernel stage and the image stage rea
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,6 +26,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import ConfigurationError
+from builder.core.userfiles import rewrite_user_file, with_line_endings_of
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 #: The pins file, relative to the project root (the folder of ``targets.toml``).
@@ -208,7 +207,9 @@ def write_base_pins(pins: BasePins, updated: list[BasePin]) -> None:
     """
     import tomlkit
 
-    document = tomlkit.parse(pins.path.read_text())
+    # Bytes decoded without newline translation: a CRLF file stays CRLF.
+    original = pins.path.read_bytes()
+    document = tomlkit.parse(original.decode("utf-8"))
     tables = [table for kind in _REQUIRED for table in document.get(kind, [])]
     if len(tables) != len(updated):
         raise ConfigurationError(f"{pins.path} changed while it was being resolved",
@@ -217,14 +218,4 @@ def write_base_pins(pins: BasePins, updated: list[BasePin]) -> None:
         table["digest"] = pin.digest
         for key in ("index_digest", "platform", "resolved"):
             table[key] = getattr(pin, key)
-    text = tomlkit.dumps(document)
-    # Same folder, then rename: a reader never sees half a file.
-    fd, tmp = tempfile.mkstemp(prefix=f".{pins.path.name}.", dir=pins.path.parent)
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, pins.path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    rewrite_user_file(pins.path, with_line_endings_of(original, tomlkit.dumps(document)))

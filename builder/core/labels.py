@@ -15,9 +15,9 @@ import tomlkit
 import tomlkit.exceptions
 import tomlkit.items
 
-from builder.core.cache import atomic_write_bytes
 from builder.core.config import load_targets
 from builder.core.errors import BuilderError, ConfigurationError
+from builder.core.userfiles import rewrite_user_file
 
 
 def next_label(label: str) -> str:
@@ -64,11 +64,11 @@ def bump_label(targets_file: Path, target: str) -> tuple[str, str]:
             f"edit it by hand: local_label = \"{new}\"")
     tables[0]["local_label"] = tomlkit.string(new, literal=label.type.is_literal(),
                                               multiline=label.type.is_multiline())
-    atomic_write_bytes(targets_file, tomlkit.dumps(document).encode("utf-8"))
+    rewrite_user_file(targets_file, tomlkit.dumps(document).encode("utf-8"))
     try:
         if load_targets(targets_file).get(target).local_label != new:
             raise ConfigurationError(f"{targets_file}: the label edit did not take", "")
     except BuilderError:
-        atomic_write_bytes(targets_file, original)  # never leave it broken
+        rewrite_user_file(targets_file, original)  # never leave it broken
         raise
     return old, new

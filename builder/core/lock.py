@@ -17,7 +17,11 @@ that record the same entries write the same bytes; it is replaced atomically.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -66,6 +70,11 @@ class VersionLock:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.entries: dict[str, dict[str, dict[str, str]]] = {kind: {} for kind in KINDS}
+        self._read()
+
+    def _read(self) -> None:
+        path = self.path
+        self.entries = {kind: {} for kind in KINDS}
         if not path.exists():
             return
         try:
@@ -91,6 +100,13 @@ class VersionLock:
         """Compare ``digest`` with what the lock records for ``(kind, target, version)``."""
         recorded = self.entries[kind].get(target, {}).get(version)
         if recorded is None:
+            # One version, one content, whatever the target's name: another target's
+            # record of this version binds it too. A wheel's provenance names its
+            # target, so for wheels another target's version is never this one's.
+            others = sorted(d for t, versions in self.entries[kind].items() if t != target
+                            for v, d in versions.items() if v == version)
+            if others and (kind == "wheel" or digest not in others):
+                return LockCheck("differs", others[0], digest)
             return LockCheck("new", None, digest)
         return LockCheck("recorded" if recorded == digest else "differs", recorded, digest)
 
@@ -120,15 +136,29 @@ class VersionLock:
         Raises:
             BuilderError: another digest is recorded and ``replace`` is false.
         """
-        if not replace:
-            verdict = self.require(kind, target, version, digest)
-            if verdict.state == "recorded":
+        with self._serialised():
+            self._read()  # what a concurrent writer recorded meanwhile is kept
+            if not replace:
+                verdict = self.require(kind, target, version, digest)
+                if verdict.state == "recorded":
+                    return False
+            elif self.entries[kind].get(target, {}).get(version) == digest:
                 return False
-        elif self.entries[kind].get(target, {}).get(version) == digest:
-            return False
-        self.entries[kind].setdefault(target, {})[version] = digest
-        self.write()
+            self.entries[kind].setdefault(target, {})[version] = digest
+            self.write()
         return True
+
+    @contextlib.contextmanager
+    def _serialised(self) -> Iterator[None]:
+        """Hold an exclusive ``flock`` on the lock file's folder (the file itself is
+        replaced by a rename, so its inode cannot carry the lock) for a read-modify-write."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
 
     def to_json(self) -> dict[str, Any]:
         """The file's content: sorted, so the same entries always give the same bytes."""

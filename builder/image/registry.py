@@ -13,6 +13,14 @@ with its credential helpers), read by docker-py's :mod:`docker.auth`.
 
 Registries on 127.0.0.0/8 and ``localhost`` are reached over plain HTTP, as the Docker
 Engine does (they are insecure registries by default); every other one over HTTPS.
+
+Every answer is checked before anything is taken from it: its size (at most
+:data:`MAX_MANIFEST_BYTES`, containerd's limit for a manifest, ``remotes/docker`` in
+containerd 1.7), its identity (a body's sha256 is its digest; a ``HEAD`` names the
+digest asked for), and its shape (an index's ``manifests`` is a list of descriptors
+with a ``sha256:<64 hex>`` digest, an integer size and a platform object, the OCI image
+spec's ``descriptor.md`` and ``image-index.md``). A malformed answer is one
+:class:`SourceError`, never a traceback, and never a pin.
 """
 
 from __future__ import annotations
@@ -36,6 +44,10 @@ MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json",
 ACCEPT = ", ".join(INDEX_TYPES + MANIFEST_TYPES)
 DOCKER_HUB_API = "registry-1.docker.io"
 _CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
+# A pin is a sha256 digest (the OCI image spec's registered algorithm, lower-case hex).
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+# containerd refuses a manifest over 4 MiB (``MaxManifestSize``, remotes/docker, 1.7).
+MAX_MANIFEST_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -146,7 +158,8 @@ class RegistryClient:
         if self._authorization:
             headers = {**headers, "Authorization": self._authorization}
         try:
-            return self.session.request(method, url, headers=headers, timeout=self.timeout)
+            return self.session.request(method, url, headers=headers, timeout=self.timeout,
+                                        stream=True)
         except requests.RequestException as exc:
             raise SourceError(f"registry {self.name.registry} is not reachable: "
                               f"{type(exc).__name__}: {exc}",
@@ -227,16 +240,49 @@ class RegistryClient:
                               f"{response.status_code} for {what}", "try again later")
         digest = response.headers.get("Docker-Content-Digest", "")
         if method == "GET":
+            self._read_capped(response, what)
             actual = "sha256:" + hashlib.sha256(response.content).hexdigest()
             if digest and digest != actual:
                 raise SourceError(f"registry {self.name.registry} served {what} with digest "
                                   f"{digest} but its body hashes to {actual}",
                                   "a proxy may be rewriting it; try again")
             digest = actual
+        else:
+            response.close()
         if not digest:
             raise SourceError(f"registry {self.name.registry} sent no digest for {what}",
                               "resolve it with GET")
+        if reference.startswith("sha256:") and digest != reference:
+            raise SourceError(f"registry {self.name.registry} answered {what} with another "
+                              f"manifest ({digest})", "the registry (or a proxy) is "
+                              "serving the wrong content; do not pin it")
         return response, digest
+
+    def _read_capped(self, response: requests.Response, what: str,
+                     cap: int = MAX_MANIFEST_BYTES) -> None:
+        """Read the streamed body into ``response.content``, refusing more than ``cap``.
+
+        Raises:
+            BuilderError: the declared or the real size is over ``cap``.
+        """
+        too_big = SourceError(f"registry {self.name.registry} sent over {cap} bytes for "
+                              f"{what} (a manifest is at most {cap} bytes, as containerd "
+                              "takes)", "the registry is not serving a manifest; check "
+                              "the image name")
+        declared = response.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > cap:
+            response.close()
+            raise too_big
+        try:
+            body = response.raw.read(cap + 1, decode_content=True)
+        except (requests.RequestException, OSError) as exc:
+            raise SourceError(f"registry {self.name.registry}: reading {what} failed: "
+                              f"{type(exc).__name__}: {exc}", "try again") from None
+        finally:
+            response.close()
+        if len(body) > cap:
+            raise too_big
+        response._content = body  # what .content and .json() then read
 
     def blob_json(self, digest: str) -> dict[str, Any]:
         """A small JSON blob (an image config) by digest, checked against it.
@@ -244,15 +290,17 @@ class RegistryClient:
         Raises:
             BuilderError: refused, missing, not JSON, or not matching its digest.
         """
-        if not digest.startswith("sha256:"):
-            raise SourceError(f"{self._where()}: a manifest without a config digest",
-                              "the registry's manifest is malformed")
+        if not DIGEST.fullmatch(digest):
+            raise SourceError(f"{self._where()}: a manifest without a sha256 config digest "
+                              f"({digest!r})", "the registry's manifest is malformed")
         url = f"{self.name.base_url}/v2/{self.name.repository}/blobs/{digest}"
         response = self._send("GET", url, {})
         if response.status_code != 200:
+            response.close()
             raise SourceError(f"registry {self.name.registry} answered HTTP "
                               f"{response.status_code} for the config blob {digest} of "
                               f"{self._where()}", "try again later")
+        self._read_capped(response, f"the config blob {digest} of {self._where()}")
         if "sha256:" + hashlib.sha256(response.content).hexdigest() != digest:
             raise SourceError(f"{self._where()}: config blob {digest} does not match its "
                               "digest", "a proxy may be rewriting it; try again")
@@ -262,8 +310,43 @@ class RegistryClient:
 
 def _platform(entry: dict[str, Any]) -> str:
     platform = entry.get("platform") or {}
+    if not isinstance(platform, dict):
+        return ""
     text = f"{platform.get('os', '')}/{platform.get('architecture', '')}"
     return text + (f"/{platform['variant']}" if platform.get("variant") else "")
+
+
+def _descriptors(name: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """An index's ``manifests``, every entry checked as an OCI descriptor with a platform.
+
+    Raises:
+        BuilderError: ``manifests`` is not a list, or an entry is not an object with a
+            ``sha256:<64 hex>`` digest, a non-negative integer size and a platform object
+            with string ``os`` and ``architecture``.
+    """
+    entries = body.get("manifests")
+    hint = "the registry serves a malformed image index; pin another tag or registry"
+    if not isinstance(entries, list):
+        raise SourceError(f"{name}: the image index's manifests is a "
+                          f"{type(entries).__name__}, not a list", hint)
+    for number, entry in enumerate(entries, 1):
+        where = f"{name}: image index entry #{number}"
+        if not isinstance(entry, dict):
+            raise SourceError(f"{where} is not an object", hint)
+        digest, size = entry.get("digest"), entry.get("size")
+        if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
+            raise SourceError(f"{where}: digest {digest!r} is not sha256:<64 hex>", hint)
+        if not isinstance(size, int) or isinstance(size, bool) or not \
+                0 <= size <= MAX_MANIFEST_BYTES:
+            raise SourceError(f"{where}: size {size!r} is not a manifest's size "
+                              f"(0..{MAX_MANIFEST_BYTES})", hint)
+        platform = entry.get("platform")
+        if platform is not None and not (
+                isinstance(platform, dict)
+                and all(isinstance(platform.get(k), str) for k in ("os", "architecture"))):
+            raise SourceError(f"{where}: platform {platform!r} is not an object with os "
+                              "and architecture", hint)
+    return entries
 
 
 def resolve(name: str, *, platform: str = "linux/amd64", timeout: float = 30,
@@ -290,19 +373,23 @@ def resolve(name: str, *, platform: str = "linux/amd64", timeout: float = 30,
     body = _json_object(response, f"{name}: the registry's answer is not a JSON manifest",
                         "check the registry address")
     media_type = body.get("mediaType") or media_type
+    if media_type not in INDEX_TYPES + MANIFEST_TYPES:
+        raise SourceError(f"{name}: the registry's answer is a {media_type!r}, not an OCI "
+                          "or Docker v2 manifest or index",
+                          "pin an image pushed with a current Docker or buildkit")
     if media_type not in INDEX_TYPES and "manifests" not in body:
         # A single manifest: its platform is in the image config it points at.
-        config = body.get("config") or {}
+        config = body.get("config")
+        config = config if isinstance(config, dict) else {}
         found = _platform({"platform": client.blob_json(str(config.get("digest", "")))})
         if found.split("/")[:2] != platform.split("/")[:2]:
             raise SourceError(f"{name} is a single-platform image for {found}, not "
                               f"{platform}", "pin the tag of the platform the build uses")
         return Resolution(digest, "", found, media_type)
-    matches = [entry for entry in body.get("manifests", [])
-               if isinstance(entry, dict) and _platform(entry) == platform]
+    entries = _descriptors(name, body)
+    matches = [entry for entry in entries if _platform(entry) == platform]
     if not matches:
-        offered = sorted({_platform(e) for e in body.get("manifests", [])
-                          if isinstance(e, dict)})
+        offered = sorted({_platform(e) for e in entries if _platform(e)})
         raise SourceError(f"{name} is a multi-platform image without {platform} (it has "
                           f"{', '.join(offered) or 'none'})",
                           "pin another tag, or the build's platform")

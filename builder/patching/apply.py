@@ -168,10 +168,12 @@ def _apply_patch(view: TreeView, parsed: ParsedPatch, entry: SeriesEntry,
                  ) -> tuple[PatchOutcome, dict[str, bytes | None], dict[str, int]]:
     """Apply one patch to the view; return its outcome and the changes to stage."""
     # Files of one patch see each other's changes (a patch may touch a file twice).
+    # Git copies and renames read their source from ``view``, the tree before this patch.
     scratch = TreeView(view.root, view.layout, dict(view.changes), dict(view.modes))
     reports: list[FileReport] = []
     for file_patch in parsed.files:
-        outcome = apply_file(scratch, parsed.path.name, file_patch, max_fuzz, entry.strip)
+        outcome = apply_file(scratch, parsed.path.name, file_patch, max_fuzz, entry.strip,
+                             preimage=view)
         reports.append(outcome.report)
         scratch.changes.update(outcome.staged)
         scratch.modes.update(outcome.modes)

@@ -25,6 +25,7 @@ from typing import Literal
 from builder.core.cache import atomic_write_bytes
 from builder.core.errors import ConfigurationError
 from builder.core.layout import PACKAGE_FOLDER
+from builder.core.userfiles import rewrite_user_file
 from builder.patching.patchfile import parse_patch, split_header
 
 PatchLayout = Literal["git", "sdist"]
@@ -189,7 +190,7 @@ def add_to_series(series_file: Path, patch: Path, *, versions: str, description:
                                  "or refresh the existing patch instead")
     if not description.strip():
         raise ConfigurationError("a patch needs a description", "pass --description TEXT")
-    original = series_file.read_text()
+    original = series_file.read_bytes().decode("utf-8")  # no newline translation
     found = canonical_patch(patch, strip, layout, stored)
     digest = sha256_file(stored)
     entry = ("\n[[patch]]\n"
@@ -199,10 +200,10 @@ def add_to_series(series_file: Path, patch: Path, *, versions: str, description:
              f"strip = {strip}\n"
              f"versions = {_toml_string(versions)}\n")
     try:
-        atomic_write_bytes(series_file, (original.rstrip("\n") + "\n" + entry).encode())
+        rewrite_user_file(series_file, (original.rstrip("\n") + "\n" + entry).encode())
         load_series(series_file)
     except BaseException:
-        atomic_write_bytes(series_file, original.encode())
+        rewrite_user_file(series_file, original.encode())
         stored.unlink(missing_ok=True)
         raise
     return stored, found, digest

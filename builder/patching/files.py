@@ -299,8 +299,14 @@ def _resolve_plain_names(view: TreeView, file_patch: FilePatch) -> FilePatch:
 
 
 def apply_file(view: TreeView, patch_name: str, file_patch: FilePatch,
-                max_fuzz: int, strip: int) -> StagedFile:
+                max_fuzz: int, strip: int, preimage: TreeView | None = None) -> StagedFile:
     """Apply one file patch to the view (without changing it); decide its status.
+
+    A git copy or rename reads its source as it was before this patch (``preimage``),
+    whatever the patch did to it in an earlier file: ``git diff -C`` writes "modify x"
+    before "copy x to z" and means z to be the old x, as ``git apply`` (function
+    ``previous_patch`` in ``apply.c``, git 2.x: copies and renames never chain off an
+    earlier patch of the same input) and GNU patch 2.7 apply it.
 
     Args:
         view: the tree with the changes of the series so far.
@@ -308,6 +314,8 @@ def apply_file(view: TreeView, patch_name: str, file_patch: FilePatch,
         file_patch: the file's part of the patch.
         max_fuzz: the fuzz the series allows this patch here.
         strip: the strip level used (for messages).
+        preimage: the tree before this patch (``None``: ``view``), where git copies and
+            renames read their source.
 
     Returns:
         The file's report and the changes to stage.
@@ -367,7 +375,9 @@ def apply_file(view: TreeView, patch_name: str, file_patch: FilePatch,
                             {new: content.encode("utf-8", "surrogateescape")},
                             {new: file_patch.new_mode or 0o644})
     assert old is not None
-    current = view.read(old)
+    source_view = preimage if preimage is not None and file_patch.git and \
+        op in (Operation.RENAME, Operation.COPY) else view
+    current = source_view.read(old)
     if current is None:
         if op == Operation.DELETE:
             note = "the file to delete is already absent"
@@ -404,7 +414,7 @@ def apply_file(view: TreeView, patch_name: str, file_patch: FilePatch,
         status = FileStatus.EOL_MISMATCH if FileStatus.EOL_MISMATCH in statuses else \
             FileStatus.FAILED
         return StagedFile(FileReport(repo_path, status, report_hunks, note))
-    mode = view.mode(old)
+    mode = source_view.mode(old)
     new_mode = file_patch.new_mode if file_patch.new_mode is not None else mode
     if op == Operation.DELETE:
         if new_lines:
@@ -422,7 +432,12 @@ def apply_file(view: TreeView, patch_name: str, file_patch: FilePatch,
                             {old: data}, {old: new_mode or 0o644})
     assert new is not None
     staged: dict[str, bytes | None] = {new: data}
-    if op == Operation.RENAME and new != old:
+    # A rename removes its source, unless an earlier file of this patch wrote that file:
+    # then both oracles keep what that file patch wrote (git apply removes every old
+    # path before it writes any new one, write_out_results in apply.c, git 2.x).
+    written_here = preimage is not None and view.changes.get(old) is not None and (
+        old not in preimage.changes or preimage.changes[old] != view.changes[old])
+    if op == Operation.RENAME and new != old and not written_here:
         staged[old] = None
     status = {Operation.RENAME: FileStatus.RENAMED,
               Operation.COPY: FileStatus.COPIED}.get(op, FileStatus.PATCHED)

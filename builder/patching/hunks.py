@@ -256,6 +256,33 @@ def _matches(lines: Sequence[str], pattern: Sequence[str], where: int, skip_fron
     return True
 
 
+def _occurrences(lines: Sequence[str], window: Sequence[str], min_where: int,
+                 max_where: int, skip_front: int) -> list[int]:
+    """Every ``where`` in ``min_where..max_where`` with ``window`` at ``where + skip_front``.
+
+    What testing each ``where`` with :func:`_matches` gives, in linear time: each line
+    becomes one character (its id) and ``str.find`` (CPython's two-way search, 3.10+:
+    linear in the worst case) finds the window. A failing search then costs the length
+    of the file, never file length times hunk length.
+    """
+    if max_where < min_where:
+        return []
+    if not window:
+        return list(range(min_where, max_where + 1))
+    ids: dict[str, int] = {}
+    for line in window:
+        ids.setdefault(line, len(ids))
+    # Lines the window lacks all map to one id it never uses.
+    text = "".join(chr(ids.get(line, len(ids))) for line in lines)
+    needle = "".join(chr(ids[line]) for line in window)
+    found, start = [], min_where - 1 + skip_front
+    last = max_where - 1 + skip_front  # the last start allowed
+    while (at := text.find(needle, start, last + len(needle))) != -1:
+        found.append(at + 1 - skip_front)
+        start = at + 1
+    return found
+
+
 def _candidates(lines: Sequence[str], hunk: Hunk, first_guess: int, fuzz: int,
                 last_frozen: int) -> tuple[list[int], list[int]]:
     """Lines where ``hunk``'s preimage matches at ``fuzz``, nearest first (GNU order).
@@ -294,10 +321,14 @@ def _gnu_candidates(lines: Sequence[str], hunk: Hunk, first_guess: int, fuzz: in
         where = len(lines) - pat_lines + 1
         ok = where >= min_where and _matches(lines, pattern, where, prefix_fuzz, 0)
         return ([where] if ok else []), prefix_fuzz
-    found = [w for w in range(min_where, max_where + 1)
-             if _matches(lines, pattern, w, prefix_fuzz, suffix_fuzz)]
+    found = _occurrences(lines, pattern[prefix_fuzz:pat_lines - suffix_fuzz],
+                         min_where, max_where, prefix_fuzz)
     found.sort(key=lambda w: (abs(w - first_guess), w < first_guess))
     return found, prefix_fuzz
+
+
+#: Line comparisons the near-miss hint of one failed hunk may spend.
+_NEAR_MISS_BUDGET = 1_000_000
 
 
 def _near_miss(lines: Sequence[str], hunk: Hunk, first_guess: int) -> NearMiss | None:
@@ -305,7 +336,11 @@ def _near_miss(lines: Sequence[str], hunk: Hunk, first_guess: int) -> NearMiss |
     if not pattern or not lines:
         return None
     best: tuple[int, int, int] | None = None  # (-matched, distance, where)
-    for where in range(1, max(len(lines) - len(pattern) + 1, 1) + 1):
+    last = max(len(lines) - len(pattern) + 1, 1)
+    # Nearest windows first, within a budget of line comparisons: the hint for a failed
+    # hunk must not cost file length times hunk length on a large file.
+    nearest = sorted(range(1, last + 1), key=lambda w: (abs(w - first_guess), w))
+    for where in nearest[:max(1, _NEAR_MISS_BUDGET // len(pattern))]:
         window = lines[where - 1: where - 1 + len(pattern)]
         matched = sum(1 for a, b in zip(window, pattern, strict=False) if a == b)
         key = (-matched, abs(where - first_guess), where)
@@ -460,8 +495,7 @@ def anchor_note(lines: Sequence[str], hunk: Hunk) -> str:
     pattern = hunk.preimage
     if not pattern:
         return ""
-    found = [w for w in range(1, len(lines) - len(pattern) + 2)
-             if _matches(lines, pattern, w, 0, 0)]
+    found = _occurrences(lines, pattern, 1, len(lines) - len(pattern) + 1, 0)
     if not found:
         return ""
     where = ", ".join(map(str, found[:5])) + (" ..." if len(found) > 5 else "")

@@ -379,6 +379,10 @@ def _read_hunk(lines: list[str], at: int, number: int, offset: int, patch: Path
         if body:
             body[-1] = (body[-1][0], body[-1][1].removesuffix("\n"))
         index += 1
+    if not any(kind in "-+" for kind, _ in body):
+        # GNU patch 2.7 ("malformed patch") and git apply ("corrupt patch") refuse it too.
+        raise _malformed(patch, offset + at + 1, f"hunk #{number} changes nothing (no '-' "
+                         "or '+' line)")
     section = match[5].strip()
     return Hunk(number, old_start, old_length, new_start, new_length, tuple(body),
                 " " + section if section else ""), index

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from builder.core.cache import atomic_write_bytes
 from builder.core.config import load_targets
 from builder.core.errors import PatchError
 from builder.core.options import Options
+from builder.core.userfiles import rewrite_user_file
 from builder.patching.apply import (
     PatchStep,
     read_series,
@@ -306,12 +306,12 @@ def refresh_series(source: SourceResult, series: Series, *, accept_fuzz: bool = 
                                       outcome.sha256, new_sha, _fuzzed(step, text)))
     if not dry_run:
         for destination, data in writes:
-            atomic_write_bytes(destination, data)
+            rewrite_user_file(destination, data)
         if pins and series.path is not None:
-            text = series.path.read_text()
+            data = series.path.read_bytes()  # bytes: its line endings stay as they are
             for old, new in pins:
-                text = text.replace(old, new)
-            atomic_write_bytes(series.path, text.encode())
+                data = data.replace(old.encode(), new.encode())
+            rewrite_user_file(series.path, data)
     return tuple(results)
 
 

@@ -116,10 +116,12 @@ def _read_auth() -> tuple[str, str] | None:
 
 def index_files(index: Index, project: str) -> dict[str, str | None]:
     """Return the files the index lists for ``project``: file name -> sha256 (``None``
-    when the page gives no sha256).
+    when the page gives no sha256), lower-cased (hex is case-insensitive, as the source
+    side reads it in :mod:`builder.source.index`).
 
     Raises:
-        BuilderError: the index cannot be reached or answers with an error.
+        BuilderError: the index cannot be reached, answers with an error, or sends a page
+            that is not PEP 503 / PEP 691.
     """
     session = requests.Session()
     session.auth = _read_auth()
@@ -137,7 +139,12 @@ def index_files(index: Index, project: str) -> dict[str, str | None]:
                            f"{_status(exc)} for project {project}",
                            "check the URL and the credentials (TWINE_USERNAME / "
                            "TWINE_PASSWORD)") from None
-    return {p.filename: p.digests.get("sha256") for p in page.packages}
+    except ValueError as exc:  # pypi-simple's parse errors (JSON, pydantic) are ValueErrors
+        raise PublishError(f"the package index {index.simple_url} sent a malformed page "
+                           f"for project {project}: {str(exc).splitlines()[0]}",
+                           "check --repository-url names the index's root") from None
+    return {p.filename: (p.digests["sha256"].lower() if p.digests.get("sha256") else None)
+            for p in page.packages}
 
 
 def _status(exc: requests.exceptions.RequestException) -> str:

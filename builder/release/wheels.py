@@ -35,28 +35,39 @@ from builder.core.options import Options, select_target
 from builder.image.build import ExtraWheel, read_extra_wheel
 from builder.release.publish import Index, Published, upload_wheel, wheel_state
 from builder.release.run import ReleaseSummary
-from builder.smoke.gpu import load_report, require_passed
+from builder.smoke.gpu import SmokeReport, load_report, require_passed
 from builder.wheel.build import WheelResult, run_wheels
 
 WheelGate = Literal["smoke", "build"]
 
 
-def _covered(wheels: list[WheelResult], gate: WheelGate,
-             smoke_report: Path | None) -> list[WheelResult]:
-    """The wheels the gate lets through.
+def _report(gate: WheelGate, smoke_report: Path | None) -> SmokeReport | None:
+    """The smoke report the gate needs, read and checked before anything is built.
 
     Raises:
-        BuilderError: no report with ``smoke``; the report failed or tested another wheel.
+        BuilderError: no report with ``smoke`` (exit 7); a report that cannot be read or
+            is malformed (a configuration error, exit 2).
     """
     if gate == "build":
-        return wheels
+        return None
     if smoke_report is None:
         raise PublishError(
             "the smoke gate needs the smoke test's report from a GPU runner",
             "there: python -m builder smoke --mode host --sglang-wheel WHEEL --output "
             "smoke.json, then --smoke-report smoke.json; or --gate build to publish on the "
             "build's own checks alone")
-    report = load_report(smoke_report)
+    return load_report(smoke_report)
+
+
+def _covered(wheels: list[WheelResult], report: SmokeReport | None) -> list[WheelResult]:
+    """The wheels the gate lets through (all of them with the ``build`` gate: no report).
+
+    Raises:
+        BuilderError: the report did not run the required checks, failed, or tested
+            another wheel.
+    """
+    if report is None:
+        return wheels
     tested = (report.artifacts.get("sglang") or {}).get("provenance_sha256")
     covered = [w for w in wheels if sha256_json(w.provenance) == tested]
     # Raises when the report failed, or tested none of these wheels.
@@ -125,12 +136,13 @@ def run_publish_wheels(options: Options, index: Index, *, gate: WheelGate = "smo
             :class:`~builder.release.run.ReleaseSummary` so far.
     """
     summary = ReleaseSummary()
+    report = _report(gate, smoke_report)
     try:
         # The kernel wheels are checked first: a refusal costs no build.
         kernels = kernel_wheels_for(kernel_wheels, select_target(options).local_label, gate,
                                     smoke_report)
         wheels = run_wheels(options)
-        covered = _covered(wheels, gate, smoke_report)
+        covered = _covered(wheels, report)
     except BuilderError as exc:
         what = f"target {options.target}" if options.target else "the default target"
         summary.not_published.append((f"the wheels of {what}", f"stopped: {exc.cause}"))

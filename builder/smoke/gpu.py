@@ -79,6 +79,9 @@ from builder.wheel.build import PROVENANCE_FILE, builder_version
 Status = Literal["passed", "failed", "warning", "not-run"]
 STATUSES: tuple[Status, ...] = ("passed", "failed", "warning", "not-run")
 CHECKS = ("runner", "sglang", "lockstep", "kernels", "moe-autotune", "server")
+#: The checks every report must have run and counted (1-4, see the module doc): a report
+#: without one of them proves nothing, whatever else it holds.
+ALWAYS_COUNTED = CHECKS[:4]
 EXIT_PASSED, EXIT_FAILED, EXIT_MISCONFIGURED = 0, 1, 3
 #: What runs in the tested interpreter (never imported here): the probe, the tiny model's
 #: writer, and the links to the two standard-library modules the probe loads beside it.
@@ -119,18 +122,35 @@ class CheckResult:
                 "detail": self.detail, "data": dict(self.data)}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> CheckResult:
-        """Rebuild a result from :meth:`to_json` output.
+    def from_json(cls, data: Any) -> CheckResult:
+        """Rebuild a result from :meth:`to_json` output, every field's type checked.
 
         Raises:
-            BuilderError: the status is not one of :data:`STATUSES`.
+            BuilderError: not an object; the name is not one of :data:`CHECKS`; the status
+                not one of :data:`STATUSES`; ``required`` not a boolean; ``detail`` not a
+                string or ``data`` not an object.
         """
-        status = data["status"]
-        if status not in STATUSES:
-            raise ConfigurationError(f"check {data.get('name')!r} has unknown status {status!r}",
+        if not isinstance(data, dict):
+            raise ConfigurationError(f"a check is a {type(data).__name__}, not an object",
+                                     _REPORT_HINT)
+        name, status = data.get("name"), data.get("status")
+        if not isinstance(name, str) or name not in CHECKS:
+            raise ConfigurationError(f"check {name!r} is not one of {', '.join(CHECKS)}",
+                                     _REPORT_HINT)
+        if not isinstance(status, str) or status not in STATUSES:
+            raise ConfigurationError(f"check {name!r} has unknown status {status!r}",
                                      f"a status is one of {', '.join(STATUSES)}")
-        return cls(str(data["name"]), _status(status), str(data["detail"]), bool(data["required"]),
-                   dict(data.get("data") or {}))
+        required, detail, extra = data.get("required"), data.get("detail"), data.get("data")
+        if not isinstance(required, bool):
+            raise ConfigurationError(f"check {name!r}: required is {required!r}, not true "
+                                     "or false", _REPORT_HINT)
+        if not isinstance(detail, str) or not isinstance(extra, dict | None):
+            raise ConfigurationError(f"check {name!r}: detail must be a string and data an "
+                                     "object", _REPORT_HINT)
+        return cls(name, _status(status), detail, required, dict(extra or {}))
+
+
+_REPORT_HINT = "use a report written by python -m builder smoke --output, unedited"
 
 
 @dataclass(frozen=True)
@@ -155,9 +175,16 @@ class SmokeReport:
     builder: str = ""
 
     @property
+    def unproven(self) -> list[str]:
+        """The checks of :data:`ALWAYS_COUNTED` this report did not run as counted ones."""
+        counted = {check.name for check in self.checks if check.required}
+        return [name for name in ALWAYS_COUNTED if name not in counted]
+
+    @property
     def passed(self) -> bool:
-        """True when the runner worked and every counted check passed (or warned)."""
-        return not self.misconfigured_runner and \
+        """True when the runner worked, every check of :data:`ALWAYS_COUNTED` is in the
+        report as a counted one, and every counted check passed (or warned)."""
+        return not self.misconfigured_runner and not self.unproven and \
             all(check.ok for check in self.checks if check.required)
 
     @property
@@ -181,25 +208,37 @@ class SmokeReport:
                 "checks": [check.to_json() for check in self.checks]}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> SmokeReport:
-        """Rebuild a report from :meth:`to_json` output.
+    def from_json(cls, data: Any) -> SmokeReport:
+        """Rebuild a report from :meth:`to_json` output, every field's type checked.
 
         Raises:
-            BuilderError: not a schema-1 smoke report, or a check is malformed.
+            BuilderError: not a schema-1 smoke report object; the mode is not ``host`` or
+                ``image``; a check is malformed or named twice; ``artifacts`` is not an
+                object of objects.
         """
-        if data.get("schema") != 1 or not isinstance(data.get("checks"), list):
-            raise ConfigurationError("not a smoke report (schema 1)",
-                                     "use a report written by python -m builder smoke --output")
-        try:
-            return cls(str(data["mode"]), tuple(CheckResult.from_json(c)
-                                                for c in data["checks"]),
-                       dict(data.get("artifacts") or {}),
-                       bool(data.get("misconfigured_runner")), str(data.get("created", "")),
-                       str(data.get("builder", "")))
-        except (KeyError, TypeError) as exc:
-            raise ConfigurationError(f"malformed smoke report: missing {exc}",
-                                     "use a report written by python -m builder smoke --output"
-                                     ) from None
+        if not isinstance(data, dict) or data.get("schema") != 1 \
+                or not isinstance(data.get("checks"), list):
+            raise ConfigurationError("not a smoke report (schema 1)", _REPORT_HINT)
+        mode, artifacts = data.get("mode"), data.get("artifacts") or {}
+        if mode not in ("host", "image"):
+            raise ConfigurationError(f"malformed smoke report: mode {mode!r} is not host or "
+                                     "image", _REPORT_HINT)
+        if not isinstance(artifacts, dict) or \
+                not all(isinstance(v, dict) for v in artifacts.values()):
+            raise ConfigurationError("malformed smoke report: artifacts must be an object of "
+                                     "objects", _REPORT_HINT)
+        misconfigured = data.get("misconfigured_runner", False)
+        if not isinstance(misconfigured, bool):
+            raise ConfigurationError("malformed smoke report: misconfigured_runner is "
+                                     f"{misconfigured!r}, not true or false", _REPORT_HINT)
+        checks = tuple(CheckResult.from_json(c) for c in data["checks"])
+        names = [check.name for check in checks]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ConfigurationError(f"malformed smoke report: check {', '.join(twice)} "
+                                     "appears more than once", _REPORT_HINT)
+        return cls(mode, checks, dict(artifacts), misconfigured,
+                   str(data.get("created", "")), str(data.get("builder", "")))
 
     def summary(self) -> list[str]:
         """Short human summary: one line per check, then the verdict."""
@@ -798,14 +837,18 @@ def load_report(path: Path) -> SmokeReport:
     """Read a report written by :func:`write_report`.
 
     Raises:
-        BuilderError: unreadable, or not a smoke report.
+        BuilderError: unreadable, or not a well-formed smoke report (the error names
+            ``path``).
     """
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise ConfigurationError(f"cannot read the smoke report {path}: {exc}",
                                  "run python -m builder smoke --output FILE first") from None
-    return SmokeReport.from_json(data)
+    try:
+        return SmokeReport.from_json(data)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"smoke report {path}: {exc.cause}", exc.hint) from None
 
 
 def require_passed(report: SmokeReport, *, sglang_provenance: Mapping[str, Any] | None = None,
@@ -820,11 +863,22 @@ def require_passed(report: SmokeReport, *, sglang_provenance: Mapping[str, Any] 
     Raises:
         BuilderError: the smoke failed, or it tested other artifacts than these.
     """
+    if report.unproven:
+        raise PublishError(f"the smoke report did not run (as counted checks) "
+                           f"{', '.join(report.unproven)}: it proves nothing; refusing to "
+                           "publish", "run the smoke test on a GPU runner and give its "
+                           "report as written")
     if not report.passed:
         failed = [c.name for c in report.checks if c.required and not c.ok]
         raise PublishError(f"the smoke test did not pass ({', '.join(failed) or 'runner'}); "
                            "refusing to publish", "fix it and run the smoke test again")
     tested = report.artifacts
+    # The artifact the sglang check itself verified is the one the gate admits.
+    checked = report.check("sglang").data.get("provenance_sha256")
+    recorded = (tested.get("sglang") or {}).get("provenance_sha256")
+    if sglang_provenance is not None and checked != recorded:
+        raise PublishError("the smoke report's sglang artifact is not the one its sglang "
+                           "check verified; refusing to publish", _REPORT_HINT)
     pairs = (("sglang", "provenance_sha256", sglang_provenance),
              ("kernels", "manifest_sha256", kernel_manifest))
     for key, field_name, artifact in pairs:

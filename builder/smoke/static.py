@@ -76,8 +76,8 @@ class StaticSmokeReport:
 
     @property
     def passed(self) -> bool:
-        """True when every check passed."""
-        return all(check.ok for check in self.checks)
+        """True when checks ran and every one passed (none ran proves nothing)."""
+        return bool(self.checks) and all(check.ok for check in self.checks)
 
     @property
     def installed_size(self) -> int:

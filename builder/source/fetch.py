@@ -13,6 +13,7 @@ import glob
 import hashlib
 import os
 import shutil
+import urllib.parse
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,13 @@ from builder.core.layout import Layout
 from builder.core.options import Options, select_target
 from builder.core.pipconfig import IndexChoice, resolve_index
 from builder.core.progress import Reporter
-from builder.source.archive import check_wheel, read_metadata, unpack_sdist, unzip_wheel
+from builder.source.archive import (
+    check_claims,
+    check_wheel,
+    read_metadata,
+    unpack_sdist,
+    unzip_wheel,
+)
 from builder.source.download import download
 from builder.source.index import project_files
 
@@ -420,20 +427,36 @@ def release_files(project: str, version: str | Version,
     return sorted(found)
 
 
-def remote_wheel_metadata(url: str) -> email.message.Message:
+# A METADATA is a few KiB; torch's is under 20 KiB. Anything near this is not one.
+MAX_METADATA_BYTES = 1 << 20
+
+
+def remote_wheel_metadata(url: str, filename: str | None = None) -> email.message.Message:
     """A wheel's ``METADATA``, read with HTTP range requests (the central directory and
     one member), not the whole file: a torch wheel is over 500 MB.
 
+    The member is checked before it is believed: at most :data:`MAX_METADATA_BYTES`, and
+    its ``Name`` and ``Version`` are the ones the wheel's file name carries (PEP 427).
+
     Args:
         url: the wheel's URL (the server must honour ``Range``, as PyPI's does).
+        filename: the wheel's file name as the index lists it (default: the URL's last
+            path segment).
 
     Raises:
-        BuilderError: the server is unreachable, ignores ranges, or the file is not a
-            wheel with a ``.dist-info/METADATA``.
+        BuilderError: the server is unreachable, ignores ranges, the file is not a
+            wheel with one ``.dist-info/METADATA``, the member is oversized, or it
+            names another project or version than the file name.
     """
     import requests
     from remotezip import RemoteZip, RemoteZipError
 
+    name = filename or urllib.parse.unquote(urllib.parse.urlparse(url).path.rsplit("/", 1)[-1])
+    try:
+        project, version = parse_wheel_filename(name)[:2]
+    except (InvalidWheelFilename, InvalidVersion):
+        raise SourceError(f"{name} (from {url}) is not a wheel file name",
+                          "check the index's file listing") from None
     try:
         with RemoteZip(url, timeout=_TIMEOUT_S) as wheel:
             names = [n for n in wheel.namelist()
@@ -441,11 +464,19 @@ def remote_wheel_metadata(url: str) -> email.message.Message:
             if len(names) != 1:
                 raise SourceError(f"{url} is not a wheel with one .dist-info/METADATA",
                                   "check the index's file listing")
-            return email.parser.BytesParser().parsebytes(wheel.read(names[0]))
+            size = wheel.getinfo(names[0]).file_size
+            if size > MAX_METADATA_BYTES:
+                raise SourceError(f"{name}: its METADATA claims {size} bytes (over "
+                                  f"{MAX_METADATA_BYTES})", "the file on the index is not "
+                                  "a sound wheel; report it to the index's operator")
+            data = wheel.read(names[0])
     except (RemoteZipError, OSError, zipfile.BadZipFile, requests.RequestException) as exc:
         raise SourceError(f"could not read the METADATA of {url}: {exc}",
                           "the index must serve files with HTTP range requests (PyPI "
                           "does); or pass --cuda-lane") from None
+    check_claims(f"{name}: METADATA", read_metadata(data, f"{name}: METADATA"),
+                 str(project), str(version))
+    return email.parser.BytesParser().parsebytes(data)
 
 
 # --- git ---------------------------------------------------------------------------------

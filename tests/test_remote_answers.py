@@ -1,0 +1,170 @@
+"""Registry answers are checked for shape, identity and size before anything is pinned.
+
+A registry on 127.0.0.1 (``http.server``, serving bodies built here) answers with
+malformed image indexes, a platform entry whose digest is a tag, a body over
+containerd's 4 MiB manifest limit, and a ``HEAD`` that names another manifest. Every
+one is one clear error (exit 4 from ``pin-images``) and the pins file stays byte for
+byte; a hypothesis property throws arbitrary JSON at the resolver: it either returns a
+sha256 pin or raises :class:`SourceError`, nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.server
+import json
+import re
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import run_cli
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from builder.core.errors import SourceError
+from builder.image.registry import resolve
+
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+MAX_MANIFEST_BYTES = 4 << 20  # containerd's MaxManifestSize (remotes/docker, 1.7)
+
+INDEX = "application/vnd.oci.image.index.v1+json"
+MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+
+
+def digest(body: bytes) -> str:
+    return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+CONFIG = json.dumps({"architecture": "amd64", "os": "linux"}).encode()
+CHILD = json.dumps({"schemaVersion": 2, "mediaType": MANIFEST, "layers": [],
+                    "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                               "digest": digest(CONFIG), "size": len(CONFIG)}}).encode()
+GOOD_ENTRY = {"mediaType": MANIFEST, "digest": digest(CHILD), "size": len(CHILD),
+              "platform": {"os": "linux", "architecture": "amd64"}}
+
+
+def index(manifests: Any, **extra: Any) -> bytes:
+    return json.dumps({"schemaVersion": 2, "mediaType": INDEX, "manifests": manifests,
+                       **extra}).encode()
+
+
+class Hostile:
+    """What the registry serves: the tag's body, and the answer to a child's ``HEAD``."""
+
+    def __init__(self) -> None:
+        self.tag_body = index([GOOD_ENTRY])
+        self.head_digest: Callable[[str], str] = lambda ref: ref
+
+
+@pytest.fixture
+def hostile() -> Iterator[tuple[Hostile, str]]:
+    """A registry on 127.0.0.1 serving ``lib/base:v1`` from a :class:`Hostile`."""
+    state = Hostile()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def send(self, body: bytes, kind: str, dig: str) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Docker-Content-Digest", dig)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command == "GET":
+                # The client may stop reading (the size cap).
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.wfile.write(body)
+
+        def do_HEAD(self) -> None:
+            self.do_GET()
+
+        def do_GET(self) -> None:
+            ref = self.path.rsplit("/", 1)[1]
+            if self.path.endswith("/manifests/v1"):
+                return self.send(state.tag_body, INDEX, digest(state.tag_body))
+            if "/manifests/" in self.path:
+                return self.send(CHILD, MANIFEST, state.head_digest(ref))
+            if "/blobs/" in self.path and ref == digest(CONFIG):
+                return self.send(CONFIG, "application/octet-stream", ref)
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield state, f"127.0.0.1:{server.server_address[1]}/lib/base:v1"
+    server.shutdown()
+    server.server_close()
+
+
+BAD_INDEXES = {
+    "child digest is a tag": (index([{**GOOD_ENTRY, "digest": "latest"}]),
+                              "digest 'latest' is not sha256:<64 hex>"),
+    "child digest upper-case": (index([{**GOOD_ENTRY,
+                                        "digest": GOOD_ENTRY["digest"].upper()}]),
+                                "is not sha256:<64 hex>"),
+    "platform a string": (index([{**GOOD_ENTRY, "platform": "linux/amd64"}]),
+                          "platform 'linux/amd64' is not an object"),
+    "manifests an object": (index({"linux/amd64": GOOD_ENTRY}),
+                            "manifests is a dict, not a list"),
+    "entry not an object": (index(["linux/amd64"]), "entry #1 is not an object"),
+    "size negative": (index([{**GOOD_ENTRY, "size": -1}]), "size -1 is not"),
+    "size a string": (index([{**GOOD_ENTRY, "size": "12"}]), "size '12' is not"),
+    "media type unknown": (json.dumps({"schemaVersion": 1, "mediaType": "x/y",
+                                       "manifests": []}).encode(), "'x/y', not an OCI"),
+    "over 4 MiB": (index([GOOD_ENTRY], annotations={"pad": "x" * MAX_MANIFEST_BYTES}),
+                   f"over {MAX_MANIFEST_BYTES} bytes"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INDEXES))
+def test_malformed_index_is_one_error_and_the_pins_file_is_kept(
+        case: str, hostile: tuple[Hostile, str], tmp_path: Path) -> None:
+    state, name = hostile
+    state.tag_body, message = BAD_INDEXES[case]
+    pins = tmp_path / "pins.toml"
+    pins.write_text(f'# mine\n[[kernel_base]]\ncuda_lane = "13.0"\nname = "{name}"\n'
+                    'digest = ""\n')
+    before = pins.read_bytes()
+    (tmp_path / "docker").mkdir()
+    (tmp_path / "docker" / "config.json").write_text("{}")
+    done = run_cli("pin-images", "--pins-file", str(pins),
+                   env={"DOCKER_CONFIG": str(tmp_path / "docker")})
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert message in " ".join(done.stderr.split()) and "Traceback" not in done.stderr
+    assert pins.read_bytes() == before
+
+
+def test_head_naming_another_manifest_is_refused(hostile: tuple[Hostile, str]) -> None:
+    state, name = hostile
+    assert resolve(name).digest == digest(CHILD)  # the honest answer resolves
+    state.head_digest = lambda ref: digest(b"another manifest")
+    with pytest.raises(SourceError, match=r"answered .* with another manifest"):
+        resolve(name)
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8)
+                    | st.sampled_from([digest(CHILD), "latest", "linux", "amd64"]),
+                    lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.sampled_from(["digest", "size", "platform", "os",
+                                                       "architecture", "mediaType"]),
+                                      inner, max_size=4), max_leaves=12)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(manifests=JSON)
+def test_any_index_gives_a_sha256_pin_or_a_source_error(
+        manifests: Any, hostile: tuple[Hostile, str]) -> None:
+    state, name = hostile
+    state.tag_body = index(manifests)
+    try:
+        found = resolve(name)
+    except SourceError:
+        return
+    assert DIGEST.fullmatch(found.digest) and DIGEST.fullmatch(found.index_digest)
