@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO, run_cli
 
+from builder.behaviour.preconditions import PreconditionResult, check_precondition
 from builder.behaviour.run import (
+    BehaviourReport,
     BehaviourResult,
     CaseResult,
     behaviours_of,
@@ -29,6 +31,9 @@ from builder.patching.series import Behaviour, BehaviourCase, load_series
 
 SERIES = REPO / "patches" / "series.toml"
 CURRENT = ("sglang-0.5.16", "sglang-0.5.20", "sglang-0.5.23")
+#: The DeepGEMM SM120 kernel files, per target: missing in 0.5.16's pin (0.1.4.post1),
+#: present in 0.5.20's (0.2.0) and 0.5.23's (0.2.3.post2); read in the wheels on PyPI.
+DEEP_GEMM_SM120 = {"sglang-0.5.16": False, "sglang-0.5.20": True, "sglang-0.5.23": True}
 
 
 def _series(tmp_path: Path, behaviour: str) -> Path:
@@ -77,6 +82,83 @@ def test_a_malformed_behaviour_is_refused_with_one_message(tmp_path: Path, extra
                                                            message: str) -> None:
     with pytest.raises(ConfigurationError, match=message.replace("(", r"\(").replace(")", r"\)")):
         load_series(_series(tmp_path, extra))
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ('[[precondition]]\npatches = ["0003-*"]\nname = "x"\ncheck = "guess"\n'
+     'distribution = "sgl-deep-gemm"\nfiles = ["a"]\nunmet = "y"\n', "unknown check 'guess'"),
+    ('[[precondition]]\npatches = ["0003-*"]\nname = "x"\ncheck = "pinned-wheel-files"\n'
+     'distribution = "sgl-deep-gemm"\nfiles = []\nunmet = "y"\n',
+     "files must be a non-empty list"),
+    ('[[precondition]]\npatches = ["nope-*"]\nname = "x"\ncheck = "pinned-wheel-files"\n'
+     'distribution = "sgl-deep-gemm"\nfiles = ["a"]\nunmet = "y"\n',
+     "names no patch of the series"),
+])
+def test_a_malformed_precondition_is_refused_with_one_message(tmp_path: Path, extra: str,
+                                                              message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        load_series(_series(tmp_path, extra))
+
+
+def test_every_copy_of_0003_carries_the_deep_gemm_precondition_and_its_answer() -> None:
+    series = load_series(SERIES)
+    copies = [e for e in series.entries if e.name.startswith("0003-")]
+    assert len(copies) == 4 and all(e.preconditions for e in copies)
+    (pre,) = {p for e in copies for p in e.preconditions}
+    # the behaviour that answers an unmet pin is declared for the release that has one
+    first = next(e for e in copies if e.name == "0003-sm12x-dsa-backends-tilelang.patch")
+    assert pre.unmet in {b.name for b in first.behaviours}
+
+
+def test_an_unmet_precondition_needs_its_behaviour_proven() -> None:
+    series = load_series(SERIES)
+    entry = next(e for e in series.entries if e.name == "0003-sm12x-dsa-backends-tilelang.patch")
+    pre = entry.preconditions[0]
+    answer = next(b for b in entry.behaviours if b.name == pre.unmet)
+    refused = {"error": "ValueError: DSA on SM12x: the DSA indexer needs DeepGEMM's SM120 "
+                        "paged MQA logits kernels ...", "stood_in_calls": []}
+    served = {"dsa_prefill_backend": "trtllm", "stood_in_calls": []}
+    report = BehaviourReport("t", "0.5.16", preconditions=[
+        PreconditionResult(pre, "0.1.4.post1", "w.whl", pre.files)])
+    assert not report.proven and report.unanswered
+    report.results = [_result(answer, [served], [served])]
+    assert not report.proven
+    report.results = [_result(answer, [served], [refused])]
+    assert report.proven and not report.unanswered
+    # a met precondition needs no answer
+    assert BehaviourReport("t", "0.5.20", preconditions=[
+        PreconditionResult(pre, "0.2.0", "w.whl", ())]).proven
+
+
+def test_a_refusal_is_judged_by_its_message_when_the_behaviour_names_it() -> None:
+    series = load_series(SERIES)
+    answer = next(b for e in series.entries for b in e.behaviours
+                  if dict(b.expect).get("refused_with"))
+    other = {"error": "ValueError: The tilelang DSA prefill/decode kernels only support ...",
+             "stood_in_calls": []}
+    served = {"dsa_prefill_backend": "trtllm", "stood_in_calls": []}
+    assert not _result(answer, [served], [other]).proven
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", CURRENT)
+def test_the_deep_gemm_precondition_is_read_in_the_pinned_wheel(target: str,
+                                                                shared_cache: Path) -> None:
+    """The real sgl-deep-gemm wheel each release pins, from PyPI (kept in the cache)."""
+    from builder.core.cache import Cache
+    from builder.source.fetch import fetch_pin
+
+    spec = load_targets(REPO / "targets.toml").targets[target]
+    cache = Cache(shared_cache)
+    source = fetch_pin(wheel_for_interpreter(spec), spec.upstream_version, cache=cache)
+    assert source.archive is not None
+    entry = next(e for e in load_series(SERIES).entries
+                 if e.name.startswith("0003-") and e.applies_to(spec.upstream_version))
+    result = check_precondition(entry.preconditions[0], source.archive, cache=cache)
+    assert result.wheel.startswith(f"sgl_deep_gemm-{result.pin}-")
+    assert result.met is DEEP_GEMM_SM120[target], result.to_json()
+    if not result.met:
+        assert set(result.missing) == set(entry.preconditions[0].files)
 
 
 def _result(behaviour: Behaviour, upstream: list[dict], patched: list[dict]) -> BehaviourResult:
@@ -129,6 +211,9 @@ def test_every_sm12x_behaviour_fails_upstream_and_holds_patched(target: str, sha
     names = " ".join(r["behaviour"] for r in report["results"])
     assert "expert parallelism" in names and "flashinfer_cudnn" in names
     assert set(report["standins"]) <= {"sgl_kernel", "deep_gemm"}
+    (pre,) = [p for p in report["preconditions"] if p["distribution"] == "sgl-deep-gemm"]
+    assert pre["met"] is DEEP_GEMM_SM120[target]
+    assert "DSA on SM12x" in names
 
 
 @pytest.mark.slow

@@ -25,12 +25,13 @@ from packaging.tags import sys_tags
 from packaging.utils import parse_wheel_filename
 
 from builder.behaviour.env import BehaviourEnv, behaviour_env
+from builder.behaviour.preconditions import PreconditionResult, check_precondition
 from builder.core.cache import Cache, sha256_file, sha256_json
 from builder.core.config import Target, WheelPin
 from builder.core.errors import ConfigurationError, PatchError
 from builder.core.options import Options, select_target
 from builder.core.progress import Reporter
-from builder.patching.series import Behaviour, BehaviourCase, Series, SeriesEntry
+from builder.patching.series import Behaviour, BehaviourCase, Precondition, Series, SeriesEntry
 
 SCRIPT = Path(__file__).parent / "script" / "behaviour_checks.py"
 _PREFIX = "BEHAVIOUR "
@@ -106,6 +107,7 @@ class BehaviourReport:
         results: one per behaviour.
         not_installed: the release's requirements left out of the environment.
         standins: the compiled packages stood in for (import name -> pinned version).
+        preconditions: the series' preconditions, checked in the release's pinned wheels.
     """
 
     target: str
@@ -113,16 +115,25 @@ class BehaviourReport:
     results: list[BehaviourResult] = field(default_factory=list)
     not_installed: tuple[str, ...] = ()
     standins: dict[str, str] = field(default_factory=dict)
+    preconditions: list[PreconditionResult] = field(default_factory=list)
+
+    @property
+    def unanswered(self) -> list[PreconditionResult]:
+        """Unmet preconditions whose ``unmet`` behaviour is not proven on this release."""
+        proven = {r.behaviour.name for r in self.results if r.proven}
+        return [p for p in self.preconditions
+                if not p.met and p.precondition.unmet not in proven]
 
     @property
     def proven(self) -> bool:
-        """Every behaviour is proven."""
-        return all(r.proven for r in self.results)
+        """Every behaviour is proven, and every unmet precondition is answered by one."""
+        return all(r.proven for r in self.results) and not self.unanswered
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready data."""
         return {"target": self.target, "release": self.release, "proven": self.proven,
                 "not_installed": list(self.not_installed), "standins": self.standins,
+                "preconditions": [p.to_json() for p in self.preconditions],
                 "results": [r.to_json() for r in self.results]}
 
     def lines(self) -> list[str]:
@@ -140,6 +151,14 @@ class BehaviourReport:
             if miss is not None:
                 line += f"; first miss: {miss.case.describe()} -> {_short(miss.patched)}"
             out.append(line)
+        for pre in self.preconditions:
+            state = "met" if pre.met else "UNANSWERED" if pre in self.unanswered else "unmet"
+            line = (f"precondition {state:<10} {pre.precondition.name} "
+                    f"({pre.precondition.distribution}=={pre.pin})")
+            if not pre.met:
+                line += (f"; missing {', '.join(pre.missing)}; the patched code must: "
+                         f"{pre.precondition.unmet}")
+            out.append(line)
         return out
 
 
@@ -156,7 +175,9 @@ def _rule(behaviour: Behaviour, observed: dict[str, Any], upstream: dict[str, An
             ("error" in observed) == ("error" in upstream)
     expect = dict(behaviour.expect)
     if expect.get("refused") is True:
-        return "error" in observed
+        # ``refused_with``: the refusal must be this one (its message holds the text)
+        return "error" in observed and str(expect.get("refused_with", "")) in \
+            str(observed["error"])
     if "error" in observed:
         return False
     return all(observed.get(k) == v for k, v in expect.items())
@@ -302,8 +323,8 @@ def run_behaviour(options: Options) -> BehaviourReport:
 
     Raises:
         ConfigurationError: the target pins no wheel for this interpreter.
-        PatchError: the series does not apply, or a behaviour is not proven (the report
-            is attached).
+        PatchError: the series does not apply, a behaviour is not proven, or an unmet
+            precondition is not answered by its proven behaviour (the report is attached).
         BuildError: the environment could not be installed.
     """
     from builder.patching.apply import apply_series, read_series
@@ -321,18 +342,28 @@ def run_behaviour(options: Options) -> BehaviourReport:
     assert source.archive is not None  # a wheel pin always has its file
     patched = apply_series(source, series, cache=options.cache)
     report = BehaviourReport(target.name, str(release))
-    if not pairs:
-        return report
-    env = behaviour_env(source.archive, str(release), cache=options.cache,
-                        reporter=options.reporter)
-    report.not_installed, report.standins = env.not_installed, env.standins
-    models = options.cache.root / "behaviour-models"
-    models.mkdir(parents=True, exist_ok=True)
-    report.results = check_behaviours(pairs, env, patched.tree, models=models,
-                                      reporter=options.reporter, cache=options.cache,
-                                      patched_key=patched.key)
+    seen: set[Precondition] = set()
+    for entry in series.entries:
+        for pre in entry.preconditions if entry.applies_to(release) else ():
+            if pre not in seen:
+                seen.add(pre)
+                report.preconditions.append(check_precondition(
+                    pre, source.archive, cache=options.cache, index_url=options.index_url,
+                    reporter=options.reporter))
+    if pairs:
+        env = behaviour_env(source.archive, str(release), cache=options.cache,
+                            reporter=options.reporter)
+        report.not_installed, report.standins = env.not_installed, env.standins
+        models = options.cache.root / "behaviour-models"
+        models.mkdir(parents=True, exist_ok=True)
+        report.results = check_behaviours(pairs, env, patched.tree, models=models,
+                                          reporter=options.reporter, cache=options.cache,
+                                          patched_key=patched.key)
     if not report.proven:
-        unproven = [r.behaviour.name for r in report.results if not r.proven]
+        unproven = [r.behaviour.name for r in report.results if not r.proven] + \
+            [f"precondition {p.precondition.name!r} is not met by {p.precondition.distribution}"
+             f"=={p.pin} and no proven behaviour says {p.precondition.unmet!r}"
+             for p in report.unanswered]
         raise PatchError(f"{len(unproven)} behaviour(s) of the series are not proven on "
                          f"{target.name}: {'; '.join(unproven)}",
                          "each line of the summary says which case missed", report=report)

@@ -83,6 +83,49 @@ class Behaviour:
     versions: SpecifierSet | None = None
 
 
+#: The checks a precondition may run (``builder/behaviour/preconditions.py``).
+PRECONDITION_CHECKS = ("pinned-wheel-files",)
+
+
+@dataclass(frozen=True)
+class Precondition:
+    """What a patch needs from the release's pinned dependencies, checked in their wheels.
+
+    Attributes:
+        name: one line saying what is needed.
+        check: ``pinned-wheel-files``: the wheel of ``distribution`` at the version the
+            release's ``Requires-Dist`` pins holds every one of ``files``.
+        distribution: the pinned dependency (an index project name).
+        files: paths inside that wheel.
+        unmet: the name of the patch's behaviour that says what the patched code does when
+            the precondition is not met; the behaviour stage requires it to be proven on
+            every release whose pin misses the files.
+    """
+
+    name: str
+    check: str
+    distribution: str
+    files: tuple[str, ...]
+    unmet: str
+
+
+def _parse_precondition(table: dict[str, Any], where: str) -> Precondition:
+    known_keys(table, {"name", "check", "distribution", "files", "unmet"}, where)
+    name = require(table, "name", str, where)
+    where = f"{where} ({name})"
+    check = require(table, "check", str, where)
+    if check not in PRECONDITION_CHECKS:
+        raise ConfigurationError(f"{where}: unknown check {check!r}",
+                                 f"one of {', '.join(PRECONDITION_CHECKS)}")
+    files = require(table, "files", list, where)
+    if not files or not all(isinstance(f, str) and f for f in files):
+        raise ConfigurationError(f"{where}: files must be a non-empty list of paths",
+                                 "paths inside the dependency's wheel")
+    return Precondition(name=name, check=check,
+                        distribution=require(table, "distribution", str, where),
+                        files=tuple(files), unmet=require(table, "unmet", str, where))
+
+
 def _capability(text: Any, where: str) -> tuple[int, int]:
     if not isinstance(text, str) or not re.fullmatch(r"\d{1,2}\.\d", text):
         raise ConfigurationError(f"{where}: capability {text!r} is not like \"12.0\"",
@@ -151,6 +194,8 @@ class SeriesEntry:
         description: one line for reports.
         behaviours: what the patch must make the release's own code do
             (the behaviour stage, ``builder/behaviour``, runs them).
+        preconditions: what the patch needs from the release's pinned dependencies
+            (checked by the behaviour stage too).
     """
 
     path: Path
@@ -162,6 +207,7 @@ class SeriesEntry:
     intents: tuple[IntentCheck, ...] = ()
     description: str = ""
     behaviours: tuple[Behaviour, ...] = ()
+    preconditions: tuple[Precondition, ...] = ()
 
     @property
     def name(self) -> str:
@@ -268,26 +314,38 @@ def load_series(path: Path) -> Series:
         BuilderError: the file is missing, not TOML, or an entry breaks the schema.
     """
     data = read_toml(path, "series file")
-    known_keys(data, {"patch", "behaviour"}, str(path))
+    known_keys(data, {"patch", "behaviour", "precondition"}, str(path))
     tables = table_array(data, "patch", str(path))
     entries = [_parse_entry(t, path.parent, f"{path} patch #{i}")
                for i, t in enumerate(tables, 1)]
-    # A top-level [[behaviour]] belongs to every patch its `patches` globs name (the
-    # per-release copies of one change share their behaviours).
+    # A top-level [[behaviour]] or [[precondition]] belongs to every patch its `patches`
+    # globs name (the per-release copies of one change share them).
     for i, table in enumerate(table_array(data, "behaviour", str(path)), 1):
         where = f"{path} behaviour #{i}"
-        globs = require(table, "patches", list, where)
         behaviour = _parse_behaviour({k: v for k, v in table.items() if k != "patches"},
                                      where)
-        for glob in globs:
-            hits = [n for n, e in enumerate(entries) if fnmatch.fnmatchcase(e.name, str(glob))]
-            if not hits:
-                raise ConfigurationError(f"{where}: patches {glob!r} names no patch of the "
-                                         "series", "give a patch file name (globs allowed)")
-            for n in hits:
-                entries[n] = replace(entries[n],
-                                     behaviours=(*entries[n].behaviours, behaviour))
+        for n in _named(entries, require(table, "patches", list, where), where):
+            entries[n] = replace(entries[n], behaviours=(*entries[n].behaviours, behaviour))
+    for i, table in enumerate(table_array(data, "precondition", str(path)), 1):
+        where = f"{path} precondition #{i}"
+        precondition = _parse_precondition(
+            {k: v for k, v in table.items() if k != "patches"}, where)
+        for n in _named(entries, require(table, "patches", list, where), where):
+            entries[n] = replace(entries[n],
+                                 preconditions=(*entries[n].preconditions, precondition))
     return Series(path=path, entries=tuple(entries))
+
+
+def _named(entries: list[SeriesEntry], globs: list[Any], where: str) -> list[int]:
+    """The indexes of the entries ``globs`` name; a glob that names none is an error."""
+    found: list[int] = []
+    for glob in globs:
+        hits = [n for n, e in enumerate(entries) if fnmatch.fnmatchcase(e.name, str(glob))]
+        if not hits:
+            raise ConfigurationError(f"{where}: patches {glob!r} names no patch of the "
+                                     "series", "give a patch file name (globs allowed)")
+        found += [n for n in hits if n not in found]
+    return found
 
 
 def select_series(options: Options, target: Target | None) -> Series:

@@ -284,6 +284,16 @@ def _download_pinned(pin: SdistPin | WheelPin, cache: Cache, index_url: str | No
     return entry.file(pin.filename)
 
 
+def download_pinned(pin: SdistPin | WheelPin, cache: Cache, index_url: str | None,
+                    reporter: Reporter) -> Path:
+    """The pinned archive's file in the cache, downloaded and verified first if needed.
+
+    Raises:
+        BuilderError: the index or URL is unreachable, or the file's sha256 is not the pin's.
+    """
+    return _download_pinned(pin, cache, index_url, reporter)
+
+
 def _find_on_index(pin: SdistPin | WheelPin, index_url: str) -> str:
     """Find the URL of the file with the pinned sha256 on a simple index."""
     page_url, files = project_files(pin.project, index_url)

@@ -59,6 +59,9 @@ _QWEN3_MOE: dict[str, Any] = {
 _DEEPSEEK_V32 = {**_DEEPSEEK_V3, "architectures": ["DeepseekV32ForCausalLM"],
                  "model_type": "deepseek_v32", "index_topk": 64, "index_n_heads": 8,
                  "index_head_dim": 128}
+# GLM-5 (GlmMoeDsaForCausalLM): the DSA shape under GLM's architecture name, which the DSA
+# resolution reads (upstream's GLM-FP8-on-SM12x branch); the V3.2 model_type loads it.
+_GLM5_DSA = {**_DEEPSEEK_V32, "architectures": ["GlmMoeDsaForCausalLM"]}
 
 #: name -> (config, quantization_config or None, writes hf_quant_config.json)
 MODELS: dict[str, tuple[dict[str, Any], dict[str, Any] | None, bool]] = {
@@ -72,6 +75,7 @@ MODELS: dict[str, tuple[dict[str, Any], dict[str, Any] | None, bool]] = {
     "qwen3-moe-bf16": (_QWEN3_MOE, None, False),
     "deepseek-v32-bf16": (_DEEPSEEK_V32, None, False),
     "deepseek-v32-nvfp4": (_DEEPSEEK_V32, _MODELOPT_NVFP4, True),
+    "glm5-dsa-bf16": (_GLM5_DSA, None, False),
 }
 
 
