@@ -40,7 +40,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("wheel", ("wheel", "behaviour")),
     ("kernels", ("preflight", "kernels")),
     ("images", ("pin-images", "image")),
-    ("release", ("smoke", "release")),
+    ("release", ("smoke", "warm-cache", "release")),
     ("series and targets", ("upstream", "add-target", "next-label", "lock", "plan")),
     ("cache", ("cache",)),
 )
