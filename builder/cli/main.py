@@ -41,7 +41,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("kernels", ("preflight", "kernels")),
     ("images", ("pin-images", "image")),
     ("serving", ("serve-command",)),
-    ("release", ("smoke", "release")),
+    ("release", ("smoke", "warm-cache", "release")),
     ("series and targets", ("upstream", "add-target", "next-label", "lock", "plan")),
     ("cache", ("cache",)),
 )

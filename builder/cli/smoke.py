@@ -37,8 +37,26 @@ give a container a GPU: no NVIDIA runtime, or no driver).
 """
 
 
+_WARM_EPILOG = """\
+KEY is a JSON object with exactly: gpu_name, compute_capability, flashinfer_version,
+release, hidden, experts, top_k, intermediate (per GPU), tp, dtype (bf16, fp8, nvfp4).
+
+examples:
+  # after a smoke run on the GPU, keep its FlashInfer autotune file for one MoE shape:
+  python -m builder warm-cache capture --sglang-cache-dir ~/.cache/sglang --key key.json \\
+      --output warm-cache.json
+  # before a server start: write it back only when the running key equals the captured one
+  python -m builder warm-cache restore --artifact warm-cache.json --key key.json \\
+      --dest ~/.cache/sglang/flashinfer/autotune/0.6.14/sm90/HASH/rank_tp0_pp0_dp0.json
+
+exit status: 0 (restore too when the key does not match: one warning, nothing written),
+2 bad input (the key, or a file that is not FlashInfer's for that key).
+"""
+
+
 def add_commands(commands: Any) -> None:
-    """Add ``smoke``."""
+    """Add ``smoke`` and ``warm-cache``."""
+    _add_warm_cache(commands)
     smoke = commands.add_parser(
         "smoke", help="smoke-test the artifacts on a GPU runner (JSON report + summary)",
         description="Run the smoke checks in this Python environment (--mode host) or in a "
@@ -122,3 +140,83 @@ def _cmd_smoke(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     if not report.passed:
         raise SmokeFailed(report)
     return report.to_json()
+
+
+def _add_warm_cache(commands: Any) -> None:
+    warm = commands.add_parser(
+        "warm-cache", help="capture the autotune file a GPU run wrote, keyed, or restore it",
+        description="capture: keep the fused-MoE entries of FlashInfer's autotune file (the "
+                    "one SGLang's server wrote under --sglang-cache-dir, or --autotune-file) "
+                    "for KEY's shape, with KEY, in one JSON artifact. restore: write the "
+                    "artifact's file to --dest only when KEY equals the captured key.",
+        epilog=_WARM_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    warm.add_argument("action", choices=("capture", "restore"))
+    warm.add_argument("--json", action="store_true",
+                      help="print one JSON object on stdout and no progress")
+    warm.add_argument("--key", type=Path, required=True, metavar="KEY",
+                      help="JSON file of the key (see below)")
+    found = warm.add_mutually_exclusive_group()
+    found.add_argument("--sglang-cache-dir", type=Path, metavar="DIR",
+                       help="capture: SGLang's cache folder ($SGLANG_CACHE_DIR) holding "
+                            "exactly one flashinfer/autotune/*/*/*/rank_*.json")
+    found.add_argument("--autotune-file", type=Path, metavar="FILE",
+                       help="capture: FlashInfer's autotune file itself")
+    warm.add_argument("--output", type=Path, metavar="FILE", help="capture: the artifact")
+    warm.add_argument("--artifact", type=Path, metavar="FILE", help="restore: the artifact")
+    warm.add_argument("--dest", type=Path, metavar="FILE",
+                      help="restore: the autotune file the server will read")
+    warm.set_defaults(handler=_cmd_warm_cache)
+
+
+def _read_key(path: Path) -> Any:
+    import json
+
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigurationError(f"cannot read the key {path}: {exc}",
+                                 "give a JSON object of the key's fields") from exc
+
+
+def _autotune_file(cache_dir: Path) -> Path:
+    """The one autotune file SGLang wrote under ``cache_dir``.
+
+    SGLang 0.5.16 writes it at ``flashinfer/autotune/<FlashInfer version>/sm<cc>/<model
+    hash>/rank_tp<r>_pp<r>_dp<r>.json`` (``flashinfer_autotune_cache_path`` in
+    ``sglang/srt/model_executor/runner/flashinfer_autotune.py``).
+
+    Raises:
+        ConfigurationError: none or more than one such file.
+    """
+    files = sorted(cache_dir.glob("flashinfer/autotune/*/*/*/rank_*.json"))
+    if len(files) != 1:
+        raise ConfigurationError(
+            f"{cache_dir} holds {len(files)} SGLang autotune files "
+            f"(flashinfer/autotune/*/*/*/rank_*.json), not one: "
+            + (", ".join(str(f.relative_to(cache_dir)) for f in files) or "none"),
+            "pass the one to keep with --autotune-file")
+    return files[0]
+
+
+def _cmd_warm_cache(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.smoke.warm_cache import WarmCacheKey, capture, restore, write_artifact
+
+    key = WarmCacheKey.from_mapping(_read_key(args.key))
+    if args.action == "capture":
+        if args.output is None or (args.sglang_cache_dir is None and args.autotune_file is None):
+            raise ConfigurationError("warm-cache capture needs --output and --sglang-cache-dir "
+                                     "or --autotune-file")
+        source = args.autotune_file or _autotune_file(args.sglang_cache_dir)
+        artifact = capture(source, key)
+        write_artifact(artifact, args.output)
+        entries = len(artifact["flashinfer_cache"]) - 1
+        reporter.result(f"captured {entries} autotune entries from {source} into {args.output}")
+        return {"action": "capture", "source": str(source), "artifact": str(args.output),
+                "entries": entries}
+    if args.artifact is None or args.dest is None:
+        raise ConfigurationError("warm-cache restore needs --artifact and --dest")
+    written = restore(args.artifact, key, args.dest)
+    reporter.result(f"restored {args.artifact} to {args.dest}" if written
+                    else f"not restored: {args.dest} left as it was")
+    return {"action": "restore", "artifact": str(args.artifact), "dest": str(args.dest),
+            "restored": written}
