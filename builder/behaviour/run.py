@@ -25,6 +25,7 @@ from packaging.tags import sys_tags
 from packaging.utils import parse_wheel_filename
 
 from builder.behaviour.env import BehaviourEnv, behaviour_env
+from builder.behaviour.fit import FitReport, check_fits, fits_of, require_fit
 from builder.core.cache import Cache, sha256_file, sha256_json
 from builder.core.config import Target, WheelPin
 from builder.core.errors import ConfigurationError, PatchError
@@ -106,6 +107,7 @@ class BehaviourReport:
         results: one per behaviour.
         not_installed: the release's requirements left out of the environment.
         standins: the compiled packages stood in for (import name -> pinned version).
+        kernel_fit: the kernels the series selects on SM12x, compiled for sm_120.
     """
 
     target: str
@@ -113,17 +115,19 @@ class BehaviourReport:
     results: list[BehaviourResult] = field(default_factory=list)
     not_installed: tuple[str, ...] = ()
     standins: dict[str, str] = field(default_factory=dict)
+    kernel_fit: FitReport = field(default_factory=FitReport)
 
     @property
     def proven(self) -> bool:
-        """Every behaviour is proven."""
-        return all(r.proven for r in self.results)
+        """Every behaviour is proven and every kernel the patched code picks fits."""
+        return all(r.proven for r in self.results) and self.kernel_fit.fits
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready data."""
         return {"target": self.target, "release": self.release, "proven": self.proven,
                 "not_installed": list(self.not_installed), "standins": self.standins,
-                "results": [r.to_json() for r in self.results]}
+                "results": [r.to_json() for r in self.results],
+                "kernel_fit": self.kernel_fit.to_json()}
 
     def lines(self) -> list[str]:
         """One line per behaviour: its verdict, how many cases held, and the first miss."""
@@ -140,7 +144,7 @@ class BehaviourReport:
             if miss is not None:
                 line += f"; first miss: {miss.case.describe()} -> {_short(miss.patched)}"
             out.append(line)
-        return out
+        return out + self.kernel_fit.lines()
 
 
 def _short(observed: dict[str, Any]) -> str:
@@ -230,7 +234,9 @@ def _observe(env: BehaviourEnv, cases: list[dict[str, Any]], capability: tuple[i
     series on an unchanged release runs nothing the second time."""
     if cache is None or not env.key:
         return _run_script(env, cases, capability, overlay, models)
-    script = {p.name: sha256_file(p) for p in sorted(SCRIPT.parent.glob("*.py"))}
+    # kernel_fit.py is the kernel-fit check's (builder.behaviour.fit keys its own runs)
+    script = {p.name: sha256_file(p) for p in sorted(SCRIPT.parent.glob("*.py"))
+              if p.name != "kernel_fit.py"}
     key = sha256_json({"env": env.key, "code": overlay_key, "script": script, "cases": cases,
                        "standins": env.standins, "capability": list(capability)})
 
@@ -302,8 +308,9 @@ def run_behaviour(options: Options) -> BehaviourReport:
 
     Raises:
         ConfigurationError: the target pins no wheel for this interpreter.
-        PatchError: the series does not apply, or a behaviour is not proven (the report
-            is attached).
+        PatchError: the series does not apply, a behaviour is not proven, or a kernel the
+            patched code picks on SM12x does not fit SM120 (the report is attached).
+        MissingToolError: a kernel fit is declared and nvcc is missing.
         BuildError: the environment could not be installed.
     """
     from builder.patching.apply import apply_series, read_series
@@ -321,7 +328,8 @@ def run_behaviour(options: Options) -> BehaviourReport:
     assert source.archive is not None  # a wheel pin always has its file
     patched = apply_series(source, series, cache=options.cache)
     report = BehaviourReport(target.name, str(release))
-    if not pairs:
+    fit_pairs = fits_of(series, release)
+    if not pairs and not fit_pairs:
         return report
     env = behaviour_env(source.archive, str(release), cache=options.cache,
                         reporter=options.reporter)
@@ -331,9 +339,16 @@ def run_behaviour(options: Options) -> BehaviourReport:
     report.results = check_behaviours(pairs, env, patched.tree, models=models,
                                       reporter=options.reporter, cache=options.cache,
                                       patched_key=patched.key)
-    if not report.proven:
-        unproven = [r.behaviour.name for r in report.results if not r.proven]
+    report.kernel_fit = check_fits(fit_pairs, env, source.archive, patched.tree,
+                                   cache=options.cache, patched_key=patched.key,
+                                   reporter=options.reporter)
+    unproven = [r.behaviour.name for r in report.results if not r.proven]
+    if unproven:
         raise PatchError(f"{len(unproven)} behaviour(s) of the series are not proven on "
                          f"{target.name}: {'; '.join(unproven)}",
                          "each line of the summary says which case missed", report=report)
+    try:
+        require_fit(report.kernel_fit, target.name)
+    except PatchError as exc:
+        raise exc.replaced(report=report) from None
     return report
