@@ -252,7 +252,8 @@ def tilelang_pin(wheel: Path) -> str:
 _TILELANG_EXTRAS = ("ml-dtypes", "z3-solver>=4.13.0,<4.15.5", "torch-c-dlpack-ext")
 
 
-def tilelang_dir(env: BehaviourEnv, pin: str, *, cache: Cache, reporter: Reporter) -> tuple[Path, str]:
+def tilelang_dir(env: BehaviourEnv, pin: str, *, cache: Cache,
+                 reporter: Reporter) -> tuple[Path, str]:
     """A folder holding ``pin`` for ``env`` (put on ``PYTHONPATH``), and its cache key.
 
     Installed with ``--no-deps`` next to the environment, never into it, so the behaviour

@@ -66,11 +66,11 @@ class _StandinKernel:
         if len(ins) != len(inputs):
             raise TypeError(f"{self.name}: {len(ins)} inputs declared, {len(inputs)} given")
         bound: dict[str, int] = {}
-        for buffer, tensor in zip(ins, inputs):
+        for buffer, tensor in zip(ins, inputs, strict=True):
             if self.dtypes[str(buffer.dtype)] != tensor.dtype or len(buffer.shape) != tensor.dim():
                 raise TypeError(f"{self.name}: buffer {buffer.name} is {buffer.dtype} "
                                 f"{list(buffer.shape)}, got {tensor.dtype} {tuple(tensor.shape)}")
-            for dim, size in zip(buffer.shape, tensor.shape):
+            for dim, size in zip(buffer.shape, tensor.shape, strict=True):
                 if hasattr(dim, "value"):
                     if int(dim.value) != size:
                         raise TypeError(f"{self.name}: buffer {buffer.name} shape "
@@ -81,6 +81,22 @@ class _StandinKernel:
                              for d in buffers[i].shape], dtype=self.dtypes[str(buffers[i].dtype)],
                             device=inputs[0].device) for i in self.out_pos]
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+class _Recorder:
+    """Stands for one ``@tilelang.jit`` factory: records each call, returns a stand-in."""
+
+    def __init__(self, name: str, factory: Any, recorded: dict[str, Any], picked: list[str],
+                 dtypes: dict[str, Any]) -> None:
+        self.name, self.factory, self.recorded, self.picked = name, factory, recorded, picked
+        self.dtypes = dtypes
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _StandinKernel:
+        key = _key(self.name, args, kwargs)
+        self.recorded.setdefault(key, (self.name, self.factory, args, kwargs))
+        self.picked.append(key)
+        return _StandinKernel(self.name, self.factory.get_tir(*args, **kwargs),
+                              self.factory.out_idx, self.dtypes)
 
 
 def _nvcc(nvcc: str, source: str, flags: list[str], includes: list[str]) -> dict[str, Any]:
@@ -139,19 +155,10 @@ def main() -> int:
         recorded: dict[str, tuple[str, Any, tuple[Any, ...], dict[str, Any]]] = {}
         picked: list[str] = []
 
-        def recorder(name: str, factory: Any) -> Any:
-            def record(*args: Any, **kwargs: Any) -> Any:
-                key = _key(name, args, kwargs)
-                recorded.setdefault(key, (name, factory, args, kwargs))
-                picked.append(key)
-                return _StandinKernel(name, factory.get_tir(*args, **kwargs), factory.out_idx,
-                                      dtypes)
-            return record
-
         originals = {n: getattr(module, n) for n in dir(module)
                      if isinstance(getattr(module, n), JITImpl)}
         for name, factory in originals.items():
-            setattr(module, name, recorder(name, factory))
+            setattr(module, name, _Recorder(name, factory, recorded, picked, dtypes))
         dispatch = getattr(module, fit["function"])
         for kv in fit["kv"]:
             for heads in fit["heads"]:
