@@ -140,7 +140,7 @@ def _parse_behaviour(table: dict[str, Any], where: str) -> Behaviour:
 class KernelFit:
     """Kernels a patch selects on SM12x, to be compiled for sm_120 and held to its limits.
 
-    The behaviour stage (:mod:`builder.behaviour.fit`) calls ``function`` of ``module``, the
+    The behaviour stage (``builder/behaviour/fit.py``) calls ``function`` of ``module``, the
     release's own dispatch, with the device reported as SM120, records each TileLang kernel
     it picks, and compiles each for sm_120.
 
