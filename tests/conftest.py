@@ -173,6 +173,24 @@ def shared_cache() -> Path:
 
 
 @pytest.fixture(scope="session")
+def nvcc() -> Path:
+    """The CUDA 13.0 nvcc these machines have (a test that needs it fails without it)."""
+    path = Path("/usr/local/cuda/bin/nvcc")
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: these machines have CUDA 13.0 there")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tilelang_nvcc() -> Path:
+    """nvcc as the kernel-fit check finds it (:func:`builder.behaviour.fit.find_nvcc`), for
+    the tests that lower TileLang kernels; they run on the behaviour worker."""
+    from builder.behaviour.fit import find_nvcc
+
+    return find_nvcc()
+
+
+@pytest.fixture(scope="session")
 def kernel_cache(shared_cache: Path) -> Path:
     """The cache the kernel tests share (the build venv and wheelhouses are reused). A test
     that reads or empties its kernel entries takes this fixture, so it runs on the services
@@ -449,6 +467,9 @@ SERVICES = "services"
 # The kernel build tests share the builder cache's kernel entries with the sccache test
 # (on Redis, a service), which empties them: one worker runs them all, never two at once.
 KERNEL_ENV = SERVICES
+# The behaviour matrix and the kernel fit share the behaviour environments and the fit's
+# cache entries (cold: minutes each): one worker, not the services one (its critical path).
+BEHAVIOUR = "behaviour"
 
 
 @dataclass(frozen=True)
@@ -468,6 +489,7 @@ SLOW_FIXTURES = {
     "redis_server": Slow("starts redis-server", SERVICES),
     "kernel_cache": Slow("builds FlashInfer kernels in a build environment of several GB",
                          KERNEL_ENV),
+    "tilelang_nvcc": Slow("lowers TileLang kernels and compiles them with nvcc", BEHAVIOUR),
     "nvcc": Slow("compiles CUDA code with nvcc", SERVICES),
     "token_registry": Slow("starts a docker-registry and a token server", None),
     "installed": Slow("a venv with the 0.5.9 wheel and FlashInfer installed", None),
@@ -478,6 +500,9 @@ _BUILD_ENV = Slow("builds a FlashInfer build environment (torch, CUDA wheels)", 
 #: Test node id, or the file and the test's name before any parameters, or the file ->
 #: why it is slow, for tests whose cost is in their own body.
 SLOW_TESTS = {
+    "tests/test_behaviour.py::test_every_sm12x_behaviour_fails_upstream_and_holds_patched":
+        Slow("installs each current release's environment, runs its matrix and kernel fit",
+             BEHAVIOUR),
     "tests/test_kernels_current.py::test_default_set_holds_every_module_flashinfers_sm120_paths_load":
         _BUILD_ENV,
     "tests/test_kernels_current.py::test_flashinfer_0_6_14_import_needs_a_gpu_the_driver_does_not":

@@ -378,15 +378,24 @@ def test_the_probe_script_imports_only_the_standard_library_and_the_gpu_stack(
 BEHAVIOUR_SCRIPT = ROOT / "builder" / "behaviour" / "script"
 
 
+def _not_allowed(found: list[str]) -> list[str]:
+    """``found`` less the kernel-fit script's tilelang and TVM: they are installed beside
+    the release's environment for it alone (builder/behaviour/fit.py)."""
+    return [f for f in found if not (f.startswith("kernel_fit.py:") and
+                                     f.split(": ")[1].split(".")[0] in {"tilelang", "tvm"})]
+
+
 def test_the_behaviour_script_imports_only_the_standard_library_torch_and_sglang(
         tmp_path: Path) -> None:
     """What runs in a release's behaviour environment imports nothing of the builder."""
     assert {"behaviour_checks.py", "sm120_device.py", "standins.py", "tiny_models.py"} <= \
         {p.name for p in BEHAVIOUR_SCRIPT.glob("*.py")}
-    assert _script_imports(BEHAVIOUR_SCRIPT) == []
+    # The kernel-fit script lowers TileLang kernels: tilelang (and its TVM) is installed
+    # beside the release's environment for it (builder/behaviour/fit.py), for it alone.
+    assert _not_allowed(_script_imports(BEHAVIOUR_SCRIPT)) == []
     planted = tmp_path / "script"
     shutil.copytree(BEHAVIOUR_SCRIPT, planted)
     checks = planted / "behaviour_checks.py"
     checks.write_text(checks.read_text().replace(
         "import sm120_device\n", "import sm120_device\nfrom builder.core import arch\n", 1))
-    assert [f.split(": ")[-1] for f in _script_imports(planted)] == ["builder.core"]
+    assert [f.split(": ")[-1] for f in _not_allowed(_script_imports(planted))] == ["builder.core"]

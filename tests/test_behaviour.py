@@ -197,8 +197,8 @@ def test_an_sdist_target_is_refused_for_behaviour_checks() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", CURRENT)
-def test_every_sm12x_behaviour_fails_upstream_and_holds_patched(target: str, shared_cache: Path,
-                                                               tmp_path: Path) -> None:
+def test_every_sm12x_behaviour_fails_upstream_and_holds_patched(
+        target: str, shared_cache: Path, tilelang_nvcc: Path, tmp_path: Path) -> None:
     """The whole matrix of the target: the CLI's exit status, then each behaviour."""
     done = run_cli("behaviour", "--target", target, "--json", cache=shared_cache)
     report = json.loads(done.stdout)

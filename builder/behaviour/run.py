@@ -25,6 +25,7 @@ from packaging.tags import sys_tags
 from packaging.utils import parse_wheel_filename
 
 from builder.behaviour.env import BehaviourEnv, behaviour_env
+from builder.behaviour.fit import FitReport, check_fits, fits_of, require_fit
 from builder.behaviour.preconditions import PreconditionResult, check_precondition
 from builder.core.cache import Cache, sha256_file, sha256_json
 from builder.core.config import Target, WheelPin
@@ -108,6 +109,7 @@ class BehaviourReport:
         not_installed: the release's requirements left out of the environment.
         standins: the compiled packages stood in for (import name -> pinned version).
         preconditions: the series' preconditions, checked in the release's pinned wheels.
+        kernel_fit: the kernels the series selects on SM12x, compiled for sm_120.
     """
 
     target: str
@@ -116,6 +118,7 @@ class BehaviourReport:
     not_installed: tuple[str, ...] = ()
     standins: dict[str, str] = field(default_factory=dict)
     preconditions: list[PreconditionResult] = field(default_factory=list)
+    kernel_fit: FitReport = field(default_factory=FitReport)
 
     @property
     def unanswered(self) -> list[PreconditionResult]:
@@ -126,15 +129,18 @@ class BehaviourReport:
 
     @property
     def proven(self) -> bool:
-        """Every behaviour is proven, and every unmet precondition is answered by one."""
-        return all(r.proven for r in self.results) and not self.unanswered
+        """Every behaviour is proven, every unmet precondition is answered by one, and every
+        kernel the patched code picks fits."""
+        return all(r.proven for r in self.results) and not self.unanswered and \
+            self.kernel_fit.fits
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready data."""
         return {"target": self.target, "release": self.release, "proven": self.proven,
                 "not_installed": list(self.not_installed), "standins": self.standins,
                 "preconditions": [p.to_json() for p in self.preconditions],
-                "results": [r.to_json() for r in self.results]}
+                "results": [r.to_json() for r in self.results],
+                "kernel_fit": self.kernel_fit.to_json()}
 
     def lines(self) -> list[str]:
         """One line per behaviour: its verdict, how many cases held, and the first miss."""
@@ -159,7 +165,7 @@ class BehaviourReport:
                 line += (f"; missing {', '.join(pre.missing)}; the patched code must: "
                          f"{pre.precondition.unmet}")
             out.append(line)
-        return out
+        return out + self.kernel_fit.lines()
 
 
 def _short(observed: dict[str, Any]) -> str:
@@ -251,7 +257,9 @@ def _observe(env: BehaviourEnv, cases: list[dict[str, Any]], capability: tuple[i
     series on an unchanged release runs nothing the second time."""
     if cache is None or not env.key:
         return _run_script(env, cases, capability, overlay, models)
-    script = {p.name: sha256_file(p) for p in sorted(SCRIPT.parent.glob("*.py"))}
+    # kernel_fit.py is the kernel-fit check's (builder.behaviour.fit keys its own runs)
+    script = {p.name: sha256_file(p) for p in sorted(SCRIPT.parent.glob("*.py"))
+              if p.name != "kernel_fit.py"}
     key = sha256_json({"env": env.key, "code": overlay_key, "script": script, "cases": cases,
                        "standins": env.standins, "capability": list(capability)})
 
@@ -323,8 +331,10 @@ def run_behaviour(options: Options) -> BehaviourReport:
 
     Raises:
         ConfigurationError: the target pins no wheel for this interpreter.
-        PatchError: the series does not apply, a behaviour is not proven, or an unmet
-            precondition is not answered by its proven behaviour (the report is attached).
+        PatchError: the series does not apply, a behaviour is not proven, an unmet
+            precondition is not answered by its proven behaviour, or a kernel the patched
+            code picks on SM12x does not fit SM120 (the report is attached).
+        MissingToolError: a kernel fit is declared and nvcc is missing.
         BuildError: the environment could not be installed.
     """
     from builder.patching.apply import apply_series, read_series
@@ -350,7 +360,8 @@ def run_behaviour(options: Options) -> BehaviourReport:
                 report.preconditions.append(check_precondition(
                     pre, source.archive, cache=options.cache, index_url=options.index_url,
                     reporter=options.reporter))
-    if pairs:
+    fit_pairs = fits_of(series, release)
+    if pairs or fit_pairs:
         env = behaviour_env(source.archive, str(release), cache=options.cache,
                             reporter=options.reporter)
         report.not_installed, report.standins = env.not_installed, env.standins
@@ -359,12 +370,19 @@ def run_behaviour(options: Options) -> BehaviourReport:
         report.results = check_behaviours(pairs, env, patched.tree, models=models,
                                           reporter=options.reporter, cache=options.cache,
                                           patched_key=patched.key)
-    if not report.proven:
-        unproven = [r.behaviour.name for r in report.results if not r.proven] + \
-            [f"precondition {p.precondition.name!r} is not met by {p.precondition.distribution}"
-             f"=={p.pin} and no proven behaviour says {p.precondition.unmet!r}"
-             for p in report.unanswered]
+        report.kernel_fit = check_fits(fit_pairs, env, source.archive, patched.tree,
+                                       cache=options.cache, patched_key=patched.key,
+                                       reporter=options.reporter)
+    unproven = [r.behaviour.name for r in report.results if not r.proven] + \
+        [f"precondition {p.precondition.name!r} is not met by {p.precondition.distribution}"
+         f"=={p.pin} and no proven behaviour says {p.precondition.unmet!r}"
+         for p in report.unanswered]
+    if unproven:
         raise PatchError(f"{len(unproven)} behaviour(s) of the series are not proven on "
                          f"{target.name}: {'; '.join(unproven)}",
                          "each line of the summary says which case missed", report=report)
+    try:
+        require_fit(report.kernel_fit, target.name)
+    except PatchError as exc:
+        raise exc.replaced(report=report) from None
     return report

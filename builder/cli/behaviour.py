@@ -25,6 +25,14 @@ or `unchanged` (what the patch must leave as upstream has it). The first run ins
 release with its pinned dependencies on a CPU torch (0.5.16: about 770 MB, minutes); later
 runs find it in the cache. Exit 5 when a behaviour is not proven. Nothing here runs on a
 GPU: the device is reported as one; no compiled kernel is called.
+
+Each [[kernel_fit]] names a dispatch (MODULE:FUNCTION) of the release and the heads per GPU,
+KV dtypes and token counts to call it with: every TileLang kernel it picks on SM12x is
+lowered by the release's pinned tilelang for sm_120 and compiled with nvcc (no GPU), and its
+shared memory, registers and threads are held to SM120's limits (builder/behaviour/fit.py).
+The report and --json ("kernel_fit") give each kernel's factory, arguments and figures, on
+upstream's and the patched code. Exit 5 when a kernel the patched code picks does not fit;
+exit 3 without nvcc.
 """
 
 

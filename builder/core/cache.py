@@ -51,7 +51,8 @@ CACHEDIR_TAG = "CACHEDIR.TAG"
 CACHEDIR_SIGNATURE = b"Signature: 8a477f597d28d172789f06886806bc55"
 #: Every kind of entry (a folder of the root). :meth:`Cache.entry` refuses any other, and
 #: removal never touches another folder (logs, work folders, another program's files).
-KINDS = ("behaviour-env", "behaviour-observed", "behaviour-torch", "downloads", "git",
+KINDS = ("behaviour-env", "behaviour-kernel-fit", "behaviour-observed", "behaviour-tilelang",
+         "behaviour-torch", "downloads", "git",
          "kernel-env", "kernels", "patched", "source", "wheel", "wheelhouse")
 #: The largest ``--older-than`` (about 100 years): more is a typo, not an age.
 MAX_AGE_DAYS = 36500.0

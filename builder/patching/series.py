@@ -180,6 +180,67 @@ def _parse_behaviour(table: dict[str, Any], where: str) -> Behaviour:
 
 
 @dataclass(frozen=True)
+class KernelFit:
+    """Kernels a patch selects on SM12x, to be compiled for sm_120 and held to its limits.
+
+    The behaviour stage (``builder/behaviour/fit.py``) calls ``function`` of ``module``, the
+    release's own dispatch, with the device reported as SM120, records each TileLang kernel
+    it picks, and compiles each for sm_120.
+
+    Attributes:
+        name: one line saying which kernels.
+        module: the dispatch's module (``sglang.kernels.ops.attention.dsa.tilelang_kernel``).
+        function: the dispatch (``tilelang_sparse_fwd``).
+        heads: the query heads per GPU it is called with (TP 1..8 of a 128-head model).
+        kv: the KV cache dtypes it is called with (``bf16``, ``fp8``).
+        tokens: the token counts it is called with.
+        versions: the releases it is checked on (default: the patch's range).
+    """
+
+    name: str
+    module: str
+    function: str
+    heads: tuple[int, ...]
+    kv: tuple[str, ...]
+    tokens: tuple[int, ...] = (1,)
+    versions: SpecifierSet | None = None
+
+
+#: The KV cache dtypes a kernel-fit declaration may name.
+KERNEL_FIT_KV = ("bf16", "fp8")
+
+
+def _ints(table: dict[str, Any], key: str, default: list[int], where: str) -> tuple[int, ...]:
+    value = table.get(key, default)
+    if not isinstance(value, list) or not value or \
+            not all(is_integer(v) and v > 0 for v in value):
+        raise ConfigurationError(f"{where}: {key} must be a non-empty list of positive integers",
+                                 f"e.g. {key} = [16, 32, 64, 128]")
+    return tuple(value)
+
+
+def _parse_kernel_fit(table: dict[str, Any], where: str) -> KernelFit:
+    known_keys(table, {"name", "dispatch", "heads", "kv", "tokens", "versions"}, where)
+    name = require(table, "name", str, where)
+    where = f"{where} ({name})"
+    dispatch = require(table, "dispatch", str, where)
+    if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", dispatch):
+        raise ConfigurationError(f"{where}: dispatch {dispatch!r} is not MODULE:FUNCTION",
+                                 "e.g. sglang.kernels.ops.attention.dsa.tilelang_kernel:"
+                                 "tilelang_sparse_fwd")
+    module, function = dispatch.split(":")
+    kv = table.get("kv", ["bf16"])
+    if not isinstance(kv, list) or not kv or any(k not in KERNEL_FIT_KV for k in kv):
+        raise ConfigurationError(f"{where}: kv must be a non-empty list of "
+                                 f"{' / '.join(KERNEL_FIT_KV)}", 'e.g. kv = ["bf16", "fp8"]')
+    versions = table.get("versions")
+    return KernelFit(name=name, module=module, function=function,
+                     heads=_ints(table, "heads", [], where), kv=tuple(kv),
+                     tokens=_ints(table, "tokens", [1], where),
+                     versions=specifier(versions, where) if versions is not None else None)
+
+
+@dataclass(frozen=True)
 class SeriesEntry:
     """One patch of a series.
 
@@ -196,6 +257,7 @@ class SeriesEntry:
             (the behaviour stage, ``builder/behaviour``, runs them).
         preconditions: what the patch needs from the release's pinned dependencies
             (checked by the behaviour stage too).
+        kernel_fits: the kernels it selects on SM12x, which must fit SM120.
     """
 
     path: Path
@@ -208,6 +270,7 @@ class SeriesEntry:
     description: str = ""
     behaviours: tuple[Behaviour, ...] = ()
     preconditions: tuple[Precondition, ...] = ()
+    kernel_fits: tuple[KernelFit, ...] = ()
 
     @property
     def name(self) -> str:
@@ -314,7 +377,7 @@ def load_series(path: Path) -> Series:
         BuilderError: the file is missing, not TOML, or an entry breaks the schema.
     """
     data = read_toml(path, "series file")
-    known_keys(data, {"patch", "behaviour", "precondition"}, str(path))
+    known_keys(data, {"patch", "behaviour", "precondition", "kernel_fit"}, str(path))
     tables = table_array(data, "patch", str(path))
     entries = [_parse_entry(t, path.parent, f"{path} patch #{i}")
                for i, t in enumerate(tables, 1)]
@@ -333,6 +396,12 @@ def load_series(path: Path) -> Series:
         for n in _named(entries, require(table, "patches", list, where), where):
             entries[n] = replace(entries[n],
                                  preconditions=(*entries[n].preconditions, precondition))
+    # A top-level [[kernel_fit]] likewise belongs to every patch its globs name.
+    for i, table in enumerate(table_array(data, "kernel_fit", str(path)), 1):
+        where = f"{path} kernel_fit #{i}"
+        fit = _parse_kernel_fit({k: v for k, v in table.items() if k != "patches"}, where)
+        for n in _named(entries, require(table, "patches", list, where), where):
+            entries[n] = replace(entries[n], kernel_fits=(*entries[n].kernel_fits, fit))
     return Series(path=path, entries=tuple(entries))
 
 
