@@ -36,6 +36,8 @@ def test_shipped_files_parse() -> None:
         "0002-sm12x-nvfp4-moe-auto-flashinfer-cutlass-0.5.23.patch",
         "0003-sm12x-dsa-backends-tilelang.patch",
         "0003-sm12x-dsa-backends-tilelang-0.5.23.patch",
+        "0003-sm12x-dsa-backends-tilelang-0.5.17.patch",
+        "0003-sm12x-dsa-backends-tilelang-0.5.20.patch",
         "0004-sm12x-nvfp4-shared-expert-fusion.patch",
         "0004-sm12x-nvfp4-shared-expert-fusion-0.5.17.patch",
         "0004-sm12x-nvfp4-shared-expert-fusion-0.5.18.patch",

@@ -22,7 +22,7 @@ from builder.patching.series import load_series
 
 SERIES = REPO / "patches" / "series.toml"
 #: The current targets whose series selects a TileLang DSA kernel on SM12x (0003).
-FIT_TARGETS = ("sglang-0.5.16", "sglang-0.5.23")
+FIT_TARGETS = ("sglang-0.5.16", "sglang-0.5.20", "sglang-0.5.23")
 
 
 def _series(tmp_path: Path, extra: str) -> Path:
