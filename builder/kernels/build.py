@@ -23,7 +23,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -367,7 +367,7 @@ class KernelBuild:
         request = self.request
         return sha256_json({"request": request.describe(), "epoch": request.epoch,
                             "env": self.env.identity, "nvcc": release and list(release),
-                            "host_compiler": _host_compiler(),
+                            "host_compilers": host_compilers(),
                             "flags": {k: os.environ.get(k) for k in _FLAG_VARIABLES},
                             "driver": sha256_file(_DRIVER),
                             "jitcache": sha256_file(Path(jitcache.__file__)),
@@ -645,30 +645,53 @@ def builder_version() -> str:
         return found.read_text().strip() if found.is_file() else "unknown"
 
 
-def rebuild_record(nvcc: str, host_compiler: str,
+def rebuild_record(nvcc: str, compilers: Mapping[str, str],
                    maps: list[tuple[str, str]]) -> dict[str, Any]:
     """What a rebuild needs besides the request to give the same bytes, as the manifest
     records it (no path of the build machine in it).
 
     Args:
         nvcc: nvcc's full release (``13.0.88``).
-        host_compiler: the host C++ compiler's version line.
+        compilers: :func:`host_compilers` (both version lines are recorded).
         maps: the build's prefix maps (only their fixed names are recorded).
     """
     return {"reproducible": reproducible.SCHEME, "builder": builder_version(),
-            "nvcc": nvcc, "host_compiler": host_compiler,
+            "nvcc": nvcc, **compilers,
             "build_flags_sha256": reproducible.flags_digest(maps),
             "fixed_root": reproducible.FIXED_ROOT}
 
 
-def _host_compiler() -> str:
-    """The host C++ compiler's version line (part of the cache key)."""
+def _version_line(command: str) -> str:
     try:
-        out = subprocess.run([os.environ.get("CXX", "c++").split()[-1], "--version"],
-                             capture_output=True, text=True, check=False, timeout=60).stdout
+        out = subprocess.run([command.split()[-1], "--version"], capture_output=True,
+                             text=True, check=False, timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
         return "none"
     return out.splitlines()[0] if out else "none"
+
+
+def host_compilers(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The version lines of the two host compilers a FlashInfer build runs (part of the
+    cache key and of the manifest's ``rebuild`` record).
+
+    FlashInfer compiles its C++ sources and links with ``$CXX`` (default ``c++``) and hands
+    ``$CC`` to nvcc as ``-ccbin`` (``jit/cpp_ext.py``, FlashInfer 0.6.3 to 0.7.2); without
+    ``CC`` nvcc runs ``gcc`` from ``PATH`` (nvcc's default host compiler on Linux, CUDA 13.0
+    nvcc documentation, ``--compiler-bindir``). nvcc's host compiler compiles every
+    ``.cu`` file's host code: on the lent H200 machine (``CC=/opt/gcc/bin/gcc``, GCC 13.3)
+    the same request gave other host code than GCC 12.2 here, with byte-identical cubins
+    (``reports/2026-12-01-h200-kernel-repro/``).
+
+    Args:
+        environ: the build's environment (default: this process's).
+
+    Returns:
+        ``{"host_compiler": <$CXX or c++>, "nvcc_host_compiler": <$CC or gcc>}``, each the
+        compiler's first ``--version`` line, ``"none"`` where it does not run.
+    """
+    env = os.environ if environ is None else environ
+    return {"host_compiler": _version_line(env.get("CXX") or "c++"),
+            "nvcc_host_compiler": _version_line(env.get("CC") or "gcc")}
 
 
 def _run_driver(build: KernelBuild, site: _Site, extra: dict[str, Any],
@@ -789,7 +812,7 @@ def _compile(build: KernelBuild, site: _Site, tmp: Path,
                 "nvcc_version": toolchain.release, "flags_sha256": sha256_json(flags),
                 "groups": list(request.groups), "head_dims": list(request.head_dims),
                 "modules": entries, "rebuild": rebuild_record(toolchain.release,
-                                                              _host_compiler(), maps)}
+                                                              host_compilers(), maps)}
     if request.fast_build:
         manifest["fast_build"] = True
     if uses_providers(request.pins.flashinfer):
