@@ -18,10 +18,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
 from conftest import REPO, run_cli, write_project
+from test_bump import index, index_root, project  # noqa: F401  (the index fixtures)
 from test_remote_answers import Hostile, hostile  # noqa: F401  (the registry fixture)
 
 from builder.core.basepins import load_base_pins
@@ -150,3 +152,22 @@ def test_pin_images_killed_anywhere(tmp_path: Path, hostile: tuple[Hostile, str]
     kill_everywhere(base, ["pin-images", "--pins-file", "images/pins.toml"],
                     {"images/pins.toml": load_base_pins}, tmp_path,
                     env={"DOCKER_CONFIG": str(base / "docker")})
+
+
+def test_add_target_killed_anywhere(index: str, project: Path,  # noqa: F811
+                                    tmp_path: Path) -> None:
+    files: dict[str, Callable[[Path], object]] = {
+        "targets.toml": load_targets, "images/pins.toml": load_base_pins,
+        "images/profiles/sglang-0.5.16.toml": lambda p: tomllib.loads(p.read_text())}
+    kill_everywhere(project, ["add-target", "0.5.16", "--index-url", index], files, tmp_path,
+                    env={"SGLANG_SM120_CACHE": str(tmp_path / "cache")})
+
+
+def test_add_patch_killed_anywhere(tmp_path: Path) -> None:
+    base = write_project(tmp_path / "base")
+    (base / "mine.patch").write_text("--- a/python/sglang/x.py\n+++ b/python/sglang/x.py\n"
+                                     "@@ -1 +1 @@\n-a = 1\n+a = 2\n")
+    kill_everywhere(base, ["add-patch", "mine.patch", "--versions", ">=0.5.9",
+                           "--description", "mine", "--series", "patches/series.toml"],
+                    {"patches/mine.patch": lambda p: parse_patch(p, 1),
+                     "patches/series.toml": load_series}, tmp_path)
