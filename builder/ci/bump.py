@@ -21,8 +21,6 @@ kept), validated by the targets-file parser, and replaced atomically.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -44,7 +42,7 @@ from builder.core.config import SdistPin, WheelPin, load_targets
 from builder.core.errors import BuilderError, ConfigurationError, SourceError
 from builder.core.options import Options
 from builder.core.pipconfig import resolve_index
-from builder.core.userfiles import rewrite_user_file, with_line_endings_of
+from builder.core.userfiles import rewrite_user_file, temporary_beside, with_line_endings_of
 from builder.image.profile import PROFILES_DIR
 from builder.kernels.pins import exact_torch, read_pins, sm120_arch, torch_cuda_lane
 from builder.patching.matrix import Matrix, run_check
@@ -334,16 +332,12 @@ def write_target(path: Path, target: NewTarget, *, replace: bool = False) -> Lit
     output = with_line_endings_of(original, tomlkit.dumps(document))
     # The schema check on the result, beside the file (its series path is relative to
     # it); a bad result is never installed, and the error names the user's file.
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.resolve().parent)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(output)
-        load_targets(Path(temporary))
-    except BuilderError as exc:
-        raise type(exc)(exc.cause.replace(temporary, str(path)).replace(
-            Path(temporary).name, path.name), exc.hint) from None
-    finally:
-        Path(temporary).unlink(missing_ok=True)
+    with temporary_beside(path, output) as temporary:
+        try:
+            load_targets(temporary)
+        except BuilderError as exc:
+            raise type(exc)(exc.cause.replace(str(temporary), str(path)).replace(
+                temporary.name, path.name), exc.hint) from None
     rewrite_user_file(path, output)
     return "replaced" if existing else "added"
 

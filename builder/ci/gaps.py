@@ -80,17 +80,8 @@ def upstream_base_name(version: str, lane: str) -> str:
 
 
 def _replace_atomically(path: Path, text: str) -> None:
-    # Same folder, then rename: a reader never sees half a file.
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # A new file of the user's: the same atomic, kill -9 safe write as an edit.
+    rewrite_user_file(path, text.encode("utf-8"))
 
 
 def write_base_entry(pins_path: Path, version: str, lane: str) -> bool:

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from builder.core.cache import atomic_write_bytes
 from builder.core.errors import ConfigurationError
+from builder.core.userfiles import rewrite_user_file
 
 LOCK_FILE = "versions.lock"
 SCHEMA = 1
@@ -169,4 +169,4 @@ class VersionLock:
     def write(self) -> None:
         """Replace the file atomically (a reader sees the old or the new file, whole)."""
         text = json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
-        atomic_write_bytes(self.path, text.encode())
+        rewrite_user_file(self.path, text.encode())

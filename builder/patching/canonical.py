@@ -22,7 +22,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
-from builder.core.cache import atomic_write_bytes
 from builder.core.errors import ConfigurationError
 from builder.core.layout import PACKAGE_FOLDER
 from builder.core.userfiles import rewrite_user_file
@@ -143,7 +142,7 @@ def canonical_patch(patch: Path, strip: int, layout: str, destination: Path) -> 
     if found == "sdist":
         data = to_repository_layout(data.decode("utf-8", "surrogateescape"), strip).encode(
             "utf-8", "surrogateescape")
-    atomic_write_bytes(destination, data, mode=0o644)
+    rewrite_user_file(destination, data)  # a new file in the user's series folder
     parse_patch(destination, strip)  # the converted copy must still be a valid diff
     return found
 
