@@ -32,6 +32,15 @@ def _kernel_pair(shared_cache: Path, folder: Path) -> tuple[Path, Path]:
     return provider, shim
 
 
+def _norm_target(project: Path) -> Path:
+    """The project's 0.5.23 target made to ship ``norm`` alone, so the pair the tests build
+    (``--modules norm``) is its kernel set, not a trial of it."""
+    targets = project / "targets.toml"
+    targets.write_text(targets.read_text().rstrip("\n") + '\n\n[target.kernels]\n'
+                       'groups = ["norm"]\n')
+    return project
+
+
 def _publish(project: Path, cache: Path, index: PackageIndex, *args: str):
     return run_cli("release", "--wheels-only", "--repository-url", index.url, "--json", *args,
                    cwd=project, cache=cache, env=index.env())
@@ -40,9 +49,17 @@ def _publish(project: Path, cache: Path, index: PackageIndex, *args: str):
 def test_kernel_wheel_pair_published_with_the_same_gates(
         package_index: PackageIndex, kernel_cache: Path, tmp_path: Path) -> None:
     provider, shim = _kernel_pair(kernel_cache, tmp_path / "kernels")
-    project = _project_0_5_23(tmp_path / "project")
     cache = tmp_path / "cache"
     before = sorted(p.name for p in package_index.packages.iterdir())
+    # For the repository's own 0.5.23 (the default module set) the norm pair is a trial
+    # build: it carries the version but not the kernels, and is never published.
+    done = _publish(_project_0_5_23(tmp_path / "repo-target"), cache, package_index,
+                    "--gate", "build", "--kernel-wheel", str(provider), "--kernel-wheel",
+                    str(shim))
+    assert done.returncode == 7, done.stdout
+    error = json.loads(done.stdout)["error"]
+    assert "is a trial build of sglang-0.5.23" in error and "module groups norm" in error
+    project = _norm_target(_project_0_5_23(tmp_path / "project"))
     # A shim alone is not a kernel build: refused before anything is built or uploaded.
     done = _publish(project, cache, package_index, "--gate", "build", "--kernel-wheel",
                     str(shim))
@@ -78,7 +95,7 @@ def test_kernel_wheel_pair_published_with_the_same_gates(
 def test_kernel_wheel_with_other_bytes_on_the_index_is_refused_and_nothing_uploaded(
         kernel_cache: Path, tmp_path: Path) -> None:
     provider, shim = _kernel_pair(kernel_cache, tmp_path / "kernels")
-    project = _project_0_5_23(tmp_path / "project")
+    project = _norm_target(_project_0_5_23(tmp_path / "project"))
     index = start_package_index(tmp_path / "index", credentials=("u", "p-5"))
     try:
         shutil.copy(REPO / "README.md", index.packages / SHIM)

@@ -27,9 +27,10 @@ checks above apply to them before anything at all is uploaded.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from builder.core.cache import sha256_json
+from builder.core.config import Target
 from builder.core.errors import BuilderError, PublishError
 from builder.core.options import Options, select_target
 from builder.image.build import ExtraWheel, read_extra_wheel
@@ -75,22 +76,65 @@ def _covered(wheels: list[WheelResult], report: SmokeReport | None) -> list[Whee
     return covered
 
 
-def kernel_wheels_for(paths: tuple[Path, ...], label: str, gate: WheelGate,
+def refuse_trial_kernels(name: str, manifest: dict[str, Any], target: Target) -> None:
+    """Refuse a kernel wheel that is a trial of ``target``, not its release.
+
+    A trial (``kernels --modules``, ``--head-dims``, ``--arch-list``, ``--fast-build``)
+    carries the target's version but not its module set: publishing it would make that
+    version mean other content (the kernel stage does not record a trial in the lock,
+    :func:`builder.kernels.run.run_kernels`).
+
+    Args:
+        name: the wheel's file name, for the message.
+        manifest: its kernel manifest (``groups``, ``head_dims``, ``arch_list``,
+            ``fast_build``, as :func:`builder.kernels.build.build_kernels` writes it).
+        target: the target being released.
+
+    Raises:
+        PublishError: the manifest's arch list, module groups or head dimensions are not
+            the target's, or it is a fast build.
+    """
+    from builder.kernels.build import DEFAULT_HEAD_DIMS
+    from builder.kernels.pins import default_groups
+
+    arch_list = tuple(target.arch_list)
+    groups = tuple(target.kernel_groups or default_groups(arch_list))
+    head_dims = tuple(target.head_dims or DEFAULT_HEAD_DIMS) if "attention" in groups else ()
+    found = {"arch list": tuple(manifest.get("arch_list") or ()),
+             "module groups": tuple(manifest.get("groups") or ()),
+             "head dims": tuple(manifest.get("head_dims") or ())}
+    wanted = {"arch list": arch_list, "module groups": groups, "head dims": head_dims}
+    wrong = [f"{what} {', '.join(map(str, found[what])) or 'none'} (the target's: "
+             f"{', '.join(map(str, wanted[what])) or 'none'})"
+             for what in found if found[what] != wanted[what]]
+    if manifest.get("fast_build"):
+        wrong.append("a fast build")
+    if wrong:
+        raise PublishError(f"{name} is a trial build of {target.name}, not its kernels: "
+                           + "; ".join(wrong),
+                           f"build the target's own set: python -m builder kernels --target "
+                           f"{target.name} (no --modules, --head-dims, --arch-list or "
+                           "--fast-build)")
+
+
+def kernel_wheels_for(paths: tuple[Path, ...], target: Target, gate: WheelGate,
                       smoke_report: Path | None) -> list[ExtraWheel]:
     """Read and gate the kernel wheels to publish beside the sglang wheels.
 
     Args:
         paths: the kernel wheel files (``--kernel-wheel``).
-        label: the target's local label; each wheel's local version starts with it
-            (``0.7.2+sm120.1.cu130`` for ``sm120.1``, the kernel stage's versioning).
+        target: the target released: each wheel's local version starts with its label
+            (``0.7.2+sm120.1.cu130`` for ``sm120.1``, the kernel stage's versioning), and its
+            kernels are its own set (:func:`refuse_trial_kernels`).
         gate: ``smoke`` (the report must have tested the kernel manifest) or ``build``.
         smoke_report: the report for the ``smoke`` gate.
 
     Raises:
         BuilderError: a file is not a wheel or has a broken manifest; it is not the
-            target's (label); no wheel carries a kernel manifest; the smoke report failed
-            or tested other kernels.
+            target's (label) or a trial of it; no wheel carries a kernel manifest; the smoke
+            report failed or tested other kernels.
     """
+    label = target.local_label
     wheels = [read_extra_wheel(p) for p in paths]
     for wheel in wheels:
         local = wheel.version.partition("+")[2]
@@ -100,6 +144,8 @@ def kernel_wheels_for(paths: tuple[Path, ...], label: str, gate: WheelGate,
                                f"{label})", "pass the wheels `python -m builder kernels "
                                "--target NAME` wrote for this target")
     manifests = [w for w in wheels if w.manifest is not None]
+    for wheel in manifests:
+        refuse_trial_kernels(wheel.path.name, wheel.manifest or {}, target)
     if wheels and not manifests:
         raise PublishError(
             f"no kernel manifest in {', '.join(w.path.name for w in wheels)}: a shim wheel "
@@ -139,8 +185,7 @@ def run_publish_wheels(options: Options, index: Index, *, gate: WheelGate = "smo
     report = _report(gate, smoke_report)
     try:
         # The kernel wheels are checked first: a refusal costs no build.
-        kernels = kernel_wheels_for(kernel_wheels, select_target(options).local_label, gate,
-                                    smoke_report)
+        kernels = kernel_wheels_for(kernel_wheels, select_target(options), gate, smoke_report)
         wheels = run_wheels(options)
         covered = _covered(wheels, report)
     except BuilderError as exc:
