@@ -192,3 +192,22 @@ def test_profile_loader_refuses_bad_gpu_tables(tmp_path: Path) -> None:
         path.write_text(head + body)
         with pytest.raises(BuilderError, match=message):
             load_profile(path, target)
+
+
+def test_the_dry_run_shows_the_environment_the_server_gets(tmp_path: Path) -> None:
+    """With the kernel wheels installed the server runs with FlashInfer's JIT off, and the
+    dry run's line says so (a shell runs it as printed)."""
+    _, profile = profile_of("sglang-0.5.23")
+    plain = launch("--model-path", "/models/m", profile=profile.path, gpu="rtx-pro-6000")
+    assert plain.returncode == 0, plain.stderr
+    assert shlex.split(plain.stdout)[0] == sys.executable  # no kernel wheels: nothing set
+    (tmp_path / "flashinfer_jit_cache").mkdir()  # what the shim wheel installs, importable
+    (tmp_path / "flashinfer_jit_cache" / "__init__.py").write_text("")
+    env = {**os.environ, "SGLANG_SM120_DRY_RUN": "1", "SGLANG_SM120_PROFILE": str(profile.path),
+           "SGLANG_SM120_GPU": "rtx-pro-6000", "PYTHONPATH": str(tmp_path)}
+    done = subprocess.run([sys.executable, str(LAUNCHER_SOURCE), "--model-path", "/models/m"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    words = shlex.split(done.stdout)
+    assert words[0] == "FLASHINFER_DISABLE_JIT=1" and words[1:4] == [
+        sys.executable, "-m", "sglang.launch_server"]
