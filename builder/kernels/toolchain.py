@@ -163,9 +163,10 @@ def probe_index(url: str, timeout: float = INDEX_PROBE_TIMEOUT) -> None:
         raise MissingToolError(
             f"the PyTorch index {url} is unreachable ({reason}); the build environment "
             "takes the lane's torch from there",
-            "pass --build-torch 'torch==VERSION' to install torch from PyPI instead (its "
-            "CPU build is enough to compile the kernels), or --wheelhouse DIR, or open the "
-            "network to download.pytorch.org") from None
+            "pass --build-torch 'torch==VERSION' to take torch from your index instead (any "
+            "build compiles the kernels: a CPU build such as 'torch==2.13.0+cpu' where the "
+            "index has one is the smallest; PyPI's own Linux torch is the CUDA build), or "
+            "--wheelhouse DIR, or open the network to download.pytorch.org") from None
 
 
 def managed_environment(requirements: list[str], cache: Cache, reporter: Reporter, *,
