@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import git
 import pytest
@@ -188,6 +189,35 @@ def tilelang_nvcc() -> Path:
     from builder.behaviour.fit import find_nvcc
 
     return find_nvcc()
+
+
+@dataclass(frozen=True)
+class UpstreamRelease:
+    """A current target's upstream release, unpatched, with its behaviour environment: the
+    failing runs of the behaviour and kernel-fit checks use its tree as the 'patched' one."""
+
+    target: Any
+    cache: Any
+    source: Any
+    env: Any
+
+
+@pytest.fixture(scope="session")
+def upstream_0_5_16(shared_cache: Path) -> UpstreamRelease:
+    """sglang-0.5.16's pinned wheel for this interpreter, fetched and unpacked, and its
+    behaviour environment (both cached in the shared cache)."""
+    from builder.behaviour.env import behaviour_env
+    from builder.behaviour.run import wheel_for_interpreter
+    from builder.core.cache import Cache
+    from builder.core.config import load_targets
+    from builder.source.fetch import fetch_pin
+
+    target = load_targets(REPO / "targets.toml").targets["sglang-0.5.16"]
+    cache = Cache(shared_cache)
+    source = fetch_pin(wheel_for_interpreter(target), target.upstream_version, cache=cache)
+    assert source.archive is not None
+    return UpstreamRelease(target, cache, source,
+                           behaviour_env(source.archive, "0.5.16", cache=cache))
 
 
 @pytest.fixture(scope="session")

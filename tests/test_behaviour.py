@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, UpstreamRelease, run_cli
 
 from builder.behaviour.preconditions import PreconditionResult, check_precondition
 from builder.behaviour.run import (
@@ -217,18 +217,10 @@ def test_every_sm12x_behaviour_fails_upstream_and_holds_patched(
 
 
 @pytest.mark.slow
-def test_without_the_patches_the_behaviours_are_not_proven(shared_cache: Path,
+def test_without_the_patches_the_behaviours_are_not_proven(upstream_0_5_16: UpstreamRelease,
                                                            tmp_path: Path) -> None:
     """The failing run: the same checks with upstream's tree as the 'patched' one."""
-    from builder.behaviour.env import behaviour_env
-    from builder.core.cache import Cache
-    from builder.source.fetch import fetch_pin
-
-    target = load_targets(REPO / "targets.toml").targets["sglang-0.5.16"]
-    cache = Cache(shared_cache)
-    source = fetch_pin(wheel_for_interpreter(target), target.upstream_version, cache=cache)
-    assert source.archive is not None
-    env = behaviour_env(source.archive, "0.5.16", cache=cache)
+    env, source, target = upstream_0_5_16.env, upstream_0_5_16.source, upstream_0_5_16.target
     pairs = [(e, b) for e, b in behaviours_of(load_series(SERIES), target.upstream_version)
              if b.expect and b.check == "resolve" and b.capabilities == ((12, 0),)][:2]
     results = check_behaviours(pairs, env, source.tree, models=tmp_path)

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, UpstreamRelease, run_cli
 
 from builder.behaviour.fit import SM120, check_fits, fits_of, judge, require_fit
 from builder.core.config import load_targets
@@ -91,21 +91,12 @@ def test_patched_kernels_fit_sm120_and_upstreams_bf16_kernel_does_not(
     assert "sparse_attention_fwd_kernel_v2" not in {k["factory"] for k in patched}
 
 
-def test_upstreams_code_fails_the_fit_naming_kernel_and_figure(shared_cache: Path,
-                                                               tilelang_nvcc: Path) -> None:
+def test_upstreams_code_fails_the_fit_naming_kernel_and_figure(
+        upstream_0_5_16: UpstreamRelease, tilelang_nvcc: Path) -> None:
     """The failing run: upstream's tree checked as the 'patched' code (0.5.16)."""
-    from builder.behaviour.env import behaviour_env
-    from builder.behaviour.run import wheel_for_interpreter
-    from builder.core.cache import Cache
-    from builder.source.fetch import fetch_pin
-
-    target = load_targets(REPO / "targets.toml").targets["sglang-0.5.16"]
-    cache = Cache(shared_cache)
-    source = fetch_pin(wheel_for_interpreter(target), target.upstream_version, cache=cache)
-    assert source.archive is not None
-    env = behaviour_env(source.archive, "0.5.16", cache=cache)
-    pairs = fits_of(load_series(SERIES), target.upstream_version)
-    report = check_fits(pairs, env, source.archive, source.tree, cache=cache,
+    up = upstream_0_5_16
+    pairs = fits_of(load_series(SERIES), up.target.upstream_version)
+    report = check_fits(pairs, up.env, up.source.archive, up.source.tree, cache=up.cache,
                         patched_key="upstream")
     assert not report.fits
     with pytest.raises(PatchError, match=r"sparse_attention_fwd_kernel_v2\(.*shared memory "
