@@ -16,7 +16,9 @@ the release gate until the GPU smoke test takes over
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
+import re
 import shlex
 import zipfile
 from dataclasses import dataclass
@@ -154,6 +156,7 @@ def _run_probe(client: docker.DockerClient, ref: str, spec: dict[str, Any],
 
 
 _SMOKE_ARGS = ("--model-path", "/sm120-smoke/model")
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
 
 
 def _launch_checks(image: ImageResult, found: dict[str, Any]) -> list[Check]:
@@ -170,12 +173,20 @@ def _launch_checks(image: ImageResult, found: dict[str, Any]) -> list[Check]:
         checks.append(Check("launcher", False, f"{LAUNCHER_PATH} missing or not executable"))
         return checks
     lines = launcher["stdout"].strip().splitlines()
-    argv = shlex.split(lines[-1]) if launcher["status"] == 0 and lines else []
+    words = shlex.split(lines[-1]) if launcher["status"] == 0 and lines else []
+    # The dry run prints the line a shell runs: NAME=VALUE assignments, then the command.
+    assigned = dict(w.split("=", 1) for w in itertools.takewhile(_ASSIGNMENT.fullmatch, words))
+    argv = words[len(assigned):]
     wanted = image.profile.options() if image.profile else []
     missing = [option for option in wanted if option not in argv]
+    # With the kernel wheels in the image the server must not JIT-compile FlashInfer.
+    jit_off = assigned.get("FLASHINFER_DISABLE_JIT") == "1" or \
+        not any(w.manifest is not None for w in image.extra_wheels)
+    if not jit_off:
+        missing.append("FLASHINFER_DISABLE_JIT=1")
     ok = argv[1:3] == ["-m", "sglang.launch_server"] and \
         tuple(argv[-len(_SMOKE_ARGS):]) == _SMOKE_ARGS and not missing
-    detail = shlex.join(argv) if ok else \
+    detail = shlex.join(words) if ok else \
         f"exit {launcher['status']}: {launcher['stderr'].strip()[-300:]}" \
         if launcher["status"] != 0 else f"printed {lines[-1] if lines else ''!r}" + \
         (f", without {', '.join(missing)}" if missing else "")
