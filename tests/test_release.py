@@ -42,18 +42,27 @@ TAG = "0.5.9-sm120.7"
 KERNEL = "flashinfer_jit_cache-0.6.3+sm120.7-py3-none-any.whl"
 
 
-def kernel_wheel(folder: Path) -> Path:
-    """A wheel of the kernel stage's shape: flashinfer_jit_cache with its manifest."""
+def kernel_wheel(folder: Path, groups: tuple[str, ...] | None = None,
+                 name: str = KERNEL) -> Path:
+    """A wheel of the kernel stage's shape: flashinfer_jit_cache with its manifest, of the
+    target's own module set for 12.0a (``groups``: another set, a trial build)."""
+    from builder.kernels.build import DEFAULT_HEAD_DIMS
+    from builder.kernels.pins import default_groups
+
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / KERNEL
+    path = folder / name
+    groups = groups or default_groups(("12.0a",))
     manifest = {"flashinfer_version": "0.6.3", "arch_list": ["12.0a"], "cuda_version": "12.9",
-                "nvcc_version": "12.9.86", "flags_sha256": "0" * 64, "modules": []}
+                "nvcc_version": "12.9.86", "flags_sha256": "0" * 64, "modules": [],
+                "groups": list(groups),
+                "head_dims": list(DEFAULT_HEAD_DIMS) if "attention" in groups else []}
     with WheelFile(path, "w") as whl:
         whl.writestr("flashinfer_jit_cache/__init__.py", "")
         whl.writestr("flashinfer_jit_cache/sm120-manifest.json", json.dumps(manifest))
-        info = "flashinfer_jit_cache-0.6.3+sm120.7.dist-info"
+        version = name.split("-")[1]
+        info = f"flashinfer_jit_cache-{version}.dist-info"
         whl.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: flashinfer-jit-cache\n"
-                                         "Version: 0.6.3+sm120.7\n")
+                                         f"Version: {version}\n")
         whl.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\n"
                                       "Root-Is-Purelib: true\nTag: py3-none-any\n")
     return path
@@ -381,3 +390,20 @@ def test_release_on_a_runner_without_gpu_publishes_nothing(runtime_project: Path
     assert index_files(fresh_index) == []
     with pytest.raises(Exception, match="manifest unknown"):
         docker_engine.api.inspect_distribution(f"{fresh_registry.host}/sglang-sm120:{TAG}")
+
+
+def test_an_image_release_with_a_trial_kernel_wheel_is_refused_before_any_work(
+        tmp_path: Path) -> None:
+    """A ``kernels --modules norm`` wheel carries the target's version but not its kernels:
+    the image release refuses it before any engine, registry or index is reached (none
+    listens on these ports) and before anything is built or written."""
+    wheel = kernel_wheel(tmp_path / "kernels", groups=("norm",),
+                         name="flashinfer_jit_cache-0.6.3+sm120.1-py3-none-any.whl")
+    done = run_cli("release", "--gate", "static", "--cache-dir", str(tmp_path / "cache"),
+                   "--registry", "127.0.0.1:9", "--repository-url", "http://127.0.0.1:9/",
+                   "--kernel-wheel", str(wheel), "--dist", str(tmp_path / "dist"),
+                   env={"DOCKER_HOST": "tcp://127.0.0.1:9"})
+    assert done.returncode == 7, done.stdout + done.stderr
+    assert f"{wheel.name} is a trial build of sglang-0.5.9" in done.stderr
+    assert "module groups norm" in done.stderr
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "dist").exists()

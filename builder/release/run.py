@@ -25,6 +25,7 @@ from typing import Any
 import docker
 
 from builder.core.cache import sha256_file, sha256_json
+from builder.core.config import Target
 from builder.core.engine import connect
 from builder.core.errors import BuilderError, PublishError
 from builder.core.lock import VersionLock, lock_path
@@ -191,6 +192,47 @@ def refuse_fast_builds(wheels: list[Path]) -> None:
                                "build the kernel wheel without --fast-build")
 
 
+def refuse_trial_kernels(name: str, manifest: dict[str, Any], target: Target) -> None:
+    """Refuse a kernel wheel that is a trial of ``target``, not its release.
+
+    A trial (``kernels --modules``, ``--head-dims``, ``--arch-list``, ``--fast-build``)
+    carries the target's version but not its module set: publishing it would make that
+    version mean other content (the kernel stage does not record a trial in the lock,
+    :func:`builder.kernels.run.run_kernels`).
+
+    Args:
+        name: the wheel's file name, for the message.
+        manifest: its kernel manifest (``groups``, ``head_dims``, ``arch_list``,
+            ``fast_build``, as :func:`builder.kernels.build.build_kernels` writes it).
+        target: the target being released.
+
+    Raises:
+        PublishError: the manifest's arch list, module groups or head dimensions are not
+            the target's, or it is a fast build.
+    """
+    from builder.kernels.build import DEFAULT_HEAD_DIMS
+    from builder.kernels.pins import default_groups
+
+    arch_list = tuple(target.arch_list)
+    groups = tuple(target.kernel_groups or default_groups(arch_list))
+    head_dims = tuple(target.head_dims or DEFAULT_HEAD_DIMS) if "attention" in groups else ()
+    found = {"arch list": tuple(manifest.get("arch_list") or ()),
+             "module groups": tuple(manifest.get("groups") or ()),
+             "head dims": tuple(manifest.get("head_dims") or ())}
+    wanted = {"arch list": arch_list, "module groups": groups, "head dims": head_dims}
+    wrong = [f"{what} {', '.join(map(str, found[what])) or 'none'} (the target's: "
+             f"{', '.join(map(str, wanted[what])) or 'none'})"
+             for what in found if found[what] != wanted[what]]
+    if manifest.get("fast_build"):
+        wrong.append("a fast build")
+    if wrong:
+        raise PublishError(f"{name} is a trial build of {target.name}, not its kernels: "
+                           + "; ".join(wrong),
+                           f"build the target's own set: python -m builder kernels --target "
+                           f"{target.name} (no --modules, --head-dims, --arch-list or "
+                           "--fast-build)")
+
+
 def run_release(options: Options, image_options: ImageOptions, index: Index,
                 gate: SmokeGate = static_gate,
                 client: docker.DockerClient | None = None) -> ReleaseSummary:
@@ -216,6 +258,10 @@ def run_release(options: Options, image_options: ImageOptions, index: Index,
     summary = ReleaseSummary()
     try:
         refuse_fast_builds(list(image_options.kernel_wheels))
+        for path in image_options.kernel_wheels:  # a trial is the target's version, not it
+            extra = read_extra_wheel(path)
+            if extra.manifest is not None:
+                refuse_trial_kernels(path.name, extra.manifest, select_target(options))
         client = client or connect(image_options.docker_host)
         image = run_image(options, image_options, client)
         # One tag, one content (versions.lock): a tag is keyed with its registry and

@@ -27,7 +27,7 @@ checks above apply to them before anything at all is uploaded.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from builder.core.cache import sha256_json
 from builder.core.config import Target
@@ -35,7 +35,7 @@ from builder.core.errors import BuilderError, PublishError
 from builder.core.options import Options, select_target
 from builder.image.build import ExtraWheel, read_extra_wheel
 from builder.release.publish import Index, Published, upload_wheel, wheel_state
-from builder.release.run import ReleaseSummary
+from builder.release.run import ReleaseSummary, refuse_trial_kernels
 from builder.smoke.gpu import SmokeReport, load_report, require_passed
 from builder.wheel.build import WheelResult, run_wheels
 
@@ -74,47 +74,6 @@ def _covered(wheels: list[WheelResult], report: SmokeReport | None) -> list[Whee
     # Raises when the report failed, or tested none of these wheels.
     require_passed(report, sglang_provenance=(covered or wheels)[0].provenance)
     return covered
-
-
-def refuse_trial_kernels(name: str, manifest: dict[str, Any], target: Target) -> None:
-    """Refuse a kernel wheel that is a trial of ``target``, not its release.
-
-    A trial (``kernels --modules``, ``--head-dims``, ``--arch-list``, ``--fast-build``)
-    carries the target's version but not its module set: publishing it would make that
-    version mean other content (the kernel stage does not record a trial in the lock,
-    :func:`builder.kernels.run.run_kernels`).
-
-    Args:
-        name: the wheel's file name, for the message.
-        manifest: its kernel manifest (``groups``, ``head_dims``, ``arch_list``,
-            ``fast_build``, as :func:`builder.kernels.build.build_kernels` writes it).
-        target: the target being released.
-
-    Raises:
-        PublishError: the manifest's arch list, module groups or head dimensions are not
-            the target's, or it is a fast build.
-    """
-    from builder.kernels.build import DEFAULT_HEAD_DIMS
-    from builder.kernels.pins import default_groups
-
-    arch_list = tuple(target.arch_list)
-    groups = tuple(target.kernel_groups or default_groups(arch_list))
-    head_dims = tuple(target.head_dims or DEFAULT_HEAD_DIMS) if "attention" in groups else ()
-    found = {"arch list": tuple(manifest.get("arch_list") or ()),
-             "module groups": tuple(manifest.get("groups") or ()),
-             "head dims": tuple(manifest.get("head_dims") or ())}
-    wanted = {"arch list": arch_list, "module groups": groups, "head dims": head_dims}
-    wrong = [f"{what} {', '.join(map(str, found[what])) or 'none'} (the target's: "
-             f"{', '.join(map(str, wanted[what])) or 'none'})"
-             for what in found if found[what] != wanted[what]]
-    if manifest.get("fast_build"):
-        wrong.append("a fast build")
-    if wrong:
-        raise PublishError(f"{name} is a trial build of {target.name}, not its kernels: "
-                           + "; ".join(wrong),
-                           f"build the target's own set: python -m builder kernels --target "
-                           f"{target.name} (no --modules, --head-dims, --arch-list or "
-                           "--fast-build)")
 
 
 def kernel_wheels_for(paths: tuple[Path, ...], target: Target, gate: WheelGate,
