@@ -14,7 +14,8 @@ import subprocess
 import zipfile
 from pathlib import Path
 
-from conftest import run_cli
+import pytest
+from conftest import REPO, run_cli
 
 from builder.core.cache import Cache
 from builder.core.progress import Reporter
@@ -99,7 +100,8 @@ def test_a_release_with_a_fast_build_kernel_wheel_is_refused_before_any_work(
     # these ports), nothing is built or written.
     wheel = tmp_path / ("flashinfer_jit_cache-0.6.14+sm120.1.cu130.sm90a.fastbuild-py3-none-"
                         "manylinux_2_28_x86_64.whl")
-    wheel.write_bytes(b"not read")
+    with zipfile.ZipFile(wheel, "w") as archive:  # a wheel with no manifest: the label tells
+        archive.writestr("flashinfer_jit_cache/__init__.py", "")
     done = run_cli("release", "--gate", "static", "--cache-dir", str(tmp_path / "cache"),
                    "--registry", "127.0.0.1:9", "--repository-url", "http://127.0.0.1:9/",
                    "--kernel-wheel", str(wheel), "--dist", str(tmp_path / "dist"),
@@ -143,22 +145,39 @@ def test_a_hand_edited_request_cannot_mislabel_a_build(tmp_path: Path,
     assert not (tmp_path / "dist").exists() and not (tmp_path / "cache" / "kernels").exists()
 
 
-def test_a_renamed_fast_build_wheel_is_known_by_its_manifest(tmp_path: Path) -> None:
-    from builder.core.errors import BuilderError
-    from builder.release.run import refuse_fast_builds
+def test_a_fast_build_is_known_by_its_label_or_its_manifest(tmp_path: Path) -> None:
+    """One rule for both release paths: a renamed fast build by its manifest, a shim (no
+    manifest) by its ``fastbuild`` label, a full build of the target's set passes."""
+    from builder.core.config import load_targets
+    from builder.core.errors import PublishError
+    from builder.image.build import read_extra_wheel
+    from builder.kernels.build import DEFAULT_HEAD_DIMS
+    from builder.kernels.pins import default_groups
+    from builder.release.run import refuse_unreleased_kernels
 
-    wheel = tmp_path / "flashinfer_jit_cache-0.6.14+sm120.1.cu130-py3-none-any.whl"
-    manifest = {"flashinfer_version": "0.6.14", "arch_list": ["9.0a"], "modules": [],
-                "fast_build": True}
-    with zipfile.ZipFile(wheel, "w") as archive:
-        archive.writestr("flashinfer_jit_cache/sm120-manifest.json", json.dumps(manifest))
-    try:
-        refuse_fast_builds([wheel])
-    except BuilderError as error:
-        assert "is a --fast-build kernel wheel" in error.cause
-    else:
-        raise AssertionError("a fast build passed for a full one")
+    target = load_targets(REPO / "targets.toml").get("sglang-0.5.16")
+    groups = list(target.kernel_groups or default_groups(tuple(target.arch_list)))
+    manifest = {"flashinfer_version": "0.6.14", "arch_list": list(target.arch_list),
+                "groups": groups, "modules": [], "fast_build": True,
+                "head_dims": list(target.head_dims or DEFAULT_HEAD_DIMS)
+                if "attention" in groups else []}
+
+    def wheel(name: str, manifest: dict[str, object] | None) -> Path:
+        path = tmp_path / name
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("flashinfer_jit_cache/__init__.py", "")
+            if manifest is not None:
+                archive.writestr("flashinfer_jit_cache/sm120-manifest.json",
+                                 json.dumps(manifest))
+        return path
+
+    provider = wheel("flashinfer_jit_cache-0.6.14+sm120.1.cu130-py3-none-any.whl", manifest)
+    with pytest.raises(PublishError, match="is a --fast-build kernel wheel"):
+        refuse_unreleased_kernels([read_extra_wheel(provider)], target)
     manifest.pop("fast_build")
-    with zipfile.ZipFile(wheel, "w") as archive:
-        archive.writestr("flashinfer_jit_cache/sm120-manifest.json", json.dumps(manifest))
-    refuse_fast_builds([wheel])  # a full build is not refused
+    provider = wheel("flashinfer_jit_cache-0.6.14+sm120.1.cu130-py3-none-any.whl", manifest)
+    refuse_unreleased_kernels([read_extra_wheel(provider)], target)  # the release's own set
+    shim = wheel("flashinfer_jit_cache_shim-0.6.14+sm120.1.cu130.fastbuild-py3-none-any.whl",
+                 None)
+    with pytest.raises(PublishError, match=r"shim-0\.6\.14.*is a --fast-build kernel wheel"):
+        refuse_unreleased_kernels([read_extra_wheel(provider), read_extra_wheel(shim)], target)

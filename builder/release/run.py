@@ -17,7 +17,7 @@ smoke test on a GPU runner (:mod:`builder.smoke.gpu`), which ``release`` uses by
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from builder.core.errors import BuilderError, PublishError
 from builder.core.lock import VersionLock, lock_path
 from builder.core.options import Options, select_target
 from builder.image.build import (
+    ExtraWheel,
     ImageResult,
     read_extra_wheel,
 )
@@ -164,73 +165,56 @@ def image_content_digest(image: ImageResult, dockerfile: Path) -> str:
         "base": image.base.reference, "dockerfile": sha256_file(dockerfile)})
 
 
-def refuse_fast_builds(wheels: list[Path]) -> None:
-    """Refuse to release a kernel wheel built with ``kernels --fast-build``: its fused MoE
-    has the CTA 128x128 alone among the TMA warp-specialised grouped GEMMs, for smoke tests.
+def refuse_unreleased_kernels(wheels: Sequence[ExtraWheel], target: Target) -> None:
+    """Refuse every kernel wheel that is not ``target``'s released kernel set.
 
-    A fast build is known by its local label segment ``fastbuild`` or, in a wheel renamed
-    by hand, by its manifest's ``"fast_build": true``.
+    The one rule both release paths (the image and ``--wheels-only``) apply. Refused:
 
-    Raises:
-        BuilderError: one of ``wheels`` is a fast build, or is not a readable wheel.
-    """
-    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-
-    from builder.kernels.build import is_fast_build_version
-
-    for path in wheels:
-        try:
-            version = str(parse_wheel_filename(path.name)[1])
-        except InvalidWheelFilename:
-            version = ""
-        fast = is_fast_build_version(version) or \
-            bool((read_extra_wheel(path).manifest or {}).get("fast_build"))
-        if fast:
-            raise PublishError(f"{path.name} is a --fast-build kernel wheel (its fused MoE "
-                               "keeps one of the TMA warp-specialised tile shapes): it is "
-                               "for smoke tests and is never released",
-                               "build the kernel wheel without --fast-build")
-
-
-def refuse_trial_kernels(name: str, manifest: dict[str, Any], target: Target) -> None:
-    """Refuse a kernel wheel that is a trial of ``target``, not its release.
-
-    A trial (``kernels --modules``, ``--head-dims``, ``--arch-list``, ``--fast-build``)
-    carries the target's version but not its module set: publishing it would make that
-    version mean other content (the kernel stage does not record a trial in the lock,
-    :func:`builder.kernels.run.run_kernels`).
+    - a fast build (``kernels --fast-build``: its fused MoE keeps one of the TMA
+      warp-specialised tile shapes, for smoke tests), known by its local label segment
+      ``fastbuild`` or, in a wheel renamed by hand, by its manifest's ``"fast_build"``;
+    - a trial (``kernels --modules``, ``--head-dims``, ``--arch-list``): its manifest's
+      arch list, module groups or head dimensions are not the target's. A trial carries
+      the target's version but not its module set: publishing it would make that version
+      mean other content (the kernel stage does not record a trial in the lock,
+      :func:`builder.kernels.run.run_kernels`).
 
     Args:
-        name: the wheel's file name, for the message.
-        manifest: its kernel manifest (``groups``, ``head_dims``, ``arch_list``,
-            ``fast_build``, as :func:`builder.kernels.build.build_kernels` writes it).
+        wheels: the kernel wheels (:func:`builder.image.build.read_extra_wheel`); a wheel
+            without a manifest (the shim) is judged by its label alone.
         target: the target being released.
 
     Raises:
-        PublishError: the manifest's arch list, module groups or head dimensions are not
-            the target's, or it is a fast build.
+        PublishError: the first wheel that is a fast build or a trial, with what differs.
     """
-    from builder.kernels.build import DEFAULT_HEAD_DIMS
+    from builder.kernels.build import DEFAULT_HEAD_DIMS, is_fast_build_version
     from builder.kernels.pins import default_groups
 
     arch_list = tuple(target.arch_list)
     groups = tuple(target.kernel_groups or default_groups(arch_list))
     head_dims = tuple(target.head_dims or DEFAULT_HEAD_DIMS) if "attention" in groups else ()
-    found = {"arch list": tuple(manifest.get("arch_list") or ()),
-             "module groups": tuple(manifest.get("groups") or ()),
-             "head dims": tuple(manifest.get("head_dims") or ())}
     wanted = {"arch list": arch_list, "module groups": groups, "head dims": head_dims}
-    wrong = [f"{what} {', '.join(map(str, found[what])) or 'none'} (the target's: "
-             f"{', '.join(map(str, wanted[what])) or 'none'})"
-             for what in found if found[what] != wanted[what]]
-    if manifest.get("fast_build"):
-        wrong.append("a fast build")
-    if wrong:
-        raise PublishError(f"{name} is a trial build of {target.name}, not its kernels: "
-                           + "; ".join(wrong),
-                           f"build the target's own set: python -m builder kernels --target "
-                           f"{target.name} (no --modules, --head-dims, --arch-list or "
-                           "--fast-build)")
+    for wheel in wheels:
+        manifest = wheel.manifest or {}
+        if is_fast_build_version(wheel.version) or manifest.get("fast_build"):
+            raise PublishError(f"{wheel.path.name} is a --fast-build kernel wheel (its fused "
+                               "MoE keeps one of the TMA warp-specialised tile shapes): it "
+                               "is for smoke tests and is never released",
+                               "build the kernel wheel without --fast-build")
+        if wheel.manifest is None:
+            continue
+        found = {"arch list": tuple(manifest.get("arch_list") or ()),
+                 "module groups": tuple(manifest.get("groups") or ()),
+                 "head dims": tuple(manifest.get("head_dims") or ())}
+        wrong = [f"{what} {', '.join(map(str, found[what])) or 'none'} (the target's: "
+                 f"{', '.join(map(str, wanted[what])) or 'none'})"
+                 for what in found if found[what] != wanted[what]]
+        if wrong:
+            raise PublishError(f"{wheel.path.name} is a trial build of {target.name}, not its "
+                               "kernels: " + "; ".join(wrong),
+                               f"build the target's own set: python -m builder kernels "
+                               f"--target {target.name} (no --modules, --head-dims, "
+                               "--arch-list or --fast-build)")
 
 
 def run_release(options: Options, image_options: ImageOptions, index: Index,
@@ -257,11 +241,8 @@ def run_release(options: Options, image_options: ImageOptions, index: Index,
     """
     summary = ReleaseSummary()
     try:
-        refuse_fast_builds(list(image_options.kernel_wheels))
-        for path in image_options.kernel_wheels:  # a trial is the target's version, not it
-            extra = read_extra_wheel(path)
-            if extra.manifest is not None:
-                refuse_trial_kernels(path.name, extra.manifest, select_target(options))
+        refuse_unreleased_kernels([read_extra_wheel(p) for p in image_options.kernel_wheels],
+                                  select_target(options))
         client = client or connect(image_options.docker_host)
         image = run_image(options, image_options, client)
         # One tag, one content (versions.lock): a tag is keyed with its registry and

@@ -35,7 +35,7 @@ from builder.core.errors import BuilderError, PublishError
 from builder.core.options import Options, select_target
 from builder.image.build import ExtraWheel, read_extra_wheel
 from builder.release.publish import Index, Published, upload_wheel, wheel_state
-from builder.release.run import ReleaseSummary, refuse_trial_kernels
+from builder.release.run import ReleaseSummary, refuse_unreleased_kernels
 from builder.smoke.gpu import SmokeReport, load_report, require_passed
 from builder.wheel.build import WheelResult, run_wheels
 
@@ -84,7 +84,7 @@ def kernel_wheels_for(paths: tuple[Path, ...], target: Target, gate: WheelGate,
         paths: the kernel wheel files (``--kernel-wheel``).
         target: the target released: each wheel's local version starts with its label
             (``0.7.2+sm120.1.cu130`` for ``sm120.1``, the kernel stage's versioning), and its
-            kernels are its own set (:func:`refuse_trial_kernels`).
+            kernels are its own set (:func:`refuse_unreleased_kernels`).
         gate: ``smoke`` (the report must have tested the kernel manifest) or ``build``.
         smoke_report: the report for the ``smoke`` gate.
 
@@ -102,9 +102,8 @@ def kernel_wheels_for(paths: tuple[Path, ...], target: Target, gate: WheelGate,
                                f"(local version {local or 'none'}, the target's label is "
                                f"{label})", "pass the wheels `python -m builder kernels "
                                "--target NAME` wrote for this target")
+    refuse_unreleased_kernels(wheels, target)
     manifests = [w for w in wheels if w.manifest is not None]
-    for wheel in manifests:
-        refuse_trial_kernels(wheel.path.name, wheel.manifest or {}, target)
     if wheels and not manifests:
         raise PublishError(
             f"no kernel manifest in {', '.join(w.path.name for w in wheels)}: a shim wheel "
