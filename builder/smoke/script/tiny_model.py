@@ -86,14 +86,42 @@ def tensor_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def write_model(out: Path, seed: int = 0) -> dict[str, Any]:
+def write_tokenizer(folder: Path, vocab_size: int) -> None:
+    """Write a word-level tokenizer of ``vocab_size`` tokens (``t3`` ... ) into ``folder``.
+
+    For servers that need a tokenizer (``sglang.bench_serving`` reads one to make its random
+    prompts): ids 0-2 are ``<unk>``, ``<s>`` and ``</s>`` (the config's BOS and EOS), id
+    ``i`` above them is the word ``t<i>``; text is split on whitespace. Needs the
+    ``tokenizers`` and ``transformers`` packages (SGLang's own dependencies).
+    """
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"t{i}": i for i in range(3, vocab_size)}}
+    words = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=words, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    fast.save_pretrained(str(folder))
+
+
+def write_model(out: Path, seed: int = 0, overrides: dict[str, int] | None = None, *,
+                tokenizer: bool = False) -> dict[str, Any]:
     """Write ``config.json`` and ``model.safetensors`` (bf16, normal(0, 0.02); norms 1).
 
+    Args:
+        out: an empty or new folder.
+        seed: the weights' random seed.
+        overrides: dimensions to change (:func:`tiny_moe_config`), e.g. a real model's
+            widths with fewer layers.
+        tokenizer: also write :func:`write_tokenizer`'s tokenizer.
+
     Returns:
-        ``{"path", "parameters", "bytes"}``.
+        ``{"path", "parameters", "bytes", "config"}``.
 
     Raises:
         FileExistsError: ``out`` exists and is not an empty folder.
+        KeyError: an override names no dimension.
     """
     import torch
     from safetensors.torch import save_file
@@ -103,7 +131,7 @@ def write_model(out: Path, seed: int = 0) -> dict[str, Any]:
     # Written beside it and renamed: an interrupted run leaves no half model at ``out``.
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    config = tiny_moe_config()
+    config = tiny_moe_config(**(overrides or {}))
     tensors = {}
     try:
         partial.chmod(0o755)
@@ -118,22 +146,39 @@ def write_model(out: Path, seed: int = 0) -> dict[str, Any]:
         # safetensors writes 0600: a server running as another user must read it too.
         (partial / "model.safetensors").chmod(0o644)
         (partial / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        if tokenizer:
+            write_tokenizer(partial, config["vocab_size"])
         if out.exists():
             out.rmdir()
         partial.rename(out)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return {"path": str(out), "parameters": sum(t.numel() for t in tensors.values()),
-            "bytes": (out / "model.safetensors").stat().st_size}
+            "bytes": (out / "model.safetensors").stat().st_size,
+            "config": {k: config[k] for k in DIMENSIONS}}
+
+
+def _dimension(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    if not sep or name not in DIMENSIONS or not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: write NAME=N, N a positive integer, NAME one of "
+            + ", ".join(DIMENSIONS))
+    return name, int(value)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="an empty or new folder")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--set", type=_dimension, action="append", default=[],
+                        metavar="NAME=N", help="change one dimension, e.g. hidden_size=2048")
+    parser.add_argument("--tokenizer", action="store_true",
+                        help="also write a word-level tokenizer of the vocabulary")
     args = parser.parse_args(argv)
     try:
-        print(json.dumps(write_model(args.out, args.seed)))
+        print(json.dumps(write_model(args.out, args.seed, dict(args.set),
+                                     tokenizer=args.tokenizer)))
     except FileExistsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
