@@ -147,3 +147,34 @@ def test_check_6_where_it_cannot_run_is_refused_up_front(tmp_path: Path,
     assert done.returncode == 2, done.stderr
     assert "--tiny-model" in done.stderr and "Traceback" not in done.stderr
     assert ("host mode only" in done.stderr) == (args[0] == "--mode")
+
+
+def test_set_and_tokenizer_give_a_real_models_widths_and_a_round_trip_tokenizer(
+        tmp_path: Path) -> None:
+    """``--set`` changes the dimensions it names and only those; ``--tokenizer`` writes a
+    tokenizer Transformers loads, of the model's vocabulary, that gives back any ids."""
+    from transformers import AutoTokenizer
+
+    out = tmp_path / "wide"
+    done = subprocess.run([sys.executable, str(SCRIPT), str(out), "--tokenizer",
+                           "--set", "vocab_size=640", "--set", "num_experts=4",
+                           "--set", "num_hidden_layers=1"],
+                          capture_output=True, text=True, check=True)
+    config = json.loads((out / "config.json").read_text())
+    assert config == tiny_moe_config(vocab_size=640, num_experts=4, num_hidden_layers=1)
+    assert json.loads(done.stdout)["config"]["num_experts"] == 4
+    tokenizer = AutoTokenizer.from_pretrained(str(out))
+    assert len(tokenizer) == 640
+    assert (tokenizer.bos_token_id, tokenizer.eos_token_id) == (config["bos_token_id"],
+                                                                config["eos_token_id"])
+    ids = [3, 17, 639, 400, 5]
+    assert tokenizer.encode(tokenizer.decode(ids), add_special_tokens=False) == ids
+
+
+@pytest.mark.parametrize("bad", ["vocab_size", "vocab_size=0", "no_such=3", "hidden_size=x"])
+def test_a_bad_dimension_is_one_usage_error_and_writes_nothing(tmp_path: Path,
+                                                               bad: str) -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "m"), "--set", bad],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and "write NAME=N" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "m").exists()
