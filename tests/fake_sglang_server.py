@@ -17,7 +17,8 @@ takes ``input_ids`` and answers ``output_ids``, as SGLang does, with
 ``meta_info.output_top_logprobs`` when asked (``return_logprob``, ``top_logprobs_num``).
 ``--tp-size``/``--ep-size`` are taken as SGLang takes them and change nothing, unless
 ``FAKE_SGLANG_DIFFER=TP,EP,POSITION`` plants a different token at that position for that
-leg (check 7's tests). The pid file also records the parallel environment it was given.
+leg (check 7's tests). Beside the pid file, ``NAME.leg.json`` records the parallel sizes
+and environment it was given.
 """
 
 from __future__ import annotations
@@ -75,9 +76,10 @@ def main() -> int:
                      if args.mode == "stubborn" else "")
                   + "time.sleep(600)\n")
     child = subprocess.Popen([sys.executable, "-c", child_code])
-    args.pid_file.write_text(json.dumps({"server": os.getpid(), "child": child.pid,
-                                         "tp": args.tp_size, "ep": args.ep_size,
-                                         "env": {k: os.environ.get(k) for k in PARALLEL_ENV}}))
+    args.pid_file.write_text(json.dumps({"server": os.getpid(), "child": child.pid}))
+    args.pid_file.with_suffix(".leg.json").write_text(json.dumps({
+        "tp": args.tp_size, "ep": args.ep_size,
+        "env": {k: os.environ.get(k) for k in PARALLEL_ENV}}))
     planted = os.environ.get("FAKE_SGLANG_DIFFER", "")
     differ = tuple(int(v) for v in planted.split(",")) if planted else None
     state = {"ready": False}

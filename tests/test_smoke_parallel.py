@@ -35,14 +35,15 @@ def _run(tmp_path: Path, gpus: int, *, experts: int | None = 8,
 def _servers(tmp_path: Path) -> dict[str, dict[str, object]]:
     """What each started server recorded, by leg (``tp1-ep1``), after checking it is gone."""
     found = {}
-    for path in sorted(tmp_path.glob("pids-*.json")):
-        record = json.loads(path.read_text())
-        for pid in (record["server"], record["child"]):
+    for path in sorted(tmp_path.glob("pids-*[0-9].json")):
+        pids = json.loads(path.read_text())
+        for pid in (pids["server"], pids["child"]):
             deadline = time.monotonic() + 5
             while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert not Path(f"/proc/{pid}").exists(), f"process {pid} of {path.name} is left"
-        found[path.stem.removeprefix("pids-")] = record
+        found[path.stem.removeprefix("pids-")] = json.loads(
+            path.with_suffix(".leg.json").read_text())
     return found
 
 
