@@ -13,7 +13,7 @@ import pytest
 from conftest import run_cli
 
 from builder.smoke.gpu import PROMPT_IDS, CheckResult, SmokeOptions, SmokeReport, _parallel_check
-from builder.smoke.parallel import LEGS, PARALLEL_ENV, run_parallel_check
+from builder.smoke.parallel import LEGS, PARALLEL_ENV, ParallelOutcome, run_parallel_check
 from builder.smoke.server import server_env
 from builder.smoke.shared import ProbeCheck
 
@@ -21,7 +21,7 @@ FAKE = Path(__file__).resolve().parent / "fake_sglang_server.py"
 
 
 def _run(tmp_path: Path, gpus: int, *, experts: int | None = 8,
-         **env: str) -> CheckResult:
+         **env: str) -> ParallelOutcome:
     def command(port: int, leg: tuple[str, ...]) -> tuple[str, ...]:
         pids = tmp_path / f"pids-tp{leg[1]}-ep{leg[3]}.json"
         return (sys.executable, str(FAKE), "--port", str(port), "--pid-file", str(pids),
@@ -86,7 +86,10 @@ def test_one_gpu_runs_tp_1_and_reports_the_tp_2_legs_not_run(tmp_path: Path) -> 
     passed = tuple(CheckResult(name, "passed", "") for name in
                    ("runner", "sglang", "lockstep", "kernels"))
     assert SmokeReport("host", passed).passed
-    assert not SmokeReport("host", (*passed, result)).passed
+    asked = CheckResult.from_json({"name": "parallel", "status": result.status,
+                                   "required": True, "detail": result.detail,
+                                   "data": result.data})
+    assert not SmokeReport("host", (*passed, asked)).passed
 
 
 def test_multicast_stays_off_in_every_server_whatever_the_caller_set(

@@ -780,16 +780,14 @@ def _parallel_check(options: SmokeOptions, runner: ProbeCheck | None) -> CheckRe
         if SKIP_TOKENIZER not in extra:  # the legs are asked by token id, any model
             extra = (*extra, SKIP_TOKENIZER)
         python = options.python or sys.executable
-        result = run_parallel_check(
+        outcome = run_parallel_check(
             lambda port, leg: sglang_command(python, str(model), port, extra=(*extra, *leg)),
             gpus=devices, experts=experts,
             env={"FLASHINFER_DISABLE_JIT": "1", **server_env(Path(scratch))},
             prompt_ids=PROMPT_IDS, ready_timeout=options.server_timeout,
             info=options.reporter.info)
-    if made:
-        return CheckResult(result.name, result.status, result.detail, True,
-                           {**result.data, "tiny_model": made})
-    return result
+    return CheckResult("parallel", _status(outcome.status), outcome.detail, True,
+                       {**outcome.data, **({"tiny_model": made} if made else {})})
 
 
 def _serve(options: SmokeOptions, model: Path, extra: tuple[str, ...],

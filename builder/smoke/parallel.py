@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from builder.smoke.gpu import CheckResult
 from builder.smoke.server import ServerSpec, free_port, run_server_check
 from builder.smoke.shared import FAILED, NOT_RUN, PASSED, WARNING
 
@@ -42,6 +41,23 @@ TOP_LOGPROBS = 2
 #: ``config.json`` keys that hold a MoE model's expert count (Qwen3-MoE and Qwen2-MoE,
 #: Mixtral, DeepSeek-V2/V3 in Transformers' configurations).
 EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
+@dataclass(frozen=True)
+class ParallelOutcome:
+    """Check 7's result (:mod:`builder.smoke.gpu` makes it the report's ``parallel``).
+
+    Attributes:
+        status: ``passed``, ``failed`` or ``not-run``.
+        detail: one line.
+        data: the GPU count, the expert count, the environment set, and per leg its
+            status, detail, output ids, top-2 logprobs, command and stop; the first
+            difference when there is one.
+    """
+
+    status: str
+    detail: str
+    data: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -111,7 +127,7 @@ def run_parallel_check(command: Callable[[int, tuple[str, ...]], tuple[str, ...]
                        gpus: int, experts: int | None, env: Mapping[str, str],
                        prompt_ids: Sequence[int], ready_timeout: float = 1800.0,
                        stop_grace: float = 30.0, legs: Sequence[Leg] = LEGS,
-                       info: Callable[[str], None] = lambda _: None) -> CheckResult:
+                       info: Callable[[str], None] = lambda _: None) -> ParallelOutcome:
     """Run check 7's legs in order and compare their tokens with the first leg's.
 
     Args:
@@ -140,8 +156,8 @@ def run_parallel_check(command: Callable[[int, tuple[str, ...]], tuple[str, ...]
     if experts is None or experts % need:
         found = "no expert count in its config.json (" + ", ".join(EXPERT_KEYS) + ")" \
             if experts is None else f"{experts} experts"
-        return CheckResult("parallel", FAILED, f"EP {need} needs an expert count divisible "
-                           f"by {need}; the model has {found}", True, data)
+        return ParallelOutcome(FAILED, f"EP {need} needs an expert count divisible by "
+                               f"{need}; the model has {found}", data)
     results: list[dict[str, Any]] = data["legs"]
     for leg in legs:
         entry: dict[str, Any] = {"leg": leg.name, "tp": leg.tp, "ep": leg.ep}
@@ -168,17 +184,15 @@ def run_parallel_check(command: Callable[[int, tuple[str, ...]], tuple[str, ...]
     return _judge(data)
 
 
-def _judge(data: dict[str, Any]) -> CheckResult:
+def _judge(data: dict[str, Any]) -> ParallelOutcome:
     """The verdict over the legs in ``data["legs"]`` (the first is the reference)."""
     legs = data["legs"]
     for entry in legs:
         if entry["status"] not in (PASSED, WARNING, NOT_RUN):
-            return CheckResult("parallel", FAILED, f"{entry['leg']}: {entry['detail']}",
-                               True, data)
+            return ParallelOutcome(FAILED, f"{entry['leg']}: {entry['detail']}", data)
     reference = legs[0]
     if reference["status"] == NOT_RUN:
-        return CheckResult("parallel", NOT_RUN, f"{reference['leg']}: {reference['detail']}",
-                           True, data)
+        return ParallelOutcome(NOT_RUN, f"{reference['leg']}: {reference['detail']}", data)
     ref_ids = reference["output_ids"]
     for entry in legs[1:]:
         if entry["status"] == NOT_RUN:
@@ -197,10 +211,10 @@ def _judge(data: dict[str, Any]) -> CheckResult:
         if margin is not None:
             detail += (f" ({reference['leg']}'s top-2 logprob margin there: {margin:g}; "
                        "near 0 is bf16 noise, large is a fault)")
-        return CheckResult("parallel", FAILED, detail, True, data)
+        return ParallelOutcome(FAILED, detail, data)
     ran = [e["leg"] for e in legs if e["status"] != NOT_RUN]
     skipped = [f"{e['leg']} not run: {e['detail']}" for e in legs if e["status"] == NOT_RUN]
     same = f"{', '.join(ran)} returned the same {len(ref_ids)} token ids"
     if skipped:
-        return CheckResult("parallel", NOT_RUN, f"{same}; " + "; ".join(skipped), True, data)
-    return CheckResult("parallel", PASSED, same, True, data)
+        return ParallelOutcome(NOT_RUN, f"{same}; " + "; ".join(skipped), data)
+    return ParallelOutcome(PASSED, same, data)
