@@ -13,7 +13,12 @@ tactic for a module missing from the jit-cache, as FlashInfer 0.6.14 logs it),
 empty text, or no token ids). Like FlashInfer under SGLang 0.5.16, the per-tactic autotuner
 lines are printed only with ``FLASHINFER_LOGGING_LEVEL=debug`` and a logging configuration
 in ``SGLANG_LOGGING_CONFIG_PATH``; with ``--skip-tokenizer-init`` ``/generate``
-takes ``input_ids`` and answers ``output_ids``, as SGLang does.
+takes ``input_ids`` and answers ``output_ids``, as SGLang does, with
+``meta_info.output_top_logprobs`` when asked (``return_logprob``, ``top_logprobs_num``).
+``--tp-size``/``--ep-size`` are taken as SGLang takes them and change nothing, unless
+``FAKE_SGLANG_DIFFER=TP,EP,POSITION`` plants a different token at that position for that
+leg (check 7's tests). Beside the pid file, ``NAME.leg.json`` records the parallel sizes
+and environment it was given.
 """
 
 from __future__ import annotations
@@ -41,6 +46,10 @@ PROFILED = (f"[Autotuner]: profiling {RUNNER} 3, shapes=[torch.Size([8, 1024]), 
             "torch.Size([8, 2])], avg_time 0.0213")
 CHOSEN = (f"[Autotuner]: profiling chosen runner: {RUNNER} 3 for "
           "('trtllm::fused_moe::gemm1', 'MoERunner', (8,))")
+#: What check 7 sets in the server's environment (recorded in the pid file).
+PARALLEL_ENV = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
+                "FLASHINFER_DISABLE_JIT")
+
 MISSING = (f"[Autotuner]: Skipping tactic {RUNNER} 0, due to failure while profiling: "
            "trtllm_utils: the required module is not found in the JIT cache and JIT "
            "compilation is disabled (FLASHINFER_DISABLE_JIT=1)")
@@ -53,6 +62,8 @@ def main() -> int:
     parser.add_argument("--mode", default="ok")
     parser.add_argument("--load-seconds", type=float, default=1.0)
     parser.add_argument("--skip-tokenizer-init", action="store_true")
+    parser.add_argument("--tp-size", type=int, default=1)
+    parser.add_argument("--ep-size", type=int, default=1)
     args = parser.parse_args()
     # SGLang sets FlashInfer's logger to ERROR unless SGLANG_LOGGING_CONFIG_PATH is set.
     config = os.environ.get("SGLANG_LOGGING_CONFIG_PATH")
@@ -65,8 +76,12 @@ def main() -> int:
                      if args.mode == "stubborn" else "")
                   + "time.sleep(600)\n")
     child = subprocess.Popen([sys.executable, "-c", child_code])
-    args.pid_file.write_text(json.dumps({"server": os.getpid(),
-                                         "child": child.pid}))
+    args.pid_file.write_text(json.dumps({"server": os.getpid(), "child": child.pid}))
+    args.pid_file.with_suffix(".leg.json").write_text(json.dumps({
+        "tp": args.tp_size, "ep": args.ep_size,
+        "env": {k: os.environ.get(k) for k in PARALLEL_ENV}}))
+    planted = os.environ.get("FAKE_SGLANG_DIFFER", "")
+    differ = tuple(int(v) for v in planted.split(",")) if planted else None
     state = {"ready": False}
 
     class Handler(BaseHTTPRequestHandler):
@@ -89,9 +104,15 @@ def main() -> int:
             if args.skip_tokenizer_init:
                 ids = [] if args.mode == "empty-text" else \
                     [7 + i for i in range(body["sampling_params"]["max_new_tokens"])]
-                answer = json.dumps({"output_ids": ids, "meta_info": {
-                    "prompt_tokens": len(body["input_ids"]),
-                    "completion_tokens": len(ids)}}).encode()
+                if differ and differ[:2] == (args.tp_size, args.ep_size):
+                    ids[differ[2]] += 1
+                meta: dict[str, object] = {"prompt_tokens": len(body["input_ids"]),
+                                           "completion_tokens": len(ids)}
+                if body.get("return_logprob"):
+                    meta["output_top_logprobs"] = [
+                        [(-0.25 - 0.5 * k, i + k, None)
+                         for k in range(body["top_logprobs_num"])] for i in ids]
+                answer = json.dumps({"output_ids": ids, "meta_info": meta}).encode()
             else:
                 text = "" if args.mode == "empty-text" else " Paris. It is known for"
                 answer = json.dumps({"text": text, "meta_info": {

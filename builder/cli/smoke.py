@@ -16,10 +16,12 @@ if TYPE_CHECKING:
     from builder.smoke.gpu import SmokeReport
 
 _SMOKE_EPILOG = """\
-checks: runner, sglang, lockstep, kernels, moe-autotune, server. 1-4 always count; 5
-counts with --moe or when the kernel wheel ships the fused MoE module for this GPU; 6 counts
-with --model or --tiny-model (host mode) and fails unless SGLang's FlashInfer autotune
-profiled tactics. A check that needs a GPU and finds none fails ("no CUDA device").
+checks: runner, sglang, lockstep, kernels, moe-autotune, server, parallel. 1-4 always
+count; 5 counts with --moe or when the kernel wheel ships the fused MoE module for this GPU;
+6 counts with --model or --tiny-model (host mode) and fails unless SGLang's FlashInfer
+autotune profiled tactics; 7 counts with --parallel (TP 1, TP 2 EP 1, TP 2 EP 2 must return
+the same tokens; not-run, which fails, where fewer than 2 GPUs are visible). A check that
+needs a GPU and finds none fails ("no CUDA device").
 
 examples:
   python -m builder smoke --mode host --sglang-wheel dist/sglang-0.5.9+sm120.1-py3-none-any.whl
@@ -27,6 +29,7 @@ examples:
   python -m builder smoke --mode image --image sglang-sm120:0.5.9
   python -m builder smoke --moe --model /models/small --server-arg=--tp-size=2
   python -m builder smoke --moe --tiny-model --server-arg=--attention-backend=triton
+  python -m builder smoke --tiny-model --parallel  # on 2 GPUs
   # where only torch and FlashInfer are installed, run the probe alone, judge it elsewhere:
   cp -rL builder/smoke/script DIR  # the probe and the two files it loads beside it
   python DIR/smoke_probe.py --sglang-pattern 'sglang/srt/model_executor/*.py' > probe.out
@@ -91,6 +94,10 @@ def add_commands(commands: Any) -> None:
                         help="check 6 on a tiny Qwen3-MoE with random weights written by the "
                              "tested Python (torch + safetensors; no download, no tokenizer: "
                              "--skip-tokenizer-init and token ids)")
+    smoke.add_argument("--parallel", action="store_true",
+                       help="check 7: serve the model (--model or --tiny-model) at TP 1, TP 2 "
+                            "EP 1 and TP 2 EP 2 and compare their greedy tokens (needs 2 "
+                            "GPUs; host mode)")
     smoke.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                        help="extra argument for sglang.launch_server (repeatable)")
     smoke.add_argument("--probe-output", type=Path, metavar="FILE",
@@ -130,7 +137,7 @@ def _cmd_smoke(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     report = run_smoke(SmokeOptions(
         mode=args.mode, image=args.image, python=args.python, series=args.series,
         sglang_wheel=args.sglang_wheel, expect_provenance=args.expect_provenance,
-        model=args.model, tiny_model=args.tiny_model, moe=args.moe,
+        model=args.model, tiny_model=args.tiny_model, moe=args.moe, parallel=args.parallel,
         server_args=tuple(args.server_arg),
         probe_output=args.probe_output, probe_timeout=args.timeout,
         server_timeout=args.server_timeout, reporter=reporter))

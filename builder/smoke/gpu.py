@@ -30,12 +30,17 @@ Checks, in order (``name``: what passes):
    ``FLASHINFER_DISABLE_JIT=1``, logs its autotune start and end with tactics profiled and
    none skipped for a missing module, answers ``/health`` and one ``/generate``, and its
    whole process group is gone afterwards (host mode; ``--model`` or ``--tiny-model``).
+7. ``parallel``: the same model served at TP 1, TP 2 EP 1 and TP 2 EP 2 (NVLink multicast
+   off) returns the same greedy tokens for the same token ids; a leg that needs more GPUs
+   than are visible is not run, and the check is then ``not-run`` (host mode;
+   ``--parallel`` with ``--model`` or ``--tiny-model``; :mod:`builder.smoke.parallel`).
 
 Which checks count (:attr:`SmokeReport.passed`): 1-4 always; 5 when asked for (``--moe``)
 or when it ran (the kernel wheel ships the fused MoE module for this GPU); 6 when a model
-is given (``--model`` or ``--tiny-model``). A counted check passes with status ``passed``
-or ``warning``; ``failed`` and ``not-run`` fail the report. A check that needs a GPU and
-finds none fails with "no CUDA device": nothing is ever pretended.
+is given (``--model`` or ``--tiny-model``); 7 when asked for (``--parallel``). A counted
+check passes with status ``passed`` or ``warning``; ``failed`` and ``not-run`` fail the
+report. A check that needs a GPU and finds none fails with "no CUDA device": nothing is
+ever pretended.
 """
 
 from __future__ import annotations
@@ -78,7 +83,7 @@ from builder.wheel.build import PROVENANCE_FILE, builder_version
 
 Status = Literal["passed", "failed", "warning", "not-run"]
 STATUSES: tuple[Status, ...] = ("passed", "failed", "warning", "not-run")
-CHECKS = ("runner", "sglang", "lockstep", "kernels", "moe-autotune", "server")
+CHECKS = ("runner", "sglang", "lockstep", "kernels", "moe-autotune", "server", "parallel")
 #: The checks every report must have run and counted (1-4, see the module doc): a report
 #: without one of them proves nothing, whatever else it holds.
 ALWAYS_COUNTED = CHECKS[:4]
@@ -285,6 +290,7 @@ class SmokeOptions:
             by ``tiny_model.py`` with the tested interpreter into a temporary folder (no
             weights to download, no tokenizer: ``--skip-tokenizer-init`` and token ids).
         moe: count check 5 even when it cannot run.
+        parallel: run and count check 7 (TP 1, TP 2 EP 1, TP 2 EP 2 on the model).
         server_args: extra arguments for ``sglang.launch_server``.
         probe_output: judge this saved output of ``smoke_probe.py`` (run by hand in the
             tested environment, which then needs neither the builder nor its
@@ -304,6 +310,7 @@ class SmokeOptions:
     model: Path | None = None
     tiny_model: bool = False
     moe: bool = False
+    parallel: bool = False
     server_args: tuple[str, ...] = ()
     probe_output: Path | None = None
     probe_timeout: float = 3600.0
@@ -644,8 +651,12 @@ def _from_probe(name: str, result: ProbeCheck | None, run: ProbeRun,
 
 def assemble(mode: str, run: ProbeRun, series: Series, *, moe: bool,
              expected: Mapping[str, Any] | None, expected_record: Mapping[str, str] | None,
-             server: CheckResult, artifacts: Mapping[str, Any]) -> SmokeReport:
-    """Judge the probe's results and build the report (pure: no GPU, no processes)."""
+             server: CheckResult, artifacts: Mapping[str, Any],
+             parallel: CheckResult | None = None) -> SmokeReport:
+    """Judge the probe's results and build the report (pure: no GPU, no processes).
+
+    ``parallel`` is check 7's result (``None``: not asked for, not counted).
+    """
     results = run.results
     sglang_data = results.sglang_data
     requires = list(sglang_data.data.get("requires", [])) if sglang_data and \
@@ -665,6 +676,8 @@ def assemble(mode: str, run: ProbeRun, series: Series, *, moe: bool,
         _from_probe("kernels", results.kernels, run),
         _from_probe("moe-autotune", moe_result, run, moe_required),
         server,
+        parallel or CheckResult("parallel", NOT_RUN, "not asked for (--parallel)",
+                                required=False),
     )
     found = dict(artifacts)
     if sglang_check.data.get("provenance_sha256"):
@@ -711,24 +724,70 @@ def _server_check(options: SmokeOptions, no_gpu: ProbeCheck | None) -> CheckResu
     with tempfile.TemporaryDirectory(prefix="sm120-tiny-model-") as scratch:
         model, extra, made = options.model, tuple(options.server_args), None
         if options.tiny_model:
-            python = options.python or sys.executable
-            options.reporter.info("Writing a tiny Qwen3-MoE with random weights ...")
-            try:
-                done = subprocess.run([python, str(TINY_MODEL_PATH), f"{scratch}/tiny-moe"],
-                                      capture_output=True, text=True, check=False,
-                                      timeout=600)
-            except subprocess.TimeoutExpired:
-                return CheckResult("server", FAILED, "writing the tiny model took more than "
-                                   "600 s", True)
-            if done.returncode != 0:
-                return CheckResult("server", FAILED, "could not write the tiny model: "
-                                   + _tail(done.stderr)[-300:], True)
-            made = json.loads(done.stdout.strip().splitlines()[-1])
-            model = Path(made["path"])
+            written = _write_tiny_model(options, Path(scratch))
+            if isinstance(written, str):
+                return CheckResult("server", FAILED, written, True)
+            made, model = written, Path(written["path"])
             if SKIP_TOKENIZER not in extra:
                 extra = (*extra, SKIP_TOKENIZER)
         assert model is not None
         return _serve(options, model, extra, made, Path(scratch))
+
+
+def _write_tiny_model(options: SmokeOptions, scratch: Path) -> dict[str, Any] | str:
+    """Write the tiny model under ``scratch`` with the tested interpreter.
+
+    Returns:
+        ``tiny_model.py``'s answer (``{"path", "parameters", "bytes"}``), or why not.
+    """
+    python = options.python or sys.executable
+    options.reporter.info("Writing a tiny Qwen3-MoE with random weights ...")
+    try:
+        done = subprocess.run([python, str(TINY_MODEL_PATH), f"{scratch}/tiny-moe"],
+                              capture_output=True, text=True, check=False, timeout=600)
+    except subprocess.TimeoutExpired:
+        return "writing the tiny model took more than 600 s"
+    if done.returncode != 0:
+        return "could not write the tiny model: " + _tail(done.stderr)[-300:]
+    made: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return made
+
+
+def _parallel_check(options: SmokeOptions, runner: ProbeCheck | None) -> CheckResult:
+    """Check 7 with the model of check 6 (see :mod:`builder.smoke.parallel`)."""
+    from builder.smoke.parallel import expert_count, run_parallel_check
+    from builder.smoke.server import server_env, sglang_command
+
+    devices = runner.data.get("devices") if runner is not None else None
+    if runner is None or not isinstance(devices, int) or isinstance(devices, bool) or \
+            devices < 1:
+        return CheckResult("parallel", FAILED, runner.detail if runner is not None and
+                           runner.detail else "the probe counted no CUDA device", True)
+    with tempfile.TemporaryDirectory(prefix="sm120-parallel-") as scratch:
+        model, made = options.model, None
+        if options.tiny_model:
+            written = _write_tiny_model(options, Path(scratch))
+            if isinstance(written, str):
+                return CheckResult("parallel", FAILED, written, True)
+            made, model = written, Path(written["path"])
+        assert model is not None
+        try:
+            experts = expert_count(model)
+        except (OSError, ValueError) as exc:
+            return CheckResult("parallel", FAILED, f"cannot read {model}/config.json: {exc}",
+                               True)
+        extra = tuple(options.server_args)
+        if SKIP_TOKENIZER not in extra:  # the legs are asked by token id, any model
+            extra = (*extra, SKIP_TOKENIZER)
+        python = options.python or sys.executable
+        outcome = run_parallel_check(
+            lambda port, leg: sglang_command(python, str(model), port, extra=(*extra, *leg)),
+            gpus=devices, experts=experts,
+            env={"FLASHINFER_DISABLE_JIT": "1", **server_env(Path(scratch))},
+            prompt_ids=PROMPT_IDS, ready_timeout=options.server_timeout,
+            info=options.reporter.info)
+    return CheckResult("parallel", _status(outcome.status), outcome.detail, True,
+                       {**outcome.data, **({"tiny_model": made} if made else {})})
 
 
 def _serve(options: SmokeOptions, model: Path, extra: tuple[str, ...],
@@ -764,8 +823,11 @@ def run_smoke(options: SmokeOptions) -> SmokeReport:
     Raises:
         BuilderError: bad input: no ``--image`` in image mode, an image the engine does not
             have, an unreadable series, wheel or provenance file, an interpreter that cannot
-            run.
+            run; ``--parallel`` without a model, outside host mode or with a parallel size
+            in ``--server-arg``.
     """
+    if options.parallel:
+        _parallel_rules(options)
     if options.model is not None or options.tiny_model:
         given = "--model" if options.model is not None else "--tiny-model"
         if options.mode == "image":
@@ -809,8 +871,35 @@ def run_smoke(options: SmokeOptions) -> SmokeReport:
         options.reporter.info("Running the probe in this environment ...")
         run = run_probe_host(options.python or sys.executable, args, options.probe_timeout)
     server = _server_check(options, run.results.no_device())
+    parallel = _parallel_check(options, run.results.runner) if options.parallel else None
     return assemble(options.mode, run, series, moe=options.moe, expected=expected,
-                    expected_record=expected_record, server=server, artifacts=artifacts)
+                    expected_record=expected_record, server=server, artifacts=artifacts,
+                    parallel=parallel)
+
+
+def _parallel_rules(options: SmokeOptions) -> None:
+    """Refuse ``--parallel`` where check 7 cannot run as asked.
+
+    Raises:
+        ConfigurationError: image mode, a saved probe output, no model, or a
+            ``--server-arg`` that sets a parallel size the legs set themselves.
+    """
+    from builder.smoke.parallel import PARALLEL_ARGS
+
+    if options.mode == "image" or options.probe_output is not None:
+        raise ConfigurationError("--parallel: check 7 starts SGLang in this environment (host "
+                                 "mode only, without --probe-output)",
+                                 "run `smoke --mode host --parallel --tiny-model` inside the "
+                                 "image, or leave --parallel out")
+    if options.model is None and not options.tiny_model:
+        raise ConfigurationError("--parallel needs a model to serve",
+                                 "add --tiny-model (a random-weight MoE written here) or "
+                                 "--model PATH")
+    clash = [arg for arg in options.server_args if arg.split("=")[0] in PARALLEL_ARGS]
+    if clash:
+        raise ConfigurationError(f"--parallel sets the parallel sizes of each leg itself: "
+                                 f"--server-arg {' '.join(clash)} would override them",
+                                 "leave those --server-arg out with --parallel")
 
 
 def _refused(message: str, fault: str, image: str) -> SmokeReport:
@@ -821,7 +910,8 @@ def _refused(message: str, fault: str, image: str) -> SmokeReport:
     runner = CheckResult("runner", FAILED, ("misconfigured runner: " if misconfigured
                                             else "broken image: ") + message,
                          data={"engine_error": message, "fault": fault})
-    rest = tuple(CheckResult(name, NOT_RUN, reason, name not in ("moe-autotune", "server"))
+    rest = tuple(CheckResult(name, NOT_RUN, reason,
+                             name not in ("moe-autotune", "server", "parallel"))
                  for name in CHECKS[1:])
     return SmokeReport("image", (runner, *rest), {"image": {"ref": image}},
                        misconfigured_runner=misconfigured, created=_now(),

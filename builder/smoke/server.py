@@ -119,6 +119,9 @@ class ServerSpec:
         require_tuning: fail unless the autotuner's log shows a tactic profiled and none
             skipped for a module missing from the jit-cache (needs
             :data:`SERVER_ENV`).
+        top_logprobs: with ``input_ids``, also ask for this many most likely tokens per
+            output position (``return_logprob`` and ``top_logprobs_num`` of SGLang's
+            ``GenerateReqInput``); kept in the outcome's ``top_logprobs``. 0: not asked.
     """
 
     command: tuple[str, ...]
@@ -133,6 +136,7 @@ class ServerSpec:
     input_ids: tuple[int, ...] | None = None
     max_new_tokens: int = 16
     require_tuning: bool = True
+    top_logprobs: int = 0
 
 
 @dataclass(frozen=True)
@@ -333,6 +337,8 @@ def _generate(session: Any, spec: ServerSpec, data: dict[str, Any]) -> tuple[str
     if spec.input_ids is not None:
         params["ignore_eos"] = True
         body = {"input_ids": list(spec.input_ids), "sampling_params": params}
+        if spec.top_logprobs:
+            body.update(return_logprob=True, top_logprobs_num=spec.top_logprobs)
     try:
         answer = session.post(f"{spec.base_url}/generate", json=body,
                               timeout=spec.request_timeout)
@@ -349,6 +355,8 @@ def _generate(session: Any, spec: ServerSpec, data: dict[str, Any]) -> tuple[str
                 not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
             return FAILED, f"POST /generate answered no token ids: {answer.text[:200]}"
         data["generated_ids"] = ids
+        if spec.top_logprobs:
+            data["top_logprobs"] = _top_logprobs(answer.json())
         return PASSED, (f"/health after {data['seconds_to_health']} s, autotune ran, /generate "
                         f"answered {len(ids)} token ids")
     try:
@@ -360,3 +368,18 @@ def _generate(session: Any, spec: ServerSpec, data: dict[str, Any]) -> tuple[str
     data["generated_text"] = text
     return PASSED, (f"/health after {data['seconds_to_health']} s, autotune ran, /generate "
                     f"answered {text.strip()[:60]!r}")
+
+
+def _top_logprobs(answer: Any) -> list[list[list[float]]] | None:
+    """``[[logprob, token id], ...]`` per output position, most likely first, from the
+    answer's ``meta_info.output_top_logprobs`` (``None`` when absent or not that shape).
+
+    SGLang answers ``(logprob, token id, text or None)`` per candidate and ``None`` for a
+    position without them (``detokenize_top_logprobs_tokens`` in
+    ``sglang/srt/managers/tokenizer_manager.py``, 0.5.16).
+    """
+    try:
+        positions = answer["meta_info"]["output_top_logprobs"]
+        return [[[float(c[0]), int(c[1])] for c in position or []] for position in positions]
+    except (KeyError, TypeError, ValueError, IndexError):
+        return None
