@@ -311,11 +311,12 @@ def test_no_module_but_the_cache_writes_a_cache_manifest() -> None:
 # What the smoke probe's script side may import: the standard library, its neighbours in
 # builder/smoke/script/ (links to builder/core/arch.py and builder/smoke/shared.py), and the
 # stack it tests, only inside the checks that need it: torch, FlashInfer (and its kernel
-# wheel, flashinfer_jit_cache), sglang (its metadata), safetensors (the tiny model) and
-# pynvml (nvidia-ml-py, the driver's version).
+# wheel, flashinfer_jit_cache), sglang (its metadata), safetensors (the tiny model), tokenizers
+# and transformers (the tiny model's optional tokenizer: SGLang's own dependencies) and pynvml
+# (nvidia-ml-py, the driver's version).
 PROBE_SCRIPT = ROOT / "builder" / "smoke" / "script"
 GPU_STACK = frozenset({"torch", "flashinfer", "flashinfer_jit_cache", "sglang", "safetensors",
-                       "pynvml"})
+                       "tokenizers", "transformers", "pynvml"})
 
 
 def _script_imports(folder: Path) -> list[str]:

@@ -146,10 +146,23 @@ def test_sha256_mismatch(sdists: dict[str, Path], tmp_path: Path) -> None:
 
 
 def test_unreachable_source(tmp_path: Path) -> None:
+    # PIP_RETRIES=0 (pip's variable, which the downloads honour): the same error at once,
+    # not after 15 s of backoff.
     project = write_project(tmp_path / "p")
     done = run_cli("wheel", "--index-url", "http://127.0.0.1:9/simple", cwd=project,
-                   cache=tmp_path / "cache")
+                   cache=tmp_path / "cache", env={"PIP_RETRIES": "0"})
     _assert_refused(done, "could not reach http://127.0.0.1:9/simple/sglang/", project / "dist")
+
+
+@pytest.mark.parametrize("retries", ["-1", "lots", "101"])
+def test_pip_retries_that_is_not_a_count_is_a_configuration_error(tmp_path: Path,
+                                                                   retries: str) -> None:
+    project = write_project(tmp_path / "p")
+    done = run_cli("wheel", "--index-url", "http://127.0.0.1:9/simple", cwd=project,
+                   cache=tmp_path / "cache", env={"PIP_RETRIES": retries})
+    assert done.returncode == 2, done.stderr
+    assert f"PIP_RETRIES={retries!r} is not a number of retries" in done.stderr
+    assert not (project / "dist").exists()
 
 
 def test_malformed_patch(sdists: dict[str, Path], tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ def _run(tmp_path: Path, gpus: int, *, experts: int | None = 8,
     def command(port: int, leg: tuple[str, ...]) -> tuple[str, ...]:
         pids = tmp_path / f"pids-tp{leg[1]}-ep{leg[3]}.json"
         return (sys.executable, str(FAKE), "--port", str(port), "--pid-file", str(pids),
-                "--mode", "ok", "--skip-tokenizer-init", *leg)
+                "--mode", "ok", "--skip-tokenizer-init", "--load-seconds", "0.1", *leg)
 
     return run_parallel_check(command, gpus=gpus, experts=experts,
                               env={"FLASHINFER_DISABLE_JIT": "1", **server_env(tmp_path), **env},
@@ -76,7 +76,8 @@ def test_a_planted_difference_at_ep_2_fails_naming_the_leg_and_position(
 def test_one_gpu_runs_tp_1_and_reports_the_tp_2_legs_not_run(tmp_path: Path) -> None:
     result = _run(tmp_path, gpus=1)
     assert result.status == "not-run"
-    assert result.detail == ("TP 1 returned the same 16 token ids; TP 2 EP 1 not run: TP 2 "
+    assert result.detail == ("TP 1 returned 16 token ids, nothing to compare them with; "
+                             "TP 2 EP 1 not run: TP 2 "
                              "needs 2 GPUs, 1 visible; TP 2 EP 2 not run: TP 2 needs 2 GPUs, "
                              "1 visible")
     assert result.data["legs"][0]["output_ids"] == list(range(7, 23))

@@ -237,7 +237,7 @@ def test_no_newer_release(release_files: dict[str, Path], tmp_path: Path) -> Non
 
 def test_unreachable_index_is_one_clear_error(tmp_path: Path) -> None:
     done = run_cli("upstream", "--index-url", "http://127.0.0.1:9/simple",
-                   cache=tmp_path / "cache")
+                   cache=tmp_path / "cache", env={"PIP_RETRIES": "0"})  # no 15 s backoff
     assert done.returncode == 4
     assert "could not reach http://127.0.0.1:9/simple/sglang/" in done.stderr
     assert "Traceback" not in done.stderr

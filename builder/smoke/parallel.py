@@ -214,7 +214,8 @@ def _judge(data: dict[str, Any]) -> ParallelOutcome:
         return ParallelOutcome(FAILED, detail, data)
     ran = [e["leg"] for e in legs if e["status"] != NOT_RUN]
     skipped = [f"{e['leg']} not run: {e['detail']}" for e in legs if e["status"] == NOT_RUN]
-    same = f"{', '.join(ran)} returned the same {len(ref_ids)} token ids"
+    same = (f"{', '.join(ran)} returned the same {len(ref_ids)} token ids" if len(ran) > 1
+            else f"{ran[0]} returned {len(ref_ids)} token ids, nothing to compare them with")
     if skipped:
         return ParallelOutcome(NOT_RUN, f"{same}; " + "; ".join(skipped), data)
     return ParallelOutcome(PASSED, same, data)

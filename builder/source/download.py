@@ -11,6 +11,7 @@ with the pin at the end: a mismatch removes the partial file and fails.
 
 from __future__ import annotations
 
+import os
 import time
 import urllib.parse
 import urllib.request
@@ -19,29 +20,44 @@ from pathlib import Path
 from typing import Any
 
 from builder.core.cache import sha256_file
-from builder.core.errors import BuilderError, SourceError
+from builder.core.errors import BuilderError, ConfigurationError, SourceError
 from builder.core.progress import Reporter
 
 #: Seconds to wait to connect and between two reads.
 TIMEOUT_S = 60
+#: Retries of one request when ``PIP_RETRIES`` does not say (pip's default).
+DEFAULT_RETRIES = 5
 #: Attempts at one file when the connection drops mid-body (each resumes).
 RESUME_ATTEMPTS = 6
 _CHUNK = 1 << 16
 
 
-@lru_cache(maxsize=1)
 def session() -> Any:
     """The process's retrying ``requests.Session`` (imported lazily: it is slow to load).
 
     Returns:
-        A session whose HTTP(S) adapters retry 5 times with backoff (0.5 s, 1 s, 2 s, ...)
-        on connection errors and on HTTP 429, 500, 502, 503 and 504.
+        A session whose HTTP(S) adapters retry ``PIP_RETRIES`` times (pip's own variable
+        for its ``--retries``; default 5, as pip's) with backoff (0.5 s, 1 s, 2 s, ...) on
+        connection errors and on HTTP 429, 500, 502, 503 and 504.
+
+    Raises:
+        ConfigurationError: ``PIP_RETRIES`` is not a whole number from 0 to 100.
     """
+    text = os.environ.get("PIP_RETRIES", "").strip() or str(DEFAULT_RETRIES)
+    if not text.isdigit() or int(text) > 100:
+        raise ConfigurationError(f"PIP_RETRIES={text!r} is not a number of retries",
+                                 "set it to a whole number from 0 to 100, or unset it")
+    return _session(int(text))
+
+
+@lru_cache(maxsize=4)
+def _session(tries: int) -> Any:
+    """One session per retry count (a process keeps its connections)."""
     import requests
     from requests.adapters import HTTPAdapter
     from urllib3.util.retry import Retry
 
-    retry = Retry(total=5, connect=5, read=5, status=5, backoff_factor=0.5,
+    retry = Retry(total=tries, connect=tries, read=tries, status=tries, backoff_factor=0.5,
                   status_forcelist=(429, 500, 502, 503, 504),
                   allowed_methods=frozenset({"GET", "HEAD"}),
                   respect_retry_after_header=True, raise_on_status=False)
