@@ -60,7 +60,7 @@ def main() -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--pid-file", type=Path, required=True)
     parser.add_argument("--mode", default="ok")
-    parser.add_argument("--load-seconds", type=float, default=1.0)
+    parser.add_argument("--load-seconds", type=float, default=0.2)
     parser.add_argument("--skip-tokenizer-init", action="store_true")
     parser.add_argument("--tp-size", type=int, default=1)
     parser.add_argument("--ep-size", type=int, default=1)

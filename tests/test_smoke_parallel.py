@@ -25,7 +25,7 @@ def _run(tmp_path: Path, gpus: int, *, experts: int | None = 8,
     def command(port: int, leg: tuple[str, ...]) -> tuple[str, ...]:
         pids = tmp_path / f"pids-tp{leg[1]}-ep{leg[3]}.json"
         return (sys.executable, str(FAKE), "--port", str(port), "--pid-file", str(pids),
-                "--mode", "ok", "--skip-tokenizer-init", "--load-seconds", "0.1", *leg)
+                "--mode", "ok", "--skip-tokenizer-init", *leg)
 
     return run_parallel_check(command, gpus=gpus, experts=experts,
                               env={"FLASHINFER_DISABLE_JIT": "1", **server_env(tmp_path), **env},
