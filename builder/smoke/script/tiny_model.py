@@ -100,7 +100,7 @@ def write_tokenizer(folder: Path, vocab_size: int) -> None:
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"t{i}": i for i in range(3, vocab_size)}}
     words = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call,unused-ignore]
         tokenizer_object=words, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
     fast.save_pretrained(str(folder))
 
