@@ -1,4 +1,4 @@
-# Device, call 11 (after calls 1-10 copied .cache/dev516/c1..c9 into /root/keep; this call
+# Device, call 10 (after calls 1-9 copied .cache/dev516/c1..c9 into /root/keep; this call
 # carries c10): install the carried wheels (checked by sha256), write the model, and start
 # benchmarks/bench_serving.py detached (it outlives this call; poll.sh reads it).
 set -uo pipefail
