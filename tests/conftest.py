@@ -308,6 +308,20 @@ def _release_caches(held_before: set[Path]) -> None:
         os.close(held.pop(root))
 
 
+def release_refused_before_any_work(tmp_path: Path,
+                                    kernel_wheel: Path) -> subprocess.CompletedProcess[str]:
+    """Run the image release with ``kernel_wheel`` against ports nothing listens on (engine,
+    registry, index) and check that it stopped with a publishing fault (7) before any work:
+    no cache and no ``dist/`` under ``tmp_path``. The caller checks the message."""
+    done = run_cli("release", "--gate", "static", "--cache-dir", str(tmp_path / "cache"),
+                   "--registry", "127.0.0.1:9", "--repository-url", "http://127.0.0.1:9/",
+                   "--kernel-wheel", str(kernel_wheel), "--dist", str(tmp_path / "dist"),
+                   env={"DOCKER_HOST": "tcp://127.0.0.1:9"})
+    assert done.returncode == 7, done.stdout + done.stderr
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "dist").exists()
+    return done
+
+
 def run_cli_process(*args: str, cwd: Path = REPO, cache: Path | None = None,
                     env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``python -m builder ARGS`` in a new process, as a user would.

@@ -15,7 +15,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, release_refused_before_any_work, run_cli
 
 from builder.core.cache import Cache
 from builder.core.progress import Reporter
@@ -102,14 +102,9 @@ def test_a_release_with_a_fast_build_kernel_wheel_is_refused_before_any_work(
                         "manylinux_2_28_x86_64.whl")
     with zipfile.ZipFile(wheel, "w") as archive:  # a wheel with no manifest: the label tells
         archive.writestr("flashinfer_jit_cache/__init__.py", "")
-    done = run_cli("release", "--gate", "static", "--cache-dir", str(tmp_path / "cache"),
-                   "--registry", "127.0.0.1:9", "--repository-url", "http://127.0.0.1:9/",
-                   "--kernel-wheel", str(wheel), "--dist", str(tmp_path / "dist"),
-                   env={"DOCKER_HOST": "tcp://127.0.0.1:9"})
-    assert done.returncode == 7, done.stdout + done.stderr
+    done = release_refused_before_any_work(tmp_path, wheel)
     assert f"{wheel.name} is a --fast-build kernel wheel" in done.stderr
     assert "build the kernel wheel without --fast-build" in done.stderr
-    assert not (tmp_path / "cache").exists() and not (tmp_path / "dist").exists()
 
 
 def _request(tmp_path: Path, shared_cache: Path,

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import release_refused_before_any_work, run_cli
 from services import (
     DockerEngine,
     PackageIndex,
@@ -399,11 +399,6 @@ def test_an_image_release_with_a_trial_kernel_wheel_is_refused_before_any_work(
     listens on these ports) and before anything is built or written."""
     wheel = kernel_wheel(tmp_path / "kernels", groups=("norm",),
                          name="flashinfer_jit_cache-0.6.3+sm120.1-py3-none-any.whl")
-    done = run_cli("release", "--gate", "static", "--cache-dir", str(tmp_path / "cache"),
-                   "--registry", "127.0.0.1:9", "--repository-url", "http://127.0.0.1:9/",
-                   "--kernel-wheel", str(wheel), "--dist", str(tmp_path / "dist"),
-                   env={"DOCKER_HOST": "tcp://127.0.0.1:9"})
-    assert done.returncode == 7, done.stdout + done.stderr
+    done = release_refused_before_any_work(tmp_path, wheel)
     assert f"{wheel.name} is a trial build of sglang-0.5.9" in done.stderr
     assert "module groups norm" in done.stderr
-    assert not (tmp_path / "cache").exists() and not (tmp_path / "dist").exists()
