@@ -18,8 +18,8 @@ with options of its own takes them from its package (``builder.kernels.KernelOpt
 ``builder.image.ImageOptions``, ``builder.smoke.SmokeOptions``, and
 ``builder.release.Index`` for where a release goes). Every refusal raises a
 :class:`BuilderError` with a cause and a hint; its subclasses say who has to act
-(:class:`ConfigurationError`, :class:`MissingToolError`, :class:`SourceError`,
-:class:`PatchError`, :class:`BuildError`, :class:`PublishError`; see
+(:class:`VerificationError`, :class:`ConfigurationError`, :class:`MissingToolError`,
+:class:`SourceError`, :class:`PatchError`, :class:`BuildError`, :class:`PublishError`; see
 :mod:`builder.core.errors`). Everything else is private to its stage and imported from the
 module that defines it (``from builder.patching.hunks import split_lines``).
 :mod:`builder.ci` is what the CI workflows call; :mod:`builder.cli` is the command line.
@@ -97,6 +97,7 @@ if TYPE_CHECKING:  # the public names, declared here only (see the module docstr
     from builder.core.errors import PatchError as PatchError
     from builder.core.errors import PublishError as PublishError
     from builder.core.errors import SourceError as SourceError
+    from builder.core.errors import VerificationError as VerificationError
     from builder.core.options import Options as Options
     from builder.image.build import ImageResult as ImageResult
     from builder.image.run import run_image as run_image

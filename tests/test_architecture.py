@@ -176,7 +176,8 @@ def test_public_surface_is_small_declared_once_and_resolves() -> None:
             "run_release", "SourceResult", "PatchResult", "WheelResult", "KernelResult",
             "ImageResult", "SmokeReport", "ReleaseSummary", "load_targets", "Target",
             "Options", "BuilderError", "ConfigurationError", "MissingToolError",
-            "SourceError", "PatchError", "BuildError", "PublishError"} <= set(builder.__all__)
+            "SourceError", "PatchError", "BuildError", "PublishError",
+            "VerificationError"} <= set(builder.__all__)
     namespace: dict[str, object] = {}
     exec("from builder import *", namespace)
     assert sorted(set(namespace) - {"__builtins__"}) == builder.__all__

@@ -311,7 +311,7 @@ def test_add_target_writes_its_stubs_and_prints_what_it_lacks(index: str, projec
 ])
 def test_a_range_read_metadata_must_be_its_file_and_small(
         tmp_path: Path, member: str, text: str, message: str) -> None:
-    from builder.core.errors import SourceError
+    from builder.core.errors import VerificationError
     from builder.source.fetch import remote_wheel_metadata
 
     (tmp_path / "files").mkdir()
@@ -320,7 +320,7 @@ def test_a_range_read_metadata_must_be_its_file_and_small(
         out.writestr(member, text)
     server, url = _serve(tmp_path, ranges=True)
     try:
-        with pytest.raises(SourceError, match=re.escape(message)):
+        with pytest.raises(VerificationError, match=re.escape(message)):
             remote_wheel_metadata(url.replace("/simple", f"/files/{TORCH_WHEEL}"), TORCH_WHEEL)
     finally:
         server.shutdown()

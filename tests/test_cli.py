@@ -17,6 +17,7 @@ from builder.core.errors import (
     PatchError,
     PublishError,
     SourceError,
+    VerificationError,
 )
 
 SEED = REPO / "patches" / "0001-enable-flashinfer-cutlass-autotune.patch"
@@ -37,9 +38,9 @@ versions = ">=0.5"
 
 def _assert_refused(done, message: str, dist: Path) -> None:  # type: ignore[no-untyped-def]
     # a typed refusal: the status is the one of the kind it prints (builder.core.errors)
-    kinds = {cls.kind: cls.exit_status for cls in (ConfigurationError, MissingToolError,
-                                                    SourceError, PatchError, BuildError,
-                                                    PublishError)}
+    kinds = {cls.kind: cls.exit_status for cls in (VerificationError, ConfigurationError,
+                                                    MissingToolError, SourceError, PatchError,
+                                                    BuildError, PublishError)}
     kind = next((line.split(":", 1)[0] for line in done.stderr.splitlines()
                  if line.split(":", 1)[0] in kinds), "")
     assert done.returncode == kinds.get(kind), (kind, done.returncode, done.stderr)

@@ -171,7 +171,7 @@ def test_wheel_with_two_zip_entries_of_one_name_is_refused(tmp_path: Path) -> No
     case = make_wheel_duplicate_zip_entries(tmp_path / "case")
     done = run_cli("wheel", "--json", "--targets-file", "targets.toml", "--dist", "dist",
                    cwd=case, cache=tmp_path / "cache")
-    assert done.returncode == 4
+    assert done.returncode == 1
     assert "two zip entries named 'sglang/srt/other.py'" in _json_error(done)["error"]
     assert not (case / "dist").exists() or not any((case / "dist").iterdir())
 
@@ -278,7 +278,7 @@ def test_archive_whose_own_version_is_not_its_pin_is_refused(tmp_path: Path, sub
     case = make_archive_version_mismatch(tmp_path / "case", sub)
     done = run_cli("wheel", "--json", "--targets-file", "targets.toml", "--dist", "dist",
                    cwd=case, cache=tmp_path / "cache")
-    assert done.returncode == 4
+    assert done.returncode == 1
     error = _json_error(done)["error"]
     assert {"a": "PKG-INFO) says version 0.5.8, but the pin and the file name say 0.5.9",
             "b": "folder sglang-0.5.10.dist-info/ is not sglang 0.5.11"}[sub] in error
@@ -441,7 +441,7 @@ def test_malformed_pep691_entry_is_one_clear_error(tmp_path: Path, serve: object
     server = serve(case / "idx")  # type: ignore[operator]
     done = run_cli("fetch", "--json", "--targets-file", "targets.toml", "--index-url",
                    f"{server.url}/simple", cwd=case, cache=tmp_path / "cache")
-    assert done.returncode == 4
+    assert done.returncode == 1
     assert _json_error(done)["error"] == (
         f"{server.url}/simple/sglang/ is not a valid PEP 691 project page: file entry "
         f"sglang-0.5.9.tar.gz: {field}")

@@ -16,7 +16,7 @@ import git
 import pytest
 from conftest import RELEASES, UpstreamRepo, git_source, target_toml
 
-from builder import BuilderError, load_targets
+from builder import BuilderError, VerificationError, load_targets
 from builder.core.cache import Cache
 from builder.core.config import GitPin, SdistPin, Target
 from builder.core.layout import Layout
@@ -54,7 +54,7 @@ def test_sha256_mismatch_is_refused_and_nothing_cached(sdists: dict[str, Path],
                                                        tmp_path: Path) -> None:
     cache = Cache(tmp_path / "cache")
     wrong = RELEASES["0.5.7"].sha256  # the 0.5.9 file does not have 0.5.7's hash
-    with pytest.raises(BuilderError, match="sha256 mismatch .* pinned " + wrong):
+    with pytest.raises(VerificationError, match="sha256 mismatch .* pinned " + wrong):
         fetch_source(_target(_pin(sdists, sha256=wrong)), cache=cache)
     assert not (tmp_path / "cache" / "downloads" / wrong).exists()
     assert not any((tmp_path / "cache" / "source").glob("*")) if \
@@ -139,8 +139,8 @@ def test_sdist_is_found_on_an_index_by_its_sha256(local_index: str, tmp_path: Pa
 
 def test_pin_not_on_index_names_what_is_there(local_index: str, tmp_path: Path) -> None:
     pin = SdistPin("sglang", "0.5.9", "0" * 64)
-    with pytest.raises(BuilderError, match=r"sha256 mismatch: .* the index has "
-                                           r"sglang-0\.5\.9\.tar\.gz \(sha256 11b1"):
+    with pytest.raises(VerificationError, match=r"sha256 mismatch: .* the index has "
+                                                r"sglang-0\.5\.9\.tar\.gz \(sha256 11b1"):
         fetch_source(_target(pin), cache=Cache(tmp_path / "cache"), index_url=local_index)
 
 

@@ -23,7 +23,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from builder.core.cache import Cache, sha256_json
-from builder.core.errors import BuildError, SourceError
+from builder.core.errors import BuildError, VerificationError
 from builder.core.progress import Reporter
 
 #: The CPU torch every behaviour environment shares (PyPI's plain 2.13.0 is a CPU build).
@@ -80,15 +80,15 @@ def requirements(wheel: Path) -> tuple[list[str], list[str]]:
         [cu13]`` installs plain), markers evaluated for this interpreter.
 
     Raises:
-        SourceError: the wheel has no METADATA or a requirement does not parse.
+        VerificationError: the wheel has no METADATA or a requirement does not parse.
     """
     try:
         with zipfile.ZipFile(wheel) as archive:
             name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
             metadata = archive.read(name).decode()
     except (OSError, zipfile.BadZipFile, StopIteration) as exc:
-        raise SourceError(f"cannot read the METADATA of {wheel.name}: {exc}",
-                          "use the target's pinned wheel") from None
+        raise VerificationError(f"cannot read the METADATA of {wheel.name}: {exc}",
+                                "use the target's pinned wheel") from None
     keep, left = [], []
     for line in metadata.splitlines():
         if not line.startswith("Requires-Dist:"):
@@ -96,7 +96,8 @@ def requirements(wheel: Path) -> tuple[list[str], list[str]]:
         try:
             requirement = Requirement(line.split(":", 1)[1].strip())
         except InvalidRequirement as exc:
-            raise SourceError(f"{wheel.name} has a malformed requirement: {exc}", "") from None
+            raise VerificationError(f"{wheel.name} has a malformed requirement: {exc}",
+                                    "") from None
         if requirement.marker and not requirement.marker.evaluate({"extra": ""}):
             continue
         if canonicalize_name(requirement.name) in NOT_INSTALLED:

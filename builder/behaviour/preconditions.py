@@ -20,7 +20,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from builder.core.cache import Cache
 from builder.core.config import WheelPin
-from builder.core.errors import SourceError
+from builder.core.errors import SourceError, VerificationError
 from builder.core.progress import Reporter
 from builder.patching.series import Precondition
 
@@ -58,13 +58,15 @@ def pinned_version(wheel: Path, distribution: str) -> str:
     """The version ``wheel``'s ``Requires-Dist`` pins ``distribution`` to (``==X``).
 
     Raises:
-        SourceError: the wheel has no METADATA, names no such requirement, or does not pin
+        VerificationError: the wheel has no METADATA.
+        SourceError: the wheel names no such requirement, or does not pin
             it to one version (a range names no wheel to read).
     """
     with zipfile.ZipFile(wheel) as archive:
         names = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
         if not names:
-            raise SourceError(f"{wheel.name} has no METADATA", "use the target's pinned wheel")
+            raise VerificationError(f"{wheel.name} has no METADATA",
+                                    "use the target's pinned wheel")
         metadata = archive.read(names[0]).decode()
     wanted = canonicalize_name(distribution)
     for line in metadata.splitlines():
@@ -118,7 +120,8 @@ def check_precondition(precondition: Precondition, release_wheel: Path, *, cache
         reporter: progress.
 
     Raises:
-        SourceError: no pin, no such wheel on the index, or its sha256 does not match.
+        SourceError: no pin, or no such wheel on the index.
+        VerificationError: the download's sha256 does not match.
         BuilderError: the index is unreachable.
     """
     from builder.source.fetch import download_pinned

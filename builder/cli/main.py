@@ -58,10 +58,14 @@ examples:
   python -m builder next-label --target sglang-0.5.9
 
 Results go to stdout, progress and errors to stderr.
-exit status: 0 ok, 1 failed, 2 bad input (flags, targets/series/request files), 3 missing
-tool or misconfigured runner, 4 source (download, index, archive), 5 patch, 6 build,
-7 publish, 130/143 interrupted. Errors print their kind, a one-line cause and a hint on
-stderr; with --json a JSON object with "error", "kind" and "exit_status" on stdout.
+exit status: 0 ok; 1 failed: a check did not hold (smoke's, a kernel wheel's, a moved
+pin in pin-images --check, or an answer's shape, identity or size: a sha256 or digest
+that differs, a malformed manifest, index page, METADATA or archive); 2 bad input (flags,
+targets/series/request files); 3 missing tool or misconfigured runner; 4 source
+unavailable (unreachable, refused, an HTTP error, no such file, tag or commit: a retry
+may help); 5 patch; 6 build; 7 publish; 130/143 interrupted. Errors print their kind, a
+one-line cause and a hint on stderr; with --json a JSON object with "error", "kind" and
+"exit_status" on stdout.
 """
 
 #: Old spellings kept for one release: old command -> the new command line's start.
@@ -187,8 +191,9 @@ def _fail(exc: BuilderError, as_json: bool) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; return the exit status (see ``--help``: 0 ok, 1 failed, 2 bad input,
-    3 missing tool, 4 source, 5 patch, 6 build, 7 publish, 130/143 interrupted)."""
+    """Run the CLI; return the exit status (see ``--help``: 0 ok, 1 failed or not verified,
+    2 bad input, 3 missing tool, 4 source unavailable, 5 patch, 6 build, 7 publish, 130/143
+    interrupted; :mod:`builder.core.errors`)."""
     from builder.core.progress import Reporter
 
     parser = build_parser()

@@ -16,7 +16,7 @@ from builder.cli.common import (
     validate_source_args,
 )
 from builder.core.basepins import PINS_FILE
-from builder.core.errors import ConfigurationError, SourceError
+from builder.core.errors import ConfigurationError, VerificationError
 
 if TYPE_CHECKING:
     from builder.core.progress import Reporter
@@ -24,14 +24,17 @@ if TYPE_CHECKING:
 _PIN_EPILOG = """\
 examples:
   python -m builder pin-images                 # resolve every base, rewrite images/pins.toml
-  python -m builder pin-images --check         # exit 4 if a tag now points elsewhere
+  python -m builder pin-images --check         # exit 1 if a tag now points elsewhere
   python -m builder pin-images --json --pins-file my-pins.toml
 
 Credentials: docker login's (~/.docker/config.json, $DOCKER_CONFIG, credential helpers);
 Docker Hub's anonymous token is used when there are none. Registries on 127.0.0.0/8 and
 localhost are reached over plain HTTP, like the Docker Engine does.
 exit status: 0 pinned (or, with --check, nothing moved), 1 a tag moved or was never
-resolved (--check) or a registry failed (the pins file is then unchanged), 2 bad usage.
+resolved (--check), or a registry's answer failed its checks (not a digest, a body that
+does not hash to its digest, a malformed or oversized manifest), 2 bad usage, 4 a
+registry unreachable, refusing or without the tag. On any failure the pins file is
+unchanged.
 """
 
 
@@ -190,7 +193,7 @@ def _cmd_pin_images(args: argparse.Namespace, reporter: Reporter) -> dict[str, A
                  f"{'written' if report.written else 'unchanged'}\n")
     reporter.raw("".join(lines))
     if args.check and report.drifted:
-        raise SourceError(
+        raise VerificationError(
             f"{len(report.drifted)} base image pin(s) no longer match their tag: "
             + ", ".join(f"{o.pin.name} ({o.status})" for o in report.drifted),
             "run `python -m builder pin-images`, rebuild and test, then commit "

@@ -5,21 +5,31 @@ what to do; the CLI prints both and exits with the error's :attr:`~BuilderError.
 Anything else escaping a stage is a bug. The subclasses say who has to act, as
 cibuildwheel's errors do (``cibuildwheel.errors``, 2.x: one class per exit code):
 
-========================  ======  =====================================================
-error                     status  who acts
-========================  ======  =====================================================
-:class:`BuilderError`     1       a stage failed in a way no subclass names
-:class:`ConfigurationError` 2     the user: a flag, ``targets.toml``, ``series.toml``, a
-                                  profile or request file is wrong (argparse uses 2 too)
-:class:`MissingToolError` 3       the machine: a tool, service or GPU runtime is missing
-                                  or misconfigured (nvcc, a Docker Engine, the NVIDIA
-                                  runtime); the input is fine
-:class:`SourceError`      4       upstream: a download, index answer or archive is not
-                                  what the pin says
-:class:`PatchError`       5       the series: a patch does not apply or its intent fails
-:class:`BuildError`       6       a build (wheel, kernels, image) ran and failed
-:class:`PublishError`     7       a registry or index refused, or a gate did not open
-========================  ======  =====================================================
+============================ ====== ========================================================
+error                        status who acts
+============================ ====== ========================================================
+:class:`VerificationError`   1      nobody may trust it: a check did not hold. An answer
+                                    that arrived (a download, registry manifest, index page,
+                                    METADATA, archive, the smoke probe's output) is not what
+                                    it claims or what the pin says (its shape, identity or
+                                    size), or ``pin-images --check`` found a moved pin. Not
+                                    worth a retry, unlike 4; pip 26.3 exits 1 on a
+                                    ``--require-hashes`` mismatch too
+:class:`ConfigurationError`  2      the user: a flag, ``targets.toml``, ``series.toml``, a
+                                    profile or request file is wrong (argparse uses 2 too)
+:class:`MissingToolError`    3      the machine: a tool, service or GPU runtime is missing
+                                    or misconfigured (nvcc, a Docker Engine, the NVIDIA
+                                    runtime); the input is fine
+:class:`SourceError`         4      upstream: what the pin names cannot be had (the host is
+                                    unreachable, refuses, answers an HTTP error, or lists no
+                                    such file, tag or commit); a retry may help
+:class:`PatchError`          5      the series: a patch does not apply or its intent fails
+:class:`BuildError`          6      a build (wheel, kernels, image) ran and failed
+:class:`PublishError`        7      a registry or index refused, or a gate did not open
+============================ ====== ========================================================
+
+:class:`BuilderError` itself (status 1) is the base; the smoke test's failure is one with its
+report's status (1 failed, 3 misconfigured runner).
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ __all__ = [
     "PatchError",
     "PublishError",
     "SourceError",
+    "VerificationError",
 ]
 
 
@@ -62,10 +73,12 @@ class BuilderError(Exception):
         self.hint = hint
         self.report = report
 
-    def replaced(self, *, hint: str | None = None, report: Any = None) -> BuilderError:
-        """Return this error with another hint or report, of the same type and exit status.
+    def replaced(self, *, cause: str | None = None, hint: str | None = None,
+                 report: Any = None) -> BuilderError:
+        """Return this error with another cause, hint or report, of the same type and status.
 
         Args:
+            cause: the new cause (``None`` keeps this one), e.g. with the entry it concerns.
             hint: the new hint (``None`` keeps this one).
             report: the new report (``None`` keeps this one).
 
@@ -75,6 +88,9 @@ class BuilderError(Exception):
         new = type(self).__new__(type(self))  # no __init__: subclasses take other arguments
         new.__dict__.update(self.__dict__)
         new.args = self.args
+        if cause is not None:
+            new.cause = cause
+            new.args = (cause,)
         if hint is not None:
             new.hint = hint
         if report is not None:
@@ -89,6 +105,19 @@ class BuilderError(Exception):
             to_json = getattr(self.report, "to_json", None)
             out["report"] = to_json() if callable(to_json) else self.report
         return out
+
+
+class VerificationError(BuilderError):
+    """A check did not hold: an answer's shape, identity or size, or a pin (exit 1).
+
+    Raised where something arrived and is not what it claims to be or what its pin says (a
+    sha256 or digest that differs, a malformed manifest, index page, METADATA or archive, an
+    oversized answer), and by ``pin-images --check`` when a tag moved. Unlike a
+    :class:`SourceError`, trying again will not help: someone has to look.
+    """
+
+    exit_status = 1
+    kind = "verification failed"
 
 
 class ConfigurationError(BuilderError):
@@ -106,7 +135,7 @@ class MissingToolError(BuilderError):
 
 
 class SourceError(BuilderError):
-    """An upstream source (download, index answer, archive) is not what its pin says (exit 4)."""
+    """What a pin names cannot be had: unreachable, refused, an HTTP error, not listed (exit 4)."""
 
     exit_status = 4
     kind = "source error"

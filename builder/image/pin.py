@@ -19,7 +19,7 @@ from typing import Any
 
 from builder.core.basepins import BasePin, load_base_pins, write_base_pins
 from builder.core.config import TargetsFile
-from builder.core.errors import BuilderError, ConfigurationError, SourceError
+from builder.core.errors import BuilderError, ConfigurationError
 from builder.core.progress import Reporter
 from builder.image.registry import Resolution, resolve
 
@@ -115,8 +115,9 @@ def pin_images(path: Path, *, check: bool = False, targets: TargetsFile | None =
         try:
             now = resolver(pin.name, platform=platform)
         except BuilderError as exc:
-            raise SourceError(f"{pin.describe()}: {exc.cause}",
-                              f"{exc.hint}; {path} was not changed") from None
+            # Its own type: a forged answer exits 1, an unreachable registry 4.
+            raise exc.replaced(cause=f"{pin.describe()}: {exc.cause}",
+                               hint=f"{exc.hint}; {path} was not changed") from None
         outcomes.append(PinOutcome(pin, now, _status(pin, now)))
     unpinned: list[str] = []
     if targets is not None:

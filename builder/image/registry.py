@@ -20,7 +20,8 @@ containerd 1.7), its identity (a body's sha256 is its digest; a ``HEAD`` names t
 digest asked for), and its shape (an index's ``manifests`` is a list of descriptors
 with a ``sha256:<64 hex>`` digest, an integer size and a platform object, the OCI image
 spec's ``descriptor.md`` and ``image-index.md``). A malformed answer is one
-:class:`SourceError`, never a traceback, and never a pin.
+:class:`VerificationError` (exit 1), never a traceback, and never a pin; a registry that
+cannot be reached, refuses or lacks the tag is a :class:`SourceError` (exit 4).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import docker.auth
 import docker.errors
 import requests
 
-from builder.core.errors import SourceError
+from builder.core.errors import SourceError, VerificationError
 
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
                "application/vnd.docker.distribution.manifest.list.v2+json")
@@ -243,19 +244,19 @@ class RegistryClient:
             self._read_capped(response, what)
             actual = "sha256:" + hashlib.sha256(response.content).hexdigest()
             if digest and digest != actual:
-                raise SourceError(f"registry {self.name.registry} served {what} with digest "
-                                  f"{digest} but its body hashes to {actual}",
-                                  "a proxy may be rewriting it; try again")
+                raise VerificationError(f"registry {self.name.registry} served {what} with digest "
+                                        f"{digest} but its body hashes to {actual}",
+                                        "a proxy may be rewriting it; try again")
             digest = actual
         else:
             response.close()
         if not digest:
-            raise SourceError(f"registry {self.name.registry} sent no digest for {what}",
-                              "resolve it with GET")
+            raise VerificationError(f"registry {self.name.registry} sent no digest for {what}",
+                                    "resolve it with GET")
         if reference.startswith("sha256:") and digest != reference:
-            raise SourceError(f"registry {self.name.registry} answered {what} with another "
-                              f"manifest ({digest})", "the registry (or a proxy) is "
-                              "serving the wrong content; do not pin it")
+            raise VerificationError(f"registry {self.name.registry} answered {what} with another "
+                                    f"manifest ({digest})", "the registry (or a proxy) is "
+                                    "serving the wrong content; do not pin it")
         return response, digest
 
     def _read_capped(self, response: requests.Response, what: str,
@@ -265,10 +266,10 @@ class RegistryClient:
         Raises:
             BuilderError: the declared or the real size is over ``cap``.
         """
-        too_big = SourceError(f"registry {self.name.registry} sent over {cap} bytes for "
-                              f"{what} (a manifest is at most {cap} bytes, as containerd "
-                              "takes)", "the registry is not serving a manifest; check "
-                              "the image name")
+        too_big = VerificationError(f"registry {self.name.registry} sent over {cap} bytes for "
+                                    f"{what} (a manifest is at most {cap} bytes, as containerd "
+                                    "takes)", "the registry is not serving a manifest; check "
+                                    "the image name")
         declared = response.headers.get("Content-Length", "")
         if declared.isdigit() and int(declared) > cap:
             response.close()
@@ -291,8 +292,8 @@ class RegistryClient:
             BuilderError: refused, missing, not JSON, or not matching its digest.
         """
         if not DIGEST.fullmatch(digest):
-            raise SourceError(f"{self._where()}: a manifest without a sha256 config digest "
-                              f"({digest!r})", "the registry's manifest is malformed")
+            raise VerificationError(f"{self._where()}: a manifest without a sha256 config digest "
+                                    f"({digest!r})", "the registry's manifest is malformed")
         url = f"{self.name.base_url}/v2/{self.name.repository}/blobs/{digest}"
         response = self._send("GET", url, {})
         if response.status_code != 200:
@@ -302,8 +303,8 @@ class RegistryClient:
                               f"{self._where()}", "try again later")
         self._read_capped(response, f"the config blob {digest} of {self._where()}")
         if "sha256:" + hashlib.sha256(response.content).hexdigest() != digest:
-            raise SourceError(f"{self._where()}: config blob {digest} does not match its "
-                              "digest", "a proxy may be rewriting it; try again")
+            raise VerificationError(f"{self._where()}: config blob {digest} does not match its "
+                                    "digest", "a proxy may be rewriting it; try again")
         return _json_object(response, f"{self._where()}: config blob {digest} is not JSON",
                             "the registry's manifest is malformed")
 
@@ -327,25 +328,25 @@ def _descriptors(name: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     entries = body.get("manifests")
     hint = "the registry serves a malformed image index; pin another tag or registry"
     if not isinstance(entries, list):
-        raise SourceError(f"{name}: the image index's manifests is a "
-                          f"{type(entries).__name__}, not a list", hint)
+        raise VerificationError(f"{name}: the image index's manifests is a "
+                                f"{type(entries).__name__}, not a list", hint)
     for number, entry in enumerate(entries, 1):
         where = f"{name}: image index entry #{number}"
         if not isinstance(entry, dict):
-            raise SourceError(f"{where} is not an object", hint)
+            raise VerificationError(f"{where} is not an object", hint)
         digest, size = entry.get("digest"), entry.get("size")
         if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
-            raise SourceError(f"{where}: digest {digest!r} is not sha256:<64 hex>", hint)
+            raise VerificationError(f"{where}: digest {digest!r} is not sha256:<64 hex>", hint)
         if not isinstance(size, int) or isinstance(size, bool) or not \
                 0 <= size <= MAX_MANIFEST_BYTES:
-            raise SourceError(f"{where}: size {size!r} is not a manifest's size "
-                              f"(0..{MAX_MANIFEST_BYTES})", hint)
+            raise VerificationError(f"{where}: size {size!r} is not a manifest's size "
+                                    f"(0..{MAX_MANIFEST_BYTES})", hint)
         platform = entry.get("platform")
         if platform is not None and not (
                 isinstance(platform, dict)
                 and all(isinstance(platform.get(k), str) for k in ("os", "architecture"))):
-            raise SourceError(f"{where}: platform {platform!r} is not an object with os "
-                              "and architecture", hint)
+            raise VerificationError(f"{where}: platform {platform!r} is not an object with os "
+                                    "and architecture", hint)
     return entries
 
 
@@ -374,9 +375,9 @@ def resolve(name: str, *, platform: str = "linux/amd64", timeout: float = 30,
                         "check the registry address")
     media_type = body.get("mediaType") or media_type
     if media_type not in INDEX_TYPES + MANIFEST_TYPES:
-        raise SourceError(f"{name}: the registry's answer is a {media_type!r}, not an OCI "
-                          "or Docker v2 manifest or index",
-                          "pin an image pushed with a current Docker or buildkit")
+        raise VerificationError(f"{name}: the registry's answer is a {media_type!r}, not an OCI "
+                                "or Docker v2 manifest or index",
+                                "pin an image pushed with a current Docker or buildkit")
     if media_type not in INDEX_TYPES and "manifests" not in body:
         # A single manifest: its platform is in the image config it points at.
         config = body.get("config")
@@ -410,5 +411,5 @@ def _json_object(response: requests.Response, cause: str, hint: str) -> dict[str
     except ValueError:
         data = None
     if not isinstance(data, dict):
-        raise SourceError(cause, hint)
+        raise VerificationError(cause, hint)
     return data

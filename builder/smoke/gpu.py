@@ -65,7 +65,13 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.core.cache import atomic_write_bytes, sha256_json
-from builder.core.errors import BuilderError, ConfigurationError, MissingToolError, PublishError
+from builder.core.errors import (
+    BuilderError,
+    ConfigurationError,
+    MissingToolError,
+    PublishError,
+    VerificationError,
+)
 from builder.core.layout import Layout
 from builder.core.progress import Reporter
 from builder.patching.series import Series, load_series
@@ -579,8 +585,8 @@ def parse_probe_output(stdout: str, saved: Path | None = None) -> ProbeResults:
         saved: the file it was read from (``--probe-output``), or ``None`` for a run.
 
     Raises:
-        BuilderError: a result line is malformed (:class:`ConfigurationError` for a saved
-            output: the user's file).
+        VerificationError: a result line of a run is malformed.
+        ConfigurationError: a line of a saved output is (the user's file).
     """
     try:
         return ProbeResults.from_output(stdout)
@@ -589,9 +595,9 @@ def parse_probe_output(stdout: str, saved: Path | None = None) -> ProbeResults:
             raise ConfigurationError(f"{saved} is not the probe's output: {exc}",
                                      "give the unedited standard output of smoke_probe.py"
                                      ) from None
-        raise BuilderError(f"the probe printed a malformed result: {exc}",
-                           "is something else printing lines that start like the probe's?"
-                           ) from None
+        raise VerificationError(f"the probe printed a malformed result: {exc}",
+                                "is something else printing lines that start like the "
+                                "probe's?") from None
 
 
 def probe_files() -> dict[str, bytes]:

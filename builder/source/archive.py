@@ -50,7 +50,7 @@ from packaging.metadata import parse_email
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from builder.core.errors import SourceError
+from builder.core.errors import SourceError, VerificationError
 
 #: Larger archives (compressed or not) are unpacked as a stream instead of in memory.
 _IN_MEMORY_LIMIT = 1 << 30
@@ -101,13 +101,13 @@ def read_metadata(data: bytes, where: str) -> ArchiveMetadata:
     raw, unparsed = parse_email(data)
     for field in ("name", "version"):
         if field in unparsed or field not in raw:
-            raise SourceError(f"{where} has no single {field.title()} field",
-                              "this is not a valid sdist or wheel")
+            raise VerificationError(f"{where} has no single {field.title()} field",
+                                    "this is not a valid sdist or wheel")
     try:
         version = Version(str(raw["version"]))
     except InvalidVersion:
-        raise SourceError(f"{where}: Version {raw['version']!r} is not a PEP 440 version",
-                          "this is not a valid sdist or wheel") from None
+        raise VerificationError(f"{where}: Version {raw['version']!r} is not a PEP 440 version",
+                                "this is not a valid sdist or wheel") from None
     return ArchiveMetadata(str(raw["name"]), version)
 
 
@@ -119,13 +119,13 @@ def check_claims(what: str, claimed: ArchiveMetadata, project: str, version: str
             after PEP 440 normalization.
     """
     if canonicalize_name(claimed.name) != canonicalize_name(project):
-        raise SourceError(f"{what} says it is {claimed.name}, but the pin is for {project}",
-                          "the file is another project's; check the pin")
+        raise VerificationError(f"{what} says it is {claimed.name}, but the pin is for {project}",
+                                "the file is another project's; check the pin")
     if claimed.version != Version(version):
-        raise SourceError(f"{what} says version {claimed.version}, but the pin and the file "
-                          f"name say {version}",
-                          "the archive is mislabelled: pin the release it really is, or "
-                          "ask upstream for a correct file; nothing was built")
+        raise VerificationError(f"{what} says version {claimed.version}, but the pin and the file "
+                                f"name say {version}",
+                                "the archive is mislabelled: pin the release it really is, or "
+                                "ask upstream for a correct file; nothing was built")
 
 
 def _member_name(raw: str, archive: str) -> str | None:
@@ -138,8 +138,8 @@ def _member_name(raw: str, archive: str) -> str | None:
         return None
     parts = name.split("/")
     if raw.startswith("/") or "\\" in raw or ".." in parts or "" in parts or "." in parts:
-        raise SourceError(f"unsafe archive {archive}: member {raw!r} is absolute or leaves "
-                          "the tree", "refusing to unpack it; nothing was kept")
+        raise VerificationError(f"unsafe archive {archive}: member {raw!r} is absolute or leaves "
+                                "the tree", "refusing to unpack it; nothing was kept")
     return name
 
 
@@ -210,8 +210,8 @@ def unpack_sdist(archive: Path, tree: Path, project: str, version: str) -> Unpac
                 if name is None:
                     continue
                 if name in seen and not member.isdir():
-                    raise SourceError(f"{archive.name} has two members named {name!r}",
-                                      "an sdist lists each file once; refusing it")
+                    raise VerificationError(f"{archive.name} has two members named {name!r}",
+                                            "an sdist lists each file once; refusing it")
                 seen.add(name)
                 newest = max(newest, int(member.mtime))
                 target = os.path.join(root_text, name)
@@ -237,15 +237,15 @@ def unpack_sdist(archive: Path, tree: Path, project: str, version: str) -> Unpac
                                      f"{hashlib.sha256(data).hexdigest()}")
                 else:
                     kind = "link" if member.issym() or member.islnk() else "special file"
-                    raise SourceError(f"{archive.name}: member {member.name!r} is a {kind}",
-                                      "sdists built by pip-compatible tools carry regular "
-                                      "files and folders only; refusing it")
+                    raise VerificationError(f"{archive.name}: member {member.name!r} is a {kind}",
+                                            "sdists built by pip-compatible tools carry regular "
+                                            "files and folders only; refusing it")
     except (tarfile.TarError, EOFError, zipfile.BadZipFile) as exc:
-        raise SourceError(f"cannot unpack {archive.name}: {exc}",
-                          "the download may be damaged") from None
+        raise VerificationError(f"cannot unpack {archive.name}: {exc}",
+                                "the download may be damaged") from None
     except FileExistsError as exc:  # a file and a folder of one name
-        raise SourceError(f"{archive.name} holds {exc.filename} twice",
-                          "refusing it") from None
+        raise VerificationError(f"{archive.name} holds {exc.filename} twice",
+                                "refusing it") from None
     tops = {name.split("/", 1)[0] for name in seen}
     root = staging
     top = None
@@ -254,15 +254,15 @@ def unpack_sdist(archive: Path, tree: Path, project: str, version: str) -> Unpac
         root = staging / top
     pkg_info = root / "PKG-INFO"
     if not pkg_info.is_file():
-        raise SourceError(f"{archive.name} has no PKG-INFO at its root"
-                          + (f" (inside {top}/)" if top else ""),
-                          "this is not an sdist (the format requires PKG-INFO)")
+        raise VerificationError(f"{archive.name} has no PKG-INFO at its root"
+                                + (f" (inside {top}/)" if top else ""),
+                                "this is not an sdist (the format requires PKG-INFO)")
     claimed = read_metadata(pkg_info.read_bytes(), f"{archive.name}: PKG-INFO")
     check_claims(f"{archive.name} (PKG-INFO)", claimed, project, version)
     if top is not None and not _names(top, project, version):
-        raise SourceError(f"{archive.name}'s top folder {top}/ is not "
-                          f"{canonicalize_name(project)} {version}",
-                          "the archive is mislabelled; nothing was built")
+        raise VerificationError(f"{archive.name}'s top folder {top}/ is not "
+                                f"{canonicalize_name(project)} {version}",
+                                "the archive is mislabelled; nothing was built")
     root.rename(tree)
     shutil.rmtree(staging, ignore_errors=True)
     return UnpackedSdist(newest, _tree_digest(digests, top))
@@ -314,30 +314,30 @@ def check_wheel(wheel: Path, project: str, version: str) -> str:
             names = [i.filename for i in infos]
             duplicates = sorted(n for n, count in Counter(names).items() if count > 1)
             if duplicates:
-                raise SourceError(f"{where} has two zip entries named {duplicates[0]!r}",
-                                  "installers disagree on which one wins: this is not a "
-                                  "valid wheel; refusing it")
+                raise VerificationError(f"{where} has two zip entries named {duplicates[0]!r}",
+                                        "installers disagree on which one wins: this is not a "
+                                        "valid wheel; refusing it")
             folders = {n.split("/", 1)[0] for n in names if "/" in n}
             infos_dirs = [f for f in folders if f.endswith(".dist-info")]
             if len(infos_dirs) != 1:
-                raise SourceError(f"{where} has {len(infos_dirs)} .dist-info folders",
-                                  "a wheel has exactly one; refusing it")
+                raise VerificationError(f"{where} has {len(infos_dirs)} .dist-info folders",
+                                        "a wheel has exactly one; refusing it")
             dist_info = infos_dirs[0]
             for folder in folders:
                 if folder.endswith((".dist-info", ".data")) and \
                         not _names(folder.rsplit(".", 1)[0], project, version):
-                    raise SourceError(f"{where}: folder {folder}/ is not "
-                                      f"{canonicalize_name(project)} {version}",
-                                      "the wheel is mislabelled; nothing was built")
+                    raise VerificationError(f"{where}: folder {folder}/ is not "
+                                            f"{canonicalize_name(project)} {version}",
+                                            "the wheel is mislabelled; nothing was built")
             metadata = f"{dist_info}/METADATA"
             if metadata not in names:
-                raise SourceError(f"{where} has no {metadata}", "this is not a valid wheel")
+                raise VerificationError(f"{where} has no {metadata}", "this is not a valid wheel")
             claimed = read_metadata(archive.read(metadata), f"{where}: METADATA")
             check_claims(f"{where} (METADATA)", claimed, project, version)
             _check_record(archive, dist_info, where)
     except zipfile.BadZipFile as exc:
-        raise SourceError(f"cannot read {where}: {exc}", "the download may be damaged"
-                          ) from None
+        raise VerificationError(f"cannot read {where}: {exc}", "the download may be damaged"
+                                ) from None
     return dist_info
 
 
@@ -346,19 +346,19 @@ def _check_record(archive: zipfile.ZipFile, dist_info: str, where: str) -> None:
     try:
         text = archive.read(record_name).decode("utf-8")
     except KeyError:
-        raise SourceError(f"{where} has no {record_name}", "this is not a valid wheel"
-                          ) from None
+        raise VerificationError(f"{where} has no {record_name}", "this is not a valid wheel"
+                                ) from None
     rows: dict[str, tuple[str, str]] = {}
     for row in csv.reader(io.StringIO(text)):
         if not row:
             continue
         if len(row) != 3:
-            raise SourceError(f"{where}: RECORD row {row!r} does not have 3 fields",
-                              "this is not a valid wheel")
+            raise VerificationError(f"{where}: RECORD row {row!r} does not have 3 fields",
+                                    "this is not a valid wheel")
         path = posixpath.normpath(row[0])
         if path in rows:
-            raise SourceError(f"{where}: RECORD lists {row[0]} twice",
-                              "this is not a valid wheel")
+            raise VerificationError(f"{where}: RECORD lists {row[0]} twice",
+                                    "this is not a valid wheel")
         rows[path] = (row[1], row[2])
     files = [i for i in archive.infolist() if not i.is_dir()]
     for info in files:
@@ -366,17 +366,17 @@ def _check_record(archive: zipfile.ZipFile, dist_info: str, where: str) -> None:
                 (f"{dist_info}/RECORD.", f"{dist_info}/RECORD.jws")):
             continue  # RECORD and its signatures are not hashed (the wheel spec)
         if info.filename not in rows:
-            raise SourceError(f"{where}: {info.filename} is not in RECORD",
-                              "RECORD disagrees with the zip: refusing the wheel")
+            raise VerificationError(f"{where}: {info.filename} is not in RECORD",
+                                    "RECORD disagrees with the zip: refusing the wheel")
         digest, size = rows.pop(info.filename)
         data = archive.read(info)
         if digest != _record_digest(data) or (size and size != str(len(data))):
-            raise SourceError(f"{where}: {info.filename} does not match its RECORD row",
-                              "RECORD disagrees with the zip: refusing the wheel")
+            raise VerificationError(f"{where}: {info.filename} does not match its RECORD row",
+                                    "RECORD disagrees with the zip: refusing the wheel")
     rows.pop(record_name, None)
     if rows:
-        raise SourceError(f"{where}: RECORD lists {sorted(rows)[0]}, which the zip lacks",
-                          "RECORD disagrees with the zip: refusing the wheel")
+        raise VerificationError(f"{where}: RECORD lists {sorted(rows)[0]}, which the zip lacks",
+                                "RECORD disagrees with the zip: refusing the wheel")
 
 
 def _refuse_unsafe(infos: list[zipfile.ZipInfo], where: str) -> None:
@@ -386,8 +386,8 @@ def _refuse_unsafe(infos: list[zipfile.ZipInfo], where: str) -> None:
         mode = info.external_attr >> 16
         if info.filename.startswith("/") or ".." in parts or "\\" in info.filename \
                 or (mode & 0o170000) == 0o120000:
-            raise SourceError(f"unsafe archive {where}: member {info.filename!r}",
-                              "refusing to unpack it")
+            raise VerificationError(f"unsafe archive {where}: member {info.filename!r}",
+                                    "refusing to unpack it")
 
 
 def unzip_wheel(wheel: Path, destination: Path) -> int:
@@ -410,8 +410,11 @@ def unzip_wheel(wheel: Path, destination: Path) -> int:
                 target.write_bytes(archive.read(info))
                 if (info.external_attr >> 16) & 0o111:
                     target.chmod(0o755)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise SourceError(f"cannot unpack {wheel.name}: {exc}",
-                          "the download may be damaged") from None
+    except zipfile.BadZipFile as exc:
+        raise VerificationError(f"cannot unpack {wheel.name}: {exc}",
+                                "the download may be damaged") from None
+    except OSError as exc:  # this machine's disk, not the wheel
+        raise SourceError(f"cannot unpack {wheel.name} into {destination}: {exc}",
+                          "check the free space and permissions there") from None
     stamps = [calendar.timegm((*i.date_time, 0, 0, 0)) for i in infos]
     return max(stamps, default=0)

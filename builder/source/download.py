@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.core.cache import sha256_file
-from builder.core.errors import BuilderError, ConfigurationError, SourceError
+from builder.core.errors import BuilderError, ConfigurationError, SourceError, VerificationError
 from builder.core.progress import Reporter
 
 #: Seconds to wait to connect and between two reads.
@@ -103,10 +103,10 @@ def download(url: str, destination: Path, sha256: str, partial: Path,
     actual = sha256_file(partial)
     if actual != sha256:
         partial.unlink(missing_ok=True)
-        raise SourceError(f"sha256 mismatch for {destination.name} from {url}: got {actual},"
-                          f" pinned {sha256}",
-                          "the file changed upstream or the pin is wrong; nothing was "
-                          "unpacked")
+        raise VerificationError(f"sha256 mismatch for {destination.name} from {url}: got {actual},"
+                                f" pinned {sha256}",
+                                "the file changed upstream or the pin is wrong; nothing was "
+                                "unpacked")
     destination.parent.mkdir(parents=True, exist_ok=True)
     partial.replace(destination)
 
@@ -144,7 +144,7 @@ def _fetch_http(url: str, partial: Path, reporter: Reporter) -> None:
                 resumed = r.status_code == 206 and _range_start(r) == have
                 if r.status_code == 206 and not resumed:  # not the range we asked for
                     partial.unlink(missing_ok=True)
-                    last = SourceError(f"{url} answered a range we did not ask for", "")
+                    last = VerificationError(f"{url} answered a range we did not ask for", "")
                     continue
                 mode = "ab" if resumed else "wb"  # HTTP 200: the range was ignored
                 length = r.headers.get("Content-Length")

@@ -30,7 +30,7 @@ from packaging.version import InvalidVersion, Version
 
 from builder.core.cache import Cache, legacy_entry, sha256_file, sha256_tree
 from builder.core.config import GitPin, Pin, SdistPin, SourceKind, Target, WheelPin
-from builder.core.errors import BuilderError, SourceError
+from builder.core.errors import BuilderError, SourceError, VerificationError
 from builder.core.layout import Layout
 from builder.core.options import Options, select_target
 from builder.core.pipconfig import IndexChoice, resolve_index
@@ -300,12 +300,12 @@ def _find_on_index(pin: SdistPin | WheelPin, index_url: str) -> str:
     for item in files:
         if item.sha256 == pin.sha256:
             if item.name != pin.filename:
-                raise SourceError(f"sha256 {pin.sha256} on {page_url} belongs to {item.name},"
-                                  f" not {pin.filename}", "fix the pin in the targets file")
+                raise VerificationError(f"sha256 {pin.sha256} on {page_url} belongs to {item.name},"
+                                        f" not {pin.filename}", "fix the pin in the targets file")
             return item.url
     same_name = [f"{f.name} (sha256 {f.sha256 or 'not listed'})" for f in files
                  if f.name == pin.filename]
-    raise SourceError(
+    raise VerificationError(
         f"sha256 mismatch: no file on {page_url} has the pinned sha256 {pin.sha256}"
         + (f"; the index has {same_name[0]}" if same_name else
            f"; {pin.filename} is not listed there"),
@@ -465,20 +465,20 @@ def remote_wheel_metadata(url: str, filename: str | None = None) -> email.messag
     try:
         project, version = parse_wheel_filename(name)[:2]
     except (InvalidWheelFilename, InvalidVersion):
-        raise SourceError(f"{name} (from {url}) is not a wheel file name",
-                          "check the index's file listing") from None
+        raise VerificationError(f"{name} (from {url}) is not a wheel file name",
+                                "check the index's file listing") from None
     try:
         with RemoteZip(url, timeout=_TIMEOUT_S) as wheel:
             names = [n for n in wheel.namelist()
                      if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
             if len(names) != 1:
-                raise SourceError(f"{url} is not a wheel with one .dist-info/METADATA",
-                                  "check the index's file listing")
+                raise VerificationError(f"{url} is not a wheel with one .dist-info/METADATA",
+                                        "check the index's file listing")
             size = wheel.getinfo(names[0]).file_size
             if size > MAX_METADATA_BYTES:
-                raise SourceError(f"{name}: its METADATA claims {size} bytes (over "
-                                  f"{MAX_METADATA_BYTES})", "the file on the index is not "
-                                  "a sound wheel; report it to the index's operator")
+                raise VerificationError(f"{name}: its METADATA claims {size} bytes (over "
+                                        f"{MAX_METADATA_BYTES})", "the file on the index is not "
+                                        "a sound wheel; report it to the index's operator")
             data = wheel.read(names[0])
     except (RemoteZipError, OSError, zipfile.BadZipFile, requests.RequestException) as exc:
         raise SourceError(f"could not read the METADATA of {url}: {exc}",
@@ -507,8 +507,8 @@ def _fetch_git(pin: GitPin, version: Version, cache: Cache,
                               "the mirror may be damaged: delete it from the cache") from None
         head = repo.head.commit.hexsha
         if head != pin.commit:
-            raise SourceError(f"checked-out HEAD {head} is not the pin {pin.commit}",
-                              "the mirror may be damaged: delete it from the cache")
+            raise VerificationError(f"checked-out HEAD {head} is not the pin {pin.commit}",
+                                    "the mirror may be damaged: delete it from the cache")
         meta = {"source_date_epoch": repo.head.commit.committed_date,
                 "tree_sha256": sha256_tree(tmp / "tree", exclude=frozenset({".git"}))}
         repo.close()
@@ -521,8 +521,8 @@ def _fetch_git(pin: GitPin, version: Version, cache: Cache,
     head = repo.head.commit.hexsha
     repo.close()
     if head != pin.commit:
-        raise SourceError(f"cached checkout {tree} has HEAD {head}, not {pin.commit}",
-                          f"delete {entry.path} and run again")
+        raise VerificationError(f"cached checkout {tree} has HEAD {head}, not {pin.commit}",
+                                f"delete {entry.path} and run again")
     return SourceResult(tree=tree, layout=Layout.detect(tree), pin=pin,
                         upstream_version=version,
                         source_date_epoch=int(entry.meta["source_date_epoch"]), key=key,

@@ -20,7 +20,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from builder.core.errors import BuilderError, SourceError
+from builder.core.errors import BuilderError, SourceError, VerificationError
 from builder.source.download import TIMEOUT_S, session, unreachable
 
 # PEP 691 content negotiation: JSON preferred, HTML accepted (the spec's example header).
@@ -73,8 +73,8 @@ def project_files(project: str, index_url: str) -> tuple[str, list[IndexFile]]:
         else:
             page_url, page = _http_page(project, page_url)
     except UnsupportedContentTypeError as exc:
-        raise SourceError(f"{page_url} is not a simple index page ({exc.content_type})",
-                          "check --index-url: it names the index's /simple root") from None
+        raise VerificationError(f"{page_url} is not a simple index page ({exc.content_type})",
+                                "check --index-url: it names the index's /simple root") from None
     except UnsupportedRepoVersionError as exc:
         raise SourceError(f"{page_url} uses simple API version {exc.declared_version}, "
                           "newer than this builder reads", "use another index") from None
@@ -146,7 +146,7 @@ def _malformed(page_url: str, body: bytes, exc: ValueError) -> BuilderError:
             pass
     if not where:
         where = f": {str(exc).splitlines()[0]}"
-    return SourceError(f"{page_url} is not a valid PEP 691 project page{where}",
-                       "the index (or a proxy in front of it) sends a malformed page; "
-                       "report it to the index's operator, or pass --index-url for "
-                       "another index")
+    return VerificationError(f"{page_url} is not a valid PEP 691 project page{where}",
+                             "the index (or a proxy in front of it) sends a malformed page; "
+                             "report it to the index's operator, or pass --index-url for "
+                             "another index")
