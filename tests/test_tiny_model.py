@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.smoke.gpu import TINY_MODEL_PATH, SmokeOptions, _server_check
+from builder.smoke.gpu import TINY_MODEL_PATH, SmokeOptions, _Model, _server_check
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = TINY_MODEL_PATH
@@ -104,15 +104,15 @@ def test_a_folder_that_is_not_empty_is_refused_and_left_alone(tmp_path: Path) ->
 def test_the_server_check_serves_the_tiny_model_without_a_tokenizer(tmp_path: Path) -> None:
     # No SGLang here: the check writes the model with this interpreter, starts the server
     # command, which fails at once, and reports that with the model it wrote.
-    result = _server_check(SmokeOptions(tiny_model=True, python=sys.executable,
-                                        server_timeout=60.0), None)
+    options = SmokeOptions(tiny_model=True, python=sys.executable, server_timeout=60.0)
+    result = _server_check(options, None, _Model(options, tmp_path))
     assert result.status == "failed"
     assert result.detail.startswith("the server exited with code 1 before it was ready")
     command = result.data["command"]
     assert command[-1] == "--skip-tokenizer-init"
     assert result.data["tiny_model"]["parameters"] == sum(
         _count(shape) for shape in tensor_shapes(tiny_moe_config()).values())
-    assert not Path(result.data["tiny_model"]["path"]).exists()  # the temporary folder
+    assert Path(result.data["tiny_model"]["path"]) == tmp_path / "tiny-moe"
 
 
 def _count(shape: tuple[int, ...]) -> int:

@@ -721,22 +721,45 @@ SKIP_TOKENIZER = "--skip-tokenizer-init"
 PROMPT_IDS = tuple(range(1, 17))
 
 
-def _server_check(options: SmokeOptions, no_gpu: ProbeCheck | None) -> CheckResult:
+class _Model:
+    """The model checks 6 and 7 serve: ``--model``, or the tiny one, written once on first use.
+
+    Args:
+        options: the smoke options (``model``, ``tiny_model``, ``python``, ``reporter``).
+        scratch: the folder the tiny model is written into; the caller removes it.
+    """
+
+    def __init__(self, options: SmokeOptions, scratch: Path) -> None:
+        self.options = options
+        self.scratch = scratch
+        self._written: dict[str, Any] | str | None = None
+
+    def get(self) -> tuple[Path, dict[str, Any] | None] | str:
+        """The model's folder and, for the tiny model, what was written; or why not."""
+        if self.options.model is not None and not self.options.tiny_model:
+            return self.options.model, None
+        if self._written is None:
+            self._written = _write_tiny_model(self.options, self.scratch)
+        if isinstance(self._written, str):
+            return self._written
+        return Path(self._written["path"]), self._written
+
+
+def _server_check(options: SmokeOptions, no_gpu: ProbeCheck | None,
+                  served: _Model) -> CheckResult:
     if options.model is None and not options.tiny_model:
         return CheckResult("server", NOT_RUN, "no model given (--model PATH or --tiny-model)",
                            required=False)
     if no_gpu is not None:  # the probe found none: SGLang would only fail later, less clearly
         return CheckResult("server", FAILED, no_gpu.detail, True)
-    with tempfile.TemporaryDirectory(prefix="sm120-tiny-model-") as scratch:
-        model, extra, made = options.model, tuple(options.server_args), None
-        if options.tiny_model:
-            written = _write_tiny_model(options, Path(scratch))
-            if isinstance(written, str):
-                return CheckResult("server", FAILED, written, True)
-            made, model = written, Path(written["path"])
-            if SKIP_TOKENIZER not in extra:
-                extra = (*extra, SKIP_TOKENIZER)
-        assert model is not None
+    got = served.get()
+    if isinstance(got, str):
+        return CheckResult("server", FAILED, got, True)
+    model, made = got
+    extra = tuple(options.server_args)
+    if made is not None and SKIP_TOKENIZER not in extra:
+        extra = (*extra, SKIP_TOKENIZER)
+    with tempfile.TemporaryDirectory(prefix="sm120-server-") as scratch:
         return _serve(options, model, extra, made, Path(scratch))
 
 
@@ -759,7 +782,8 @@ def _write_tiny_model(options: SmokeOptions, scratch: Path) -> dict[str, Any] | 
     return made
 
 
-def _parallel_check(options: SmokeOptions, runner: ProbeCheck | None) -> CheckResult:
+def _parallel_check(options: SmokeOptions, runner: ProbeCheck | None,
+                    served: _Model) -> CheckResult:
     """Check 7 with the model of check 6 (see :mod:`builder.smoke.parallel`)."""
     from builder.smoke.parallel import expert_count, run_parallel_check
     from builder.smoke.server import server_env, sglang_command
@@ -769,14 +793,11 @@ def _parallel_check(options: SmokeOptions, runner: ProbeCheck | None) -> CheckRe
             devices < 1:
         return CheckResult("parallel", FAILED, runner.detail if runner is not None and
                            runner.detail else "the probe counted no CUDA device", True)
+    got = served.get()
+    if isinstance(got, str):
+        return CheckResult("parallel", FAILED, got, True)
+    model, made = got
     with tempfile.TemporaryDirectory(prefix="sm120-parallel-") as scratch:
-        model, made = options.model, None
-        if options.tiny_model:
-            written = _write_tiny_model(options, Path(scratch))
-            if isinstance(written, str):
-                return CheckResult("parallel", FAILED, written, True)
-            made, model = written, Path(written["path"])
-        assert model is not None
         try:
             experts = expert_count(model)
         except (OSError, ValueError) as exc:
@@ -876,8 +897,11 @@ def run_smoke(options: SmokeOptions) -> SmokeReport:
     else:
         options.reporter.info("Running the probe in this environment ...")
         run = run_probe_host(options.python or sys.executable, args, options.probe_timeout)
-    server = _server_check(options, run.results.no_device())
-    parallel = _parallel_check(options, run.results.runner) if options.parallel else None
+    with tempfile.TemporaryDirectory(prefix="sm120-tiny-model-") as scratch:
+        served = _Model(options, Path(scratch))  # checks 6 and 7 serve one model
+        server = _server_check(options, run.results.no_device(), served)
+        parallel = _parallel_check(options, run.results.runner, served) \
+            if options.parallel else None
     return assemble(options.mode, run, series, moe=options.moe, expected=expected,
                     expected_record=expected_record, server=server, artifacts=artifacts,
                     parallel=parallel)
