@@ -613,3 +613,22 @@ def test_unpack_digest_equals_the_trees(tmp_path: Path, sdists: dict[str, Path])
         pin = SdistPin("sglang", "0.5.9", sha256(archive), archive.as_uri())
         source = fetch_pin(pin, pin_version(pin), cache=Cache(tmp_path / archive.parent.name))
         assert source.tree_sha256 == sha256_tree(source.tree)
+
+
+# --- the user's TOML files -----------------------------------------------------------------
+
+@pytest.mark.parametrize("which", ["targets", "series", "pins"])
+def test_a_toml_file_that_is_not_utf8_is_one_clear_error(tmp_path: Path, which: str) -> None:
+    from conftest import write_project
+
+    root = write_project(tmp_path / "p")
+    broken = {"targets": root / "targets.toml", "series": root / "patches" / "series.toml",
+              "pins": root / "pins.toml"}[which]
+    broken.write_bytes(b'default = "t"\xff\n')  # TOML is UTF-8; \xff never is
+    argv = {"targets": ("plan",), "series": ("patch", "--dry-run"),
+            "pins": ("pin-images", "--check", "--pins-file", str(broken))}[which]
+    done = run_cli(*argv, "--json", cwd=root, cache=tmp_path / "cache")
+    assert done.returncode == 2, done.stdout + done.stderr
+    error = json.loads(done.stdout)
+    assert error["error"].endswith(f"{broken} is not UTF-8 text (byte 13: invalid start byte)")
+    assert "Traceback" not in done.stderr

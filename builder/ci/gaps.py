@@ -207,8 +207,8 @@ def target_gaps(*, series: Series, matrix: Matrix, version: str, lane: str, name
     profile = root / PROFILES_DIR / f"{name}.toml"
     try:
         data = tomllib.loads(profile.read_text())
-    except (FileNotFoundError, tomllib.TOMLDecodeError):
-        data = {}
+    except (FileNotFoundError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        data = {}  # reported below as a profile to write
     if not data.get("args") or not data.get("gpu"):
         gaps.append(Gap("launch-profile", str(PROFILES_DIR / profile.name),
                         "no launch profile values" if profile.exists() else "no launch profile",

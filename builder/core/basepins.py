@@ -185,6 +185,9 @@ def load_base_pins(path: Path) -> BasePins:
                                  "run from the project root, or pass --pins-file") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigurationError(f"{path} is not valid TOML: {exc}", "fix the file") from None
+    except UnicodeDecodeError as exc:  # TOML is UTF-8 (TOML 1.0, "Spec")
+        raise ConfigurationError(f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason})",
+                                 "save it as UTF-8") from None
     unknown = set(data) - set(_REQUIRED)
     if unknown:
         raise ConfigurationError(f"{path}: unknown keys {sorted(unknown)}",

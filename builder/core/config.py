@@ -268,6 +268,9 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigurationError(f"{what} {path} is not valid TOML: {exc}",
                                  "fix the syntax error at the position shown") from None
+    except UnicodeDecodeError as exc:  # TOML is UTF-8 (TOML 1.0, "Spec")
+        raise ConfigurationError(f"{what} {path} is not UTF-8 text (byte {exc.start}: "
+                                 f"{exc.reason})", "save it as UTF-8") from None
 
 
 FORMAT_HINT = ("see docs/patches.md (Adding a patch, Pinning a new release) for the file "
