@@ -1,5 +1,5 @@
 """The CLI as a user runs it: the default target end to end from PyPI, JSON output, and
-every bad input giving one clear message, exit status 1, and nothing in dist/."""
+every bad input giving one clear message, the exit status of its kind, and nothing in dist/."""
 
 from __future__ import annotations
 
@@ -291,7 +291,7 @@ def test_a_source_dir_of_another_release_or_project_is_refused(
     dist = tmp_path / "dist"
     done = run_cli("wheel", "--target", "sglang-0.5.7", "--source-dir", str(unpacked["0.5.9"]),
                    "--dist", str(dist), "--json", cache=tmp_path / "cache")
-    assert done.returncode == 4, done.stdout
+    assert done.returncode == 2, done.stdout  # the flag names the wrong tree
     error = json.loads(done.stdout)
     assert "is SGLang 0.5.9 (its PKG-INFO), not 0.5.7" in error["error"]
     assert not dist.exists()
@@ -301,7 +301,7 @@ def test_a_source_dir_of_another_release_or_project_is_refused(
     pkg_info.write_text(pkg_info.read_text().replace("Name: sglang", "Name: foo", 1))
     done = run_cli("patch", "--source-dir", str(other), "--patch", str(SEED), "--dry-run",
                    "--json", cache=tmp_path / "cache")
-    assert done.returncode == 4, done.stdout
+    assert done.returncode == 2, done.stdout
     assert "is foo (its PKG-INFO), not SGLang" in json.loads(done.stdout)["error"]
     # the same tree as what it is still patches
     done = run_cli("patch", "--source-dir", str(unpacked["0.5.9"]), "--patch", str(SEED),

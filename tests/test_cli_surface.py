@@ -33,8 +33,9 @@ def test_help_lists_each_command_once_by_stage(capsys: pytest.CaptureFixture[str
     assert len(listed) == len(set(listed))
     stages = re.findall(r"^  ([a-z][a-z ]+)$", text, re.MULTILINE)
     assert stages == [stage for stage, _ in STAGES]
-    for status in ("0 ok", "2 bad input", "3 missing", "4 source", "5 patch", "6 build",
-                   "7 publish", "130/143 interrupted"):
+    for status in ("0 ok", "1 failed: a check did not hold", "2 bad input", "3 missing",
+                   "4 source unavailable", "5 patch", "6 build", "7 publish",
+                   "130/143 interrupted"):
         assert status in " ".join(text.split())
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from builder import BuilderError, load_targets
+from builder import BuilderError, ConfigurationError, load_targets
 from builder.core.config import WheelPin
 from builder.patching.series import load_series
 
@@ -70,7 +70,7 @@ def test_shipped_files_parse() -> None:
 def test_malformed_series_entries(tmp_path: Path, extra: str, message: str) -> None:
     path = tmp_path / "series.toml"
     path.write_text(ENTRY.format(sha=SHA, extra=extra))
-    with pytest.raises(BuilderError) as caught:
+    with pytest.raises(ConfigurationError) as caught:  # the user's file: exit 2
         load_series(path)
     assert message in caught.value.cause
     assert caught.value.hint

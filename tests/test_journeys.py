@@ -44,8 +44,9 @@ def ok(done: subprocess.CompletedProcess[str]) -> dict:
 
 def refused(done: subprocess.CompletedProcess[str], *parts: str) -> dict:
     data = json.loads(done.stdout)
-    # a typed refusal: its exit status is its kind's, never the untyped 1
-    assert done.returncode == data["exit_status"] > 1, done.stdout + done.stderr
+    # a typed refusal: its exit status is its kind's, never the base class's
+    assert done.returncode == data["exit_status"] and data["kind"] != "error", \
+        done.stdout + done.stderr
     text = data["error"] + " " + data["hint"]
     for part in parts:
         assert part in text, text

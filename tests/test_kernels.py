@@ -88,7 +88,7 @@ def test_preflight_refuses_another_lane_and_an_unknown_arch(nvcc: Path) -> None:
 
 def test_preflight_command(shared_cache: Path) -> None:
     done = run_cli("preflight", "--target", "sglang-0.5.9", "--json", cache=shared_cache)
-    assert done.returncode == 2  # the 0.5.9 lane is CUDA 12.9; this nvcc is 13.0
+    assert done.returncode == 3  # the 0.5.9 lane is CUDA 12.9; this nvcc is 13.0
     data = json.loads(done.stdout)
     assert data["error"].startswith("toolchain preflight failed: nvcc:")
     report = data["report"]

@@ -208,7 +208,8 @@ def assert_failed(done: subprocess.CompletedProcess[str], message: str) -> dict:
     """A typed refusal (its exit status is its kind's) with ``message`` in the one error line;
     return the summary it carries."""
     error = outcome(done)
-    assert done.returncode == error["exit_status"] > 1, done.stdout + done.stderr
+    assert done.returncode == error["exit_status"] and error["kind"] != "error", \
+        done.stdout + done.stderr  # a subclass's kind, not the base's
     assert message in error["error"], error
     assert "Traceback" not in done.stderr
     return error["report"]

@@ -132,6 +132,19 @@ def test_publish_wheels_refuses_a_malformed_report_before_building(tmp_path: Pat
     assert "Traceback" not in done.stderr and not (tmp_path / "cache").exists()
 
 
+def test_a_release_stopped_by_a_stage_keeps_that_stages_status(tmp_path: Path) -> None:
+    # An unknown target is the user's input (2), not a publishing fault (7); the summary
+    # still says what was not published and why.
+    done = run_cli("release", "--wheels-only", "--repository-url", "http://127.0.0.1:9/",
+                   "--gate", "build", "--target", "nope", "--json", cwd=REPO,
+                   cache=tmp_path / "cache")
+    error = json.loads(done.stdout)
+    assert (done.returncode, error["kind"]) == (2, "configuration error"), done.stdout
+    assert error["report"]["not_published"] == [
+        {"artifact": "the wheels of target nope",
+         "reason": f"stopped: unknown target 'nope' in {REPO / 'targets.toml'}"}]
+
+
 @pytest.mark.parametrize(("page", "expected"), [
     ('<a href="/f/{name}#sha256={upper}">{name}</a>', "already-published"),
     ('{{"meta": {{"api-version": "1.0"}}, "name": "sglang", "files": [{{"filename": 3}}]}}',

@@ -3,9 +3,10 @@
 A registry on 127.0.0.1 (``http.server``, serving bodies built here) answers with
 malformed image indexes, a platform entry whose digest is a tag, a body over
 containerd's 4 MiB manifest limit, and a ``HEAD`` that names another manifest. Every
-one is one clear error (exit 4 from ``pin-images``) and the pins file stays byte for
-byte; a hypothesis property throws arbitrary JSON at the resolver: it either returns a
-sha256 pin or raises :class:`SourceError`, nothing else.
+one is one clear error (``verification failed``, exit 1 from ``pin-images``) and the pins
+file stays byte for byte; a hypothesis property throws arbitrary JSON at the resolver: it
+either returns a sha256 pin or raises :class:`VerificationError` (malformed) or
+:class:`SourceError` (well formed, without the platform asked for), nothing else.
 """
 
 from __future__ import annotations
@@ -138,6 +139,17 @@ def test_malformed_index_is_one_error_and_the_pins_file_is_kept(
     assert done.returncode == 1, done.stdout + done.stderr  # not a digest: no retry helps
     assert "verification failed: " in done.stderr
     assert message in " ".join(done.stderr.split()) and "Traceback" not in done.stderr
+    assert pins.read_bytes() == before
+
+
+def test_a_pins_name_without_a_tag_is_the_users_input(tmp_path: Path) -> None:
+    pins = tmp_path / "pins.toml"
+    pins.write_text('[[kernel_base]]\ncuda_lane = "13.0"\nname = "127.0.0.1:9/x"\n'
+                    'digest = ""\n')
+    before = pins.read_bytes()
+    done = run_cli("pin-images", "--pins-file", str(pins), "--json")
+    assert done.returncode == 2, done.stdout  # the file is wrong, not the registry
+    assert json.loads(done.stdout)["error"].endswith("image name '127.0.0.1:9/x' has no tag")
     assert pins.read_bytes() == before
 
 

@@ -16,7 +16,13 @@ import git
 import pytest
 from conftest import RELEASES, UpstreamRepo, git_source, target_toml
 
-from builder import BuilderError, VerificationError, load_targets
+from builder import (
+    BuilderError,
+    ConfigurationError,
+    SourceError,
+    VerificationError,
+    load_targets,
+)
 from builder.core.cache import Cache
 from builder.core.config import GitPin, SdistPin, Target
 from builder.core.layout import Layout
@@ -142,6 +148,25 @@ def test_pin_not_on_index_names_what_is_there(local_index: str, tmp_path: Path) 
     with pytest.raises(VerificationError, match=r"sha256 mismatch: .* the index has "
                                                 r"sglang-0\.5\.9\.tar\.gz \(sha256 11b1"):
         fetch_source(_target(pin), cache=Cache(tmp_path / "cache"), index_url=local_index)
+
+
+def test_a_pin_the_index_does_not_list_is_unavailable_not_forged(local_index: str,
+                                                                 tmp_path: Path) -> None:
+    # No file answered wrongly: the index lacks the release (exit 4, a retry or another
+    # index may help), unlike a listed file with other bytes (exit 1, above).
+    pin = SdistPin("sglang", "0.5.8", "0" * 64)
+    with pytest.raises(SourceError, match=r"sglang-0\.5\.8\.tar\.gz is not listed there"):
+        fetch_source(_target(pin), cache=Cache(tmp_path / "cache"), index_url=local_index)
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_a_source_dir_that_is_not_a_folder_is_the_users_input(tmp_path: Path,
+                                                              kind: str) -> None:
+    path = tmp_path / "tree"
+    if kind == "file":
+        path.write_text("not a tree")
+    with pytest.raises(ConfigurationError, match=r"does not exist|is not a folder"):
+        local_source(path, "0.5.9")
 
 
 def test_unreachable_index_is_one_clear_error(tmp_path: Path,

@@ -51,7 +51,7 @@ def test_in_process_run_restores_env_cwd_and_sigterm(tmp_path: Path) -> None:
 
 
 def test_in_process_and_process_runs_agree() -> None:
-    """Same exit status and output both ways: a refusal (stderr, status 1), a usage error
+    """Same exit status and output both ways: a refusal (stderr, status 2), a usage error
     (argparse's SystemExit 2) and --help (stdout, 0)."""
     for args in (("wheel", "--target", "nope"), ("wheel", "--no-such-flag"), ("--help",)):
         inside, outside = run_cli(*args), run_cli_process(*args)

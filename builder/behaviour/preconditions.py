@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import Requirement
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from builder.core.cache import Cache
 from builder.core.config import WheelPin
-from builder.core.errors import SourceError, VerificationError
+from builder.core.errors import ConfigurationError, SourceError, VerificationError
 from builder.core.progress import Reporter
 from builder.patching.series import Precondition
 
@@ -58,30 +58,40 @@ def pinned_version(wheel: Path, distribution: str) -> str:
     """The version ``wheel``'s ``Requires-Dist`` pins ``distribution`` to (``==X``).
 
     Raises:
-        VerificationError: the wheel has no METADATA.
-        SourceError: the wheel names no such requirement, or does not pin
-            it to one version (a range names no wheel to read).
+        VerificationError: the wheel is not a zip, has no METADATA, or a requirement there
+            does not parse.
+        ConfigurationError: the wheel names no such requirement, or does not pin it to one
+            version (a range names no wheel to read): the precondition is wrong.
     """
-    with zipfile.ZipFile(wheel) as archive:
-        names = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
-        if not names:
-            raise VerificationError(f"{wheel.name} has no METADATA",
-                                    "use the target's pinned wheel")
-        metadata = archive.read(names[0]).decode()
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            names = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+            if not names:
+                raise VerificationError(f"{wheel.name} has no METADATA",
+                                        "use the target's pinned wheel")
+            metadata = archive.read(names[0]).decode()
+    except zipfile.BadZipFile as exc:
+        raise VerificationError(f"{wheel.name} is not a wheel: {exc}",
+                                "use the target's pinned wheel") from None
     wanted = canonicalize_name(distribution)
     for line in metadata.splitlines():
         if not line.startswith("Requires-Dist:"):
             continue
-        requirement = Requirement(line.split(":", 1)[1].strip())
+        try:
+            requirement = Requirement(line.split(":", 1)[1].strip())
+        except InvalidRequirement as exc:
+            raise VerificationError(f"{wheel.name} has a malformed requirement: {exc}",
+                                    "use the target's pinned wheel") from None
         if canonicalize_name(requirement.name) != wanted:
             continue
         match = re.fullmatch(r"==([\w.+!-]+)", str(requirement.specifier))
         if match is None:
-            raise SourceError(f"{wheel.name} requires {requirement}, not one version",
-                              "a precondition reads the wheel of a pinned (==) dependency")
+            raise ConfigurationError(f"{wheel.name} requires {requirement}, not one version",
+                                     "a precondition reads the wheel of a pinned (==) "
+                                     "dependency")
         return match.group(1)
-    raise SourceError(f"{wheel.name} does not require {distribution}",
-                      "name a dependency the release pins in the precondition")
+    raise ConfigurationError(f"{wheel.name} does not require {distribution}",
+                             "name a dependency the release pins in the precondition")
 
 
 def dependency_pin(distribution: str, version: str, index_url: str | None) -> WheelPin:

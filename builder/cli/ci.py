@@ -43,8 +43,8 @@ def add_commands(commands: Any) -> None:
                     "503 HTML), keep those newer than the newest target (never yanked ones; "
                     "pre-releases with --pre), run the compatibility matrix on them and say "
                     "which patches need a refresh and which became obsolete. Writes nothing "
-                    "(pin a release with `add-target VERSION`). Exits 1 when the series "
-                    "would break on a newer release.")
+                    "(pin a release with `add-target VERSION`). Exits 5 (a patch error) "
+                    "when the series would break on a newer release.")
     common(upstream, target=False)
     index_url_arg(upstream, "simple index to list and fetch releases from")
     upstream.add_argument("--pre", action="store_true",

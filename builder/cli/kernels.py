@@ -15,7 +15,7 @@ from builder.cli.common import (
     source_args,
 )
 from builder.core.basepins import PINS_FILE
-from builder.core.errors import BuilderError, ConfigurationError
+from builder.core.errors import BuilderError, MissingToolError
 
 if TYPE_CHECKING:
     from builder.core.progress import Reporter
@@ -31,7 +31,7 @@ def add_commands(commands: Any) -> None:
                     "cuBLAS and cuRAND headers are there, torch is built for the lane (or "
                     "the CPU). `kernels` runs the same checks before compiling. Writes nothing "
                     "(`kernels --save-request FILE` writes what a build would compile). Exits "
-                    "1 when a check fails.")
+                    "3 (a missing tool) when a check fails.")
     common(preflight)
     source_args(preflight)
     preflight.add_argument("--nvcc", type=Path, metavar="PATH",
@@ -187,10 +187,11 @@ def _cmd_preflight(args: argparse.Namespace, reporter: Reporter) -> dict[str, An
     if not result.ok:
         failed = [c for c in result.checks if not c.ok]
         fixes = list(dict.fromkeys(c.fix for c in failed if c.fix))
-        raise ConfigurationError(f"toolchain preflight failed: {failed[0].name}: {failed[0].detail}"
-                                 + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""),
-                                 "; ".join(fixes) or "see the table; fix the toolchain before "
-                                 "compiling", report=result)
+        raise MissingToolError(f"toolchain preflight failed: {failed[0].name}: "
+                               f"{failed[0].detail}"
+                               + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""),
+                               "; ".join(fixes) or "see the table; fix the toolchain before "
+                               "compiling", report=result)
     return result.to_json()
 
 

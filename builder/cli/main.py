@@ -58,9 +58,9 @@ examples:
   python -m builder next-label --target sglang-0.5.9
 
 Results go to stdout, progress and errors to stderr.
-exit status: 0 ok; 1 failed: a check did not hold (smoke's, a kernel wheel's, a moved
-pin in pin-images --check, or an answer's shape, identity or size: a sha256 or digest
-that differs, a malformed manifest, index page, METADATA or archive); 2 bad input (flags,
+exit status: 0 ok; 1 failed: a check did not hold (the smoke test's, a moved pin in
+pin-images --check, or an answer's shape, identity or size: a sha256 or digest that
+differs, a malformed manifest, index page, METADATA or archive); 2 bad input (flags,
 targets/series/request files); 3 missing tool or misconfigured runner; 4 source
 unavailable (unreachable, refused, an HTTP error, no such file, tag or commit: a retry
 may help); 5 patch; 6 build; 7 publish; 130/143 interrupted. Errors print their kind, a

@@ -15,7 +15,7 @@ from builder.cli.common import (
     series_args,
     source_args,
 )
-from builder.core.errors import ConfigurationError
+from builder.core.errors import ConfigurationError, PatchError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -56,8 +56,8 @@ def add_matrix_commands(commands: Any) -> argparse.ArgumentParser:
         "matrix", help="the series on several upstream releases (patch x release)",
         description="Apply the series (in memory) to every target, or to --versions "
                     "found on the index (sdist, else a released wheel read as source), or "
-                    "to --commits of a git repository, and print patch x release. Exits 1 "
-                    "when a target of the targets file would break.")
+                    "to --commits of a git repository, and print patch x release. Exits 5 "
+                    "(a patch error) when a column would break.")
     common(check, target=False)
     which = check.add_mutually_exclusive_group()
     which.add_argument("--versions", metavar="V1,V2", help="upstream versions to check")
@@ -303,9 +303,9 @@ def _cmd_matrix(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
         reporter.result(matrix_table(matrix))
         reporter.result("✓ / ✗: the patch's intent checks hold / fail after the series")
     if matrix.broken_targets:
-        raise ConfigurationError(f"the series would break: {', '.join(matrix.broken_targets)}",
-                                 "run python -m builder patch --target NAME --dry-run for detail",
-                                 report=matrix)
+        raise PatchError(f"the series would break: {', '.join(matrix.broken_targets)}",
+                         "run python -m builder patch --target NAME --dry-run for detail",
+                         report=matrix)
     return matrix.to_json()
 
 

@@ -94,7 +94,7 @@ def add_commands(commands: Any) -> None:
         epilog=_LOCK_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     common(lock)
     lock.add_argument("--check", action="store_true",
-                      help="write nothing; exit 1 when a version is not recorded or differs")
+                      help="write nothing; exit 2 when a version is not recorded or differs")
     lock.add_argument("--replace", action="store_true",
                       help="with --target: record the current digest over the old one (only "
                            "for a version never published)")

@@ -35,8 +35,9 @@ examples:
   python DIR/smoke_probe.py --sglang-pattern 'sglang/srt/model_executor/*.py' > probe.out
   python -m builder smoke --probe-output probe.out --sglang-wheel dist/sglang-….whl
 
-exit status: 0 passed, 1 failed (or bad input), 3 misconfigured runner (the engine cannot
-give a container a GPU: no NVIDIA runtime, or no driver).
+exit status: 0 passed, 1 failed, 2 bad input (a flag, a wheel or report that cannot be
+read), 3 misconfigured runner (the engine cannot give a container a GPU: no NVIDIA
+runtime, or no driver).
 """
 
 

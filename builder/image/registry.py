@@ -36,7 +36,7 @@ import docker.auth
 import docker.errors
 import requests
 
-from builder.core.errors import SourceError, VerificationError
+from builder.core.errors import ConfigurationError, SourceError, VerificationError
 
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
                "application/vnd.docker.distribution.manifest.list.v2+json")
@@ -73,12 +73,12 @@ class ImageName:
             BuilderError: no tag, or a digest instead of one.
         """
         if "@" in name:
-            raise SourceError(f"{name!r} already names a digest",
-                              "write the tag in the pins file's name; the digest goes in "
-                              "its digest key")
+            raise ConfigurationError(f"{name!r} already names a digest",
+                                     "write the tag in the pins file's name; the digest goes "
+                                     "in its digest key")
         path, colon, tag = name.rpartition(":")
         if not colon or "/" in tag or not tag:
-            raise SourceError(f"image name {name!r} has no tag", "write it as NAME:TAG")
+            raise ConfigurationError(f"image name {name!r} has no tag", "write it as NAME:TAG")
         registry, repository = docker.auth.resolve_repository_name(path)
         if registry in ("docker.io", "index.docker.io") and "/" not in repository:
             repository = f"library/{repository}"
@@ -143,8 +143,9 @@ class RegistryClient:
         try:
             auth = docker.auth.load_config(config_path).resolve_authconfig(name.registry)
         except docker.errors.DockerException as exc:
-            raise SourceError(f"cannot read Docker's credentials for {name.registry}: {exc}",
-                              "check ~/.docker/config.json (docker login)") from None
+            raise ConfigurationError(f"cannot read Docker's credentials for {name.registry}: "
+                                     f"{exc}", "check ~/.docker/config.json (docker login)"
+                                     ) from None
         self.credentials: tuple[str, str] | None = None
         # docker-py's keys: username/password from "auth", Username/Secret from helpers.
         auth = {k.lower(): v for k, v in (auth or {}).items()}
@@ -200,9 +201,13 @@ class RegistryClient:
             token = body.get("token") or body.get("access_token")
         except (ValueError, AttributeError):
             token = None
-        if answer.status_code != 200 or not isinstance(token, str) or not token:
+        if answer.status_code != 200:
             raise SourceError(f"the token service of {self.name.registry} gave no token "
                               f"(HTTP {answer.status_code})", "try again later")
+        if not isinstance(token, str) or not token:
+            raise VerificationError(f"the token service of {self.name.registry} answered "
+                                    "HTTP 200 without a token", "the service is not a "
+                                    "registry token service; check the registry's realm")
         self._authorization = f"Bearer {token}"
 
     def manifest(self, reference: str, method: str = "GET") -> tuple[requests.Response, str]:
@@ -246,7 +251,8 @@ class RegistryClient:
             if digest and digest != actual:
                 raise VerificationError(f"registry {self.name.registry} served {what} with digest "
                                         f"{digest} but its body hashes to {actual}",
-                                        "a proxy may be rewriting it; try again")
+                                        "a proxy may be rewriting it; check the proxy, "
+                                        "do not pin it")
             digest = actual
         else:
             response.close()
@@ -304,7 +310,8 @@ class RegistryClient:
         self._read_capped(response, f"the config blob {digest} of {self._where()}")
         if "sha256:" + hashlib.sha256(response.content).hexdigest() != digest:
             raise VerificationError(f"{self._where()}: config blob {digest} does not match its "
-                                    "digest", "a proxy may be rewriting it; try again")
+                                    "digest", "a proxy may be rewriting it; check the proxy, "
+                                    "do not pin it")
         return _json_object(response, f"{self._where()}: config blob {digest} is not JSON",
                             "the registry's manifest is malformed")
 

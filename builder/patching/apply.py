@@ -26,7 +26,7 @@ from builder.core.cache import (
     sha256_tree,
     signals_deferred,
 )
-from builder.core.errors import BuilderError, PatchError
+from builder.core.errors import BuilderError, ConfigurationError, PatchError
 from builder.core.layout import Layout
 from builder.core.options import Options, select_target
 from builder.patching.files import FileReport, TreeView, apply_file, link_on_path
@@ -206,9 +206,9 @@ def read_series(series: Series) -> dict[Path, ParsedPatch]:
     parsed = {}
     for entry in series.entries:
         if not entry.path.is_file():
-            raise PatchError(f"patch file not found: {entry.path}",
-                             "check the --patch path" if entry.sha256 is None else
-                             "check the series file's 'file' entries")
+            raise ConfigurationError(f"patch file not found: {entry.path}",
+                                     "check the --patch path" if entry.sha256 is None else
+                                     "check the series file's 'file' entries")
         actual = sha256_file(entry.path)
         if entry.sha256 is not None and actual != entry.sha256:
             raise PatchError(

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, Protocol
 
-from builder.core.errors import PatchError
+from builder.core.errors import ConfigurationError, PatchError
 
 #: Seconds one intent regex may run on one file before the check is an error.
 REGEX_TIMEOUT_S = 5.0
@@ -321,34 +321,34 @@ def parse_intent_check(table: dict[str, Any], where: str) -> IntentCheck:
     """
     kind = table.get("check")
     if kind not in INTENT_KINDS:
-        raise PatchError(f"{where}: unknown intent check {kind!r}",
-                         f"use one of: {', '.join(INTENT_KINDS)}")
+        raise ConfigurationError(f"{where}: unknown intent check {kind!r}",
+                                 f"use one of: {', '.join(INTENT_KINDS)}")
     file = table.get("file")
     if not isinstance(file, str) or not file:
-        raise PatchError(f"{where}: an intent check needs 'file' (a repository path)",
-                         "for example file = \"python/sglang/srt/server_args.py\"")
+        raise ConfigurationError(f"{where}: an intent check needs 'file' (a repository path)",
+                                 "for example file = \"python/sglang/srt/server_args.py\"")
     if kind == "literal-contains":
         value = table.get("value")
         function, assignment = table.get("function"), table.get("assignment")
         if not isinstance(value, str) or (function is None) == (assignment is None):
-            raise PatchError(f"{where}: literal-contains needs 'value' and exactly one of "
-                             "'function' or 'assignment'", "")
+            raise ConfigurationError(f"{where}: literal-contains needs 'value' and exactly one of "
+                                     "'function' or 'assignment'", "")
         names = (function,) if isinstance(function, str) else tuple(function or ())
         if function is not None and (not names or not all(isinstance(n, str) for n in names)):
-            raise PatchError(f"{where}: 'function' must be a name or a list of names",
-                             'for example function = ["old_name", "new_name"]')
+            raise ConfigurationError(f"{where}: 'function' must be a name or a list of names",
+                                     'for example function = ["old_name", "new_name"]')
         return IntentCheck(kind=kind, file=file, value=value, function=names,
                            assignment=assignment, compared_with=table.get("compared_with"))
     pattern = table.get("pattern")
     if not isinstance(pattern, str):
-        raise PatchError(f"{where}: {kind} needs 'pattern'",
-                         "a Python regular expression, matched in multiline mode")
+        raise ConfigurationError(f"{where}: {kind} needs 'pattern'",
+                                 "a Python regular expression, matched in multiline mode")
     import regex
 
     try:
         compile_pattern(pattern)
     except regex.error as exc:
-        raise PatchError(f"{where}: bad regular expression {pattern!r}: {exc}",
-                         "TOML strings need doubled backslashes, or use '...' literals"
-                         ) from None
+        raise ConfigurationError(f"{where}: bad regular expression {pattern!r}: {exc}",
+                                 "TOML strings need doubled backslashes, or use '...' literals"
+                                 ) from None
     return IntentCheck(kind=kind, file=file, pattern=pattern)

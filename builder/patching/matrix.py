@@ -17,7 +17,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from builder.core.config import GitPin, Target, load_targets
-from builder.core.errors import PatchError
+from builder.core.errors import ConfigurationError
 from builder.core.options import Options
 from builder.patching.apply import (
     PatchOutcome,
@@ -193,8 +193,8 @@ def run_check(options: Options, *, versions: list[str] | None = None,
             try:
                 Version(version)
             except InvalidVersion:
-                raise PatchError(f"{version!r} is not a PEP 440 version",
-                                 "write versions like 0.5.9,0.5.11") from None
+                raise ConfigurationError(f"--versions: {version!r} is not a PEP 440 version",
+                                         "write versions like 0.5.9,0.5.11") from None
             pin = find_release(default.sdist_project, version, options.index_url)
             source = fetch_pin(pin, Version(version), cache=cache, index_url=options.index_url,
                                reporter=options.reporter)
@@ -204,13 +204,15 @@ def run_check(options: Options, *, versions: list[str] | None = None,
         for item in dict.fromkeys(commits):
             commit, _, version_text = item.partition("=")
             if not re.fullmatch(r"[0-9a-f]{40}", commit):
-                raise PatchError(f"{commit!r} is not a full 40-hex commit id",
-                                 "a tag or branch can move: pass git rev-parse's output")
+                raise ConfigurationError(f"--commits: {commit!r} is not a full 40-hex commit id",
+                                         "a tag or branch can move: pass git rev-parse's "
+                                         "output")
             try:
                 at = Version(version_text) if version_text else default.upstream_version
             except InvalidVersion:
-                raise PatchError(f"{version_text!r} is not a PEP 440 version",
-                                 "write COMMIT=VERSION like abc…=0.5.10.post1") from None
+                raise ConfigurationError(f"--commits: {version_text!r} is not a PEP 440 version",
+                                         "write COMMIT=VERSION like abc…=0.5.10.post1"
+                                         ) from None
             source = fetch_pin(GitPin(url, commit), at, cache=cache, reporter=options.reporter)
             columns.append(Column(f"{commit[:12]} ({at})", source))
     else:

@@ -28,7 +28,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from builder.core.cache import sha256_file
-from builder.core.errors import BuilderError, PatchError
+from builder.core.errors import BuilderError, ConfigurationError, PatchError
 from builder.patching.hunks import Hunk, split_lines
 
 
@@ -530,8 +530,9 @@ def parse_patch(path: Path, strip: int) -> ParsedPatch:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise PatchError(f"patch file not found: {path}",
-                         "check the series file's 'file' entries") from None
+        raise ConfigurationError(f"patch file not found: {path}",
+                                 "check the path (--patch, or the series file's 'file' "
+                                 "entries)") from None
     except OSError as exc:
         raise PatchError(f"cannot read patch file {path}: {exc.strerror}",
                          "check its permissions") from None

@@ -256,7 +256,7 @@ def run_release(options: Options, image_options: ImageOptions, index: Index,
         what = f"target {options.target}" if options.target else "the default target"
         summary.not_published.append((f"the wheels and image of {what}",
                                       f"release stopped: {exc.cause}"))
-        raise PublishError(exc.cause, exc.hint, report=summary) from None
+        raise exc.replaced(report=summary) from None  # the failing stage's type and status
     summary.image = image
     artifacts = [w.path.name for w in image.wheels] + \
         [w.path.name for w in image.extra_wheels] + list(image.tags)

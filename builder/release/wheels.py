@@ -149,7 +149,7 @@ def run_publish_wheels(options: Options, index: Index, *, gate: WheelGate = "smo
     except BuilderError as exc:
         what = f"target {options.target}" if options.target else "the default target"
         summary.not_published.append((f"the wheels of {what}", f"stopped: {exc.cause}"))
-        raise PublishError(exc.cause, exc.hint, report=summary) from None
+        raise exc.replaced(report=summary) from None  # the failing stage's type and status
     names = {w.path.name for w in covered}
     summary.not_published += [(w.path.name, f"not covered by the {gate} gate (the smoke "
                                             "report tested another wheel)")
@@ -169,5 +169,5 @@ def run_publish_wheels(options: Options, index: Index, *, gate: WheelGate = "smo
     except BuilderError as exc:
         summary.not_published += [(path.name, f"stopped: {exc.cause}") for path, _ in files
                                   if path.name not in done]
-        raise PublishError(exc.cause, exc.hint, report=summary) from None
+        raise exc.replaced(report=summary) from None
     return summary

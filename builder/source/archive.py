@@ -50,7 +50,7 @@ from packaging.metadata import parse_email
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from builder.core.errors import SourceError, VerificationError
+from builder.core.errors import VerificationError
 
 #: Larger archives (compressed or not) are unpacked as a stream instead of in memory.
 _IN_MEMORY_LIMIT = 1 << 30
@@ -413,8 +413,10 @@ def unzip_wheel(wheel: Path, destination: Path) -> int:
     except zipfile.BadZipFile as exc:
         raise VerificationError(f"cannot unpack {wheel.name}: {exc}",
                                 "the download may be damaged") from None
-    except OSError as exc:  # this machine's disk, not the wheel
-        raise SourceError(f"cannot unpack {wheel.name} into {destination}: {exc}",
-                          "check the free space and permissions there") from None
+    except (FileExistsError, NotADirectoryError, IsADirectoryError) as exc:
+        # A file and a folder of one name, as unpack_sdist refuses too; other OSErrors are
+        # this machine's disk and reach the CLI's own message.
+        raise VerificationError(f"{wheel.name} holds {exc.filename} as a file and a folder",
+                                "refusing it") from None
     stamps = [calendar.timegm((*i.date_time, 0, 0, 0)) for i in infos]
     return max(stamps, default=0)

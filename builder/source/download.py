@@ -99,7 +99,8 @@ def download(url: str, destination: Path, sha256: str, partial: Path,
     elif scheme in ("http", "https"):
         _fetch_http(url, partial, reporter)
     else:
-        raise SourceError(f"{url!r} is not a URL", "give an https://, http:// or file:// URL")
+        raise ConfigurationError(f"{url!r} is not a URL",
+                                 "give an https://, http:// or file:// URL")
     actual = sha256_file(partial)
     if actual != sha256:
         partial.unlink(missing_ok=True)
@@ -144,7 +145,10 @@ def _fetch_http(url: str, partial: Path, reporter: Reporter) -> None:
                 resumed = r.status_code == 206 and _range_start(r) == have
                 if r.status_code == 206 and not resumed:  # not the range we asked for
                     partial.unlink(missing_ok=True)
-                    last = VerificationError(f"{url} answered a range we did not ask for", "")
+                    last = VerificationError(f"{url} answered a range we did not ask for "
+                                             f"(bytes {have}- asked)", "the server answers "
+                                             "Range requests wrongly; report it to its "
+                                             "operator, or use another index")
                     continue
                 mode = "ab" if resumed else "wb"  # HTTP 200: the range was ignored
                 length = r.headers.get("Content-Length")
@@ -163,6 +167,8 @@ def _fetch_http(url: str, partial: Path, reporter: Reporter) -> None:
                 requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
             last = exc  # dropped mid-file or unreachable: try again from where it stopped
     assert last is not None
+    if isinstance(last, BuilderError):  # answered, but wrongly every time (a range)
+        raise last
     raise unreachable(url, last)
 
 

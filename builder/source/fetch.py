@@ -30,7 +30,7 @@ from packaging.version import InvalidVersion, Version
 
 from builder.core.cache import Cache, legacy_entry, sha256_file, sha256_tree
 from builder.core.config import GitPin, Pin, SdistPin, SourceKind, Target, WheelPin
-from builder.core.errors import BuilderError, SourceError, VerificationError
+from builder.core.errors import BuilderError, ConfigurationError, SourceError, VerificationError
 from builder.core.layout import Layout
 from builder.core.options import Options, select_target
 from builder.core.pipconfig import IndexChoice, resolve_index
@@ -169,32 +169,34 @@ def local_source(path: Path, upstream_version: str | None = None) -> SourceResul
     """
     tree = path.resolve()
     if not tree.exists():
-        raise SourceError(f"source folder {path} does not exist", "check --source-dir")
+        raise ConfigurationError(f"source folder {path} does not exist", "check --source-dir")
     if not tree.is_dir():
-        raise SourceError(f"{path} is not a folder", "point --source-dir at a source tree")
+        raise ConfigurationError(f"{path} is not a folder",
+                                 "point --source-dir at a source tree")
     layout = Layout.detect(tree)
     claimed = _pkg_info(layout.package_root(tree))
     if claimed is not None:
         # An unpacked sdist says what it is: never label it as another project or release.
         name, released = claimed
         if name is not None and canonicalize_name(name) != "sglang":
-            raise SourceError(f"{path} is {name} (its PKG-INFO), not SGLang",
-                              "point --source-dir at an SGLang checkout or unpacked sdist")
+            raise ConfigurationError(f"{path} is {name} (its PKG-INFO), not SGLang",
+                                     "point --source-dir at an SGLang checkout or unpacked "
+                                     "sdist")
         if upstream_version and _other_release(upstream_version, released):
-            raise SourceError(f"{path} is SGLang {released} (its PKG-INFO), not "
-                              f"{upstream_version} (--target / --upstream-version)",
-                              f"point --source-dir at the {upstream_version} tree, or patch "
-                              f"this one as {released} (--upstream-version {released}, or a "
-                              f"target pinned to {released})")
+            raise ConfigurationError(f"{path} is SGLang {released} (its PKG-INFO), not "
+                                     f"{upstream_version} (--target / --upstream-version)",
+                                     f"point --source-dir at the {upstream_version} tree, or "
+                                     f"patch this one as {released} (--upstream-version "
+                                     f"{released}, or a target pinned to {released})")
     version_text = upstream_version or (claimed[1] if claimed else None)
     if not version_text:
-        raise SourceError(f"cannot tell the upstream version of {path}",
-                          "pass --upstream-version (e.g. 0.5.9)")
+        raise ConfigurationError(f"cannot tell the upstream version of {path}",
+                                 "pass --upstream-version (e.g. 0.5.9)")
     try:
         version = Version(version_text)
     except InvalidVersion:
-        raise SourceError(f"{version_text!r} is not a PEP 440 version",
-                          "pass --upstream-version like 0.5.9") from None
+        raise ConfigurationError(f"{version_text!r} is not a PEP 440 version",
+                                 "pass --upstream-version like 0.5.9") from None
     newest = max((p.lstat().st_mtime for p in tree.rglob("*") if ".git" not in p.parts),
                  default=0.0)
     return SourceResult(tree=tree, layout=layout, pin=None, upstream_version=version,
@@ -305,11 +307,11 @@ def _find_on_index(pin: SdistPin | WheelPin, index_url: str) -> str:
             return item.url
     same_name = [f"{f.name} (sha256 {f.sha256 or 'not listed'})" for f in files
                  if f.name == pin.filename]
-    raise VerificationError(
-        f"sha256 mismatch: no file on {page_url} has the pinned sha256 {pin.sha256}"
-        + (f"; the index has {same_name[0]}" if same_name else
-           f"; {pin.filename} is not listed there"),
-        "the release may have been replaced or the pin is wrong; check it before re-pinning")
+    hint = "the release may have been replaced or the pin is wrong; check it before re-pinning"
+    message = f"sha256 mismatch: no file on {page_url} has the pinned sha256 {pin.sha256}"
+    if same_name:  # the file is there with other bytes: an identity that differs
+        raise VerificationError(f"{message}; the index has {same_name[0]}", hint)
+    raise SourceError(f"{message}; {pin.filename} is not listed there", hint)
 
 
 def find_release(project: str, version: str, index_url: str | None = None
@@ -480,7 +482,11 @@ def remote_wheel_metadata(url: str, filename: str | None = None) -> email.messag
                                         f"{MAX_METADATA_BYTES})", "the file on the index is not "
                                         "a sound wheel; report it to the index's operator")
             data = wheel.read(names[0])
-    except (RemoteZipError, OSError, zipfile.BadZipFile, requests.RequestException) as exc:
+    except zipfile.BadZipFile as exc:
+        raise VerificationError(f"{url} is not a sound wheel: {exc}",
+                                "the file on the index is damaged; report it to the index's "
+                                "operator") from None
+    except (RemoteZipError, OSError, requests.RequestException) as exc:
         raise SourceError(f"could not read the METADATA of {url}: {exc}",
                           "the index must serve files with HTTP range requests (PyPI "
                           "does); or pass --cuda-lane") from None
@@ -612,7 +618,7 @@ def obtain_source(options: Options, target: Target | None) -> SourceResult:
                                                if target and options.target else None)
         return local_source(options.source_dir, version)
     if target is None:
-        raise SourceError("no source given", "pass --target NAME or --source-dir DIR")
+        raise ConfigurationError("no source given", "pass --target NAME or --source-dir DIR")
     return fetch_source(target, cache=options.cache, kind=options.source,
                         index_url=options.index_url, git_url=options.git_url,
                         reporter=options.reporter)

@@ -42,7 +42,7 @@ from builder.core.cache import (
     sha256_tree,
 )
 from builder.core.config import Pin, Target, WheelPin, local_version
-from builder.core.errors import BuildError
+from builder.core.errors import BuildError, VerificationError
 from builder.core.layout import Layout
 from builder.core.lock import VersionLock, lock_path
 from builder.core.options import Options, select_target
@@ -444,8 +444,8 @@ def upstream_wheel(patched: PatchResult, pin: WheelPin, *, target: str | None,
     """
     archive = patched.source.archive
     if archive is None or sha256_file(archive) != pin.sha256:
-        raise BuildError(f"the download of {pin.filename} does not match its pin "
-                         f"{pin.sha256}", "delete it from the cache and run again")
+        raise VerificationError(f"the download of {pin.filename} does not match its pin "
+                                f"{pin.sha256}", "delete it from the cache and run again")
     version = str(patched.source.upstream_version)
     record = {**_provenance(patched, version, target, {}, notes), "wheel": "upstream"}
     destination = dist_dir / pin.filename
