@@ -74,6 +74,27 @@ def test_old_spellings_keep_their_meaning(tmp_path: Path,
     assert "`--latest` is deprecated" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("argv", "message", "command"), [
+    (["targets", "--json", "extra"], "unrecognized arguments: extra", "targets"),
+    (["wheel", "--json", "--taget", "X"], "unrecognized arguments: --taget X", "wheel"),
+    (["--json", "targets"], "unrecognized arguments: --json (options go after the command)",
+     "targets"),
+    (["patch", "--max-fuzz", "abc", "--json"], "argument --max-fuzz: 'abc' is not a whole "
+     "number", "patch"),
+])
+def test_a_usage_error_is_the_commands_own_and_json_with_json(
+        argv: list[str], message: str, command: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"error": message, "hint": f"see `python -m builder {command} "
+                               "--help`", "kind": "configuration error", "exit_status": 2}
+    assert err.startswith(f"usage: python -m builder {command} ")
+    assert err.splitlines()[-1] == f"python -m builder {command}: error: {message}"
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["fetch", "--upstream-version", "0.5.9"],
      "--upstream-version only applies with --source-dir"),

@@ -118,3 +118,13 @@ def test_the_lock_digest_changes_with_the_packer_and_the_build_scheme(tmp_path: 
     packer.write_bytes(Path(jitcache.__file__).read_bytes() + b"\n# another layout\n")
     monkeypatch.setattr(jitcache, "__file__", str(packer))
     assert kernel_content_digest(request) != before
+
+
+def test_preflight_with_a_missing_nvcc_is_a_missing_tool_before_any_download(
+        tmp_path: Path) -> None:
+    done = run_cli("preflight", "--target", "sglang-0.5.23", "--nvcc", str(tmp_path / "nvcc"),
+                   "--json", cache=tmp_path / "cache")
+    error = json.loads(done.stdout)
+    assert (done.returncode, error["kind"]) == (3, "missing tool"), done.stdout
+    assert error["error"] == f"no nvcc at {tmp_path / 'nvcc'}"
+    assert not list((tmp_path / "cache").glob("downloads/*"))  # nothing fetched first

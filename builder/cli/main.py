@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from builder.cli import behaviour, ci, kernels, patching, project, release, serve, smoke, wheel
 from builder.cli.common import resolve_project_paths
@@ -77,9 +77,27 @@ _ALIASES: dict[str, tuple[str, ...]] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser; with ``--json`` a usage error also prints the error object.
+
+    argparse prints the usage and the message on stderr and exits 2 (``ArgumentParser.error``,
+    Python 3.11); a machine reading stdout gets ``{"error", "hint", "kind", "exit_status"}``
+    as for any other error. Subparsers are made of the same class (``add_subparsers``).
+    """
+
+    json_errors: ClassVar[bool] = False  # set by :func:`main` for the run
+
+    def error(self, message: str) -> NoReturn:
+        """Print the JSON error object when asked, then argparse's usage error (exit 2)."""
+        if _Parser.json_errors:
+            error = ConfigurationError(message, f"see `{self.prog} --help`")
+            print(json.dumps(error.to_json(), indent=2), flush=True)
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser (also used to render ``--help``)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m builder", usage="%(prog)s [-h] COMMAND ...", epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     # The listing is the description's (by stage), so argparse's own is suppressed.
@@ -98,11 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_commands(commands)
     ci.add_commands(commands)
     project.add_commands(commands)
+    for command in commands.choices.values():  # for its own usage line on an extra argument
+        command.set_defaults(command_parser=command)
     parser.description = _DESCRIPTION + "\n" + _listing(commands)
     return parser
 
 
-def _listing(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> str:
+def _listing(commands: argparse._SubParsersAction[Any]) -> str:
     """The commands by stage, each with its help line, as ``--help`` shows them.
 
     Raises:
@@ -197,7 +217,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from builder.core.progress import Reporter
 
     parser = build_parser()
-    args = parser.parse_args(_rewrite_alias(list(sys.argv[1:] if argv is None else argv)))
+    arguments = _rewrite_alias(list(sys.argv[1:] if argv is None else argv))
+    _Parser.json_errors = "--json" in arguments
+    args, extra = parser.parse_known_args(arguments)
+    if extra:  # said by the command's parser, with its usage, not the top level's
+        getattr(args, "command_parser", parser).error(
+            f"unrecognized arguments: {' '.join(extra)}"
+            + (" (options go after the command)" if arguments[0].startswith("-") else ""))
     handler: Callable[[argparse.Namespace, Reporter], dict[str, Any]] = args.handler
     validate: Callable[[argparse.Namespace], None] | None = getattr(args, "validate", None)
     previous = signal.signal(signal.SIGTERM, _terminate)  # clean up as on Ctrl-C

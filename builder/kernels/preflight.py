@@ -279,11 +279,15 @@ def run_preflight(options: Options, *, nvcc: Path | None = None,
 
     Raises:
         BuilderError: the pins disagree, or the target's arch list contradicts what its
-            FlashInfer detects (see :mod:`builder.kernels.pins`); no nvcc is found.
+            FlashInfer detects (see :mod:`builder.kernels.pins`).
+        MissingToolError: ``nvcc`` is not a file, or none is found.
     """
     # The source stage only here: the build's own preflight (a saved request) needs none.
     from builder.source.fetch import obtain_source
 
+    if nvcc is not None and not nvcc.is_file():  # before any download
+        raise MissingToolError(f"no nvcc at {nvcc}", "pass --nvcc the path of an nvcc "
+                               "binary, or leave it out to search as `kernels` does")
     target = select_target(options)
     source = obtain_source(options, target)
     pins = read_pins(source)
