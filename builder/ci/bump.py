@@ -142,7 +142,7 @@ class BumpReport:
         t = self.target
         kind = "sdist" if isinstance(t.sources[0], SdistPin) else "wheels"
         lines = [f"## New target `{t.name}` (`{t.upstream_version}+{t.local_label}`)", "",
-                 "Written by `python -m builder bump` from the package index.", "",
+                 "Written by `python -m builder add-target` from the package index.", "",
                  "| | |", "|---|---|",
                  f"| upstream {kind} | "
                  + "<br>".join(f"`{p.filename}` sha256 `{p.sha256}`" for p in t.sources) + " |",
@@ -209,7 +209,7 @@ def _sources(project: str, version: Version, index_url: str
         raise SourceError(f"{index_url} lists neither an sdist nor a CPython manylinux "
                           f"x86_64 wheel (with a sha256, not yanked) of {project} {version}",
                           "check the version; a release with other wheels only cannot be "
-                          "pinned by bump")
+                          "pinned by add-target")
     return tuple(wheels), tuple(dict.fromkeys(tags))
 
 
@@ -263,7 +263,8 @@ def plan_target(options: Options, version: Version, *, local_label: str = DEFAUL
 def _target_table(target: NewTarget, series: str) -> tomlkit.items.Table:
     table = tomlkit.table()
     table.trivia.indent = "\n"  # a blank line before [[target]], as in the hand-written ones
-    table.add(tomlkit.comment("Pinned from the package index by `python -m builder bump`."))
+    table.add(tomlkit.comment("Pinned from the package index by `python -m builder "
+                              "add-target`."))
     table.add("name", target.name)
     table.add("upstream_version", target.upstream_version)
     table.add("local_label", target.local_label)
@@ -386,7 +387,8 @@ def run_bump(options: Options, version: str | None, *, latest: bool = False,
             wanted = Version(version or "")
         except InvalidVersion:
             raise ConfigurationError(f"{version!r} is not a PEP 440 version",
-                                     "write it like 0.5.23, or pass --latest") from None
+                                     "write it like 0.5.23 (`python -m builder upstream` lists "
+                                     "the newer releases)") from None
     if not replace and any(t.upstream_version == wanted or t.name == f"{project}-{wanted}"
                            for t in targets.targets.values()):
         raise ConfigurationError(f"{options.targets_file} already has a target for {wanted}",

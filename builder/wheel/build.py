@@ -510,7 +510,7 @@ def run_wheels(options: Options) -> list[WheelResult]:
             raise BuildError(f"no patch of the series changes upstream "
                              f"{source.upstream_version}: the wheel would be upstream's "
                              "under our label", "pin the release's own wheels (python -m "
-                             "builder bump does), which are then shipped unchanged; or "
+                             "builder add-target does), which are then shipped unchanged; or "
                              "check the series' version ranges", report=patched.report)
         version = local_version(source.upstream_version, target.local_label)
         results.append(build_wheel(patched, version=version, cache=options.cache,
