@@ -81,6 +81,8 @@ def test_old_spellings_keep_their_meaning(tmp_path: Path,
      "targets"),
     (["patch", "--max-fuzz", "abc", "--json"], "argument --max-fuzz: 'abc' is not a whole "
      "number", "patch"),
+    (["pin-images", "--check", "--platform", "banana", "--json"], "argument --platform: "
+     "'banana' is not OS/ARCH[/VARIANT] (e.g. linux/amd64, linux/arm64/v8)", "pin-images"),
 ])
 def test_a_usage_error_is_the_commands_own_and_json_with_json(
         argv: list[str], message: str, command: str,
@@ -126,6 +128,16 @@ def test_a_command_validates_its_own_flags(argv: list[str], message: str, tmp_pa
     data = json.loads(capsys.readouterr().out)
     assert (data["error"], data["kind"], data["exit_status"]) == (
         message, "configuration error", 2)
+
+
+def test_a_cache_that_is_a_file_is_refused(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "cache").write_text("mine")
+    for action in (["list"], ["prune", "--older-than", "30"], ["clean"]):
+        assert main(["cache", *action, "--cache-dir", str(tmp_path / "cache")]) == 2, action
+        assert capsys.readouterr().err.splitlines()[0] == (
+            f"configuration error: the cache {tmp_path / 'cache'} is not a folder")
+    assert (tmp_path / "cache").read_text() == "mine"
 
 
 class _Lines:

@@ -178,6 +178,13 @@ def test_serve_command_refuses_bad_input(tmp_path: Path) -> None:
     done = run_cli("serve-command", "--target", "sglang-0.5.9", "--gpu", "rtx-5090",
                    "--tp", "1", "--model", "m")
     assert done.returncode == 2 and "has no per-GPU entries" in done.stderr
+    for model, extra, message in (
+            (" ", (), "--model is empty"),
+            ("m", ("--", "--model-path", "/other"), "the model goes in --model, not after --"),
+            ("m", ("--", "--model-path=/other"), "the model goes in --model, not after --")):
+        done = run_cli("serve-command", "--target", "sglang-0.5.23", "--gpu", "rtx-5090",
+                       "--tp", "1", "--model", model, *extra)
+        assert done.returncode == 2 and message in done.stderr, done.stderr
 
 
 def test_profile_loader_refuses_bad_gpu_tables(tmp_path: Path) -> None:

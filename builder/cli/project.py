@@ -230,6 +230,9 @@ def _cmd_cache(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     from builder.core.cache import cache_entries, prune_cache
 
     root = args.cache_dir or default_cache_root()
+    if root.exists() and not root.is_dir():
+        raise ConfigurationError(f"the cache {root} is not a folder",
+                                 "pass --cache-dir a folder (or set SGLANG_SM120_CACHE)")
     if args.cache_action == "list":
         entries = cache_entries(root)
         kinds: dict[str, list[int]] = {}

@@ -4,6 +4,7 @@ also publishes the wheels alone, ``--wheels-only``)."""
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,18 @@ unchanged.
 """
 
 
+def _platform(text: str) -> str:
+    """An OCI platform ``OS/ARCH[/VARIANT]`` (``image-index.md``, OCI image spec 1.1).
+
+    Raises:
+        argparse.ArgumentTypeError: not of that form.
+    """
+    if not re.fullmatch(r"[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not OS/ARCH[/VARIANT] (e.g. "
+                                         "linux/amd64, linux/arm64/v8)")
+    return text
+
+
 def add_commands(commands: Any) -> None:
     """Add ``pin-images``, ``image`` and ``release``."""
     pin = commands.add_parser(
@@ -55,7 +68,7 @@ def add_commands(commands: Any) -> None:
     pin.add_argument("--check", action="store_true",
                      help="write nothing; report pins whose tag now points elsewhere "
                           "(exit 1), for the scheduled upstream workflow")
-    pin.add_argument("--platform", default="linux/amd64", metavar="OS/ARCH",
+    pin.add_argument("--platform", default="linux/amd64", metavar="OS/ARCH", type=_platform,
                      help="the manifest taken from multi-platform images "
                           "(default: %(default)s)")
     pin.set_defaults(handler=_cmd_pin_images)

@@ -68,6 +68,12 @@ def _cmd_serve_command(args: argparse.Namespace, reporter: Reporter) -> dict[str
         release_env,
     )
 
+    if not args.model.strip():
+        raise ConfigurationError("--model is empty", "give the model folder or Hugging Face "
+                                 "name, e.g. --model /models/qwen3-30b-a3b")
+    if any(arg.split("=", 1)[0] in ("--model-path", "--model") for arg in args.extra):
+        raise ConfigurationError("the model goes in --model, not after --",
+                                 "drop --model-path from the arguments after --")
     opts = options(args, reporter)
     targets = load_targets(opts.targets_file)
     target = targets.get(args.target or targets.default)
