@@ -146,7 +146,7 @@ def _fetch_http(url: str, partial: Path, reporter: Reporter) -> None:
                 if r.status_code == 206 and not resumed:  # not the range we asked for
                     partial.unlink(missing_ok=True)
                     last = VerificationError(f"{url} answered a range we did not ask for "
-                                             f"(bytes {have}- asked)", "the server answers "
+                                             f"(asked bytes={have}-)", "the server answers "
                                              "Range requests wrongly; report it to its "
                                              "operator, or use another index")
                     continue
@@ -167,7 +167,7 @@ def _fetch_http(url: str, partial: Path, reporter: Reporter) -> None:
                 requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
             last = exc  # dropped mid-file or unreachable: try again from where it stopped
     assert last is not None
-    if isinstance(last, BuilderError):  # answered, but wrongly every time (a range)
+    if isinstance(last, BuilderError):  # the last attempt was answered wrongly (a range)
         raise last
     raise unreachable(url, last)
 
