@@ -30,7 +30,8 @@ def add_commands(commands: Any) -> None:
                     "nvcc is the target's CUDA lane and really compiles for its archs, the "
                     "cuBLAS and cuRAND headers are there, torch is built for the lane (or "
                     "the CPU). `kernels` runs the same checks before compiling. Writes nothing "
-                    "(`kernels --save-request FILE` writes what a build would compile). Exits "
+                    "but the release's download in the cache (`kernels --save-request FILE` "
+                    "writes what a build would compile). Exits "
                     "3 (a missing tool) when a check fails.")
     common(preflight)
     source_args(preflight)
