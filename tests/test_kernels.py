@@ -4,7 +4,9 @@ releases and the real nvcc at /usr/local/cuda (no GPU needed)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 import zipfile
 from pathlib import Path
 
@@ -128,3 +130,22 @@ def test_preflight_with_a_missing_nvcc_is_a_missing_tool_before_any_download(
     assert (done.returncode, error["kind"]) == (3, "missing tool"), done.stdout
     assert error["error"] == f"no nvcc at {tmp_path / 'nvcc'}"
     assert not list((tmp_path / "cache").glob("downloads/*"))  # nothing fetched first
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link", "folder"])
+def test_save_request_never_replaces_a_link_a_folder_or_a_special_file(
+        tmp_path: Path, kind: str) -> None:
+    # A rename would replace any of them (a device such as /dev/full included) with a file.
+    target = tmp_path / "elsewhere.json"
+    target.write_text("mine")
+    out = tmp_path / "request.json"
+    {"fifo": lambda: os.mkfifo(out), "link": lambda: out.symlink_to(target),
+     "folder": out.mkdir}[kind]()
+    done = run_cli("kernels", "--target", "sglang-0.5.9", "--modules", "norm",
+                   "--save-request", str(out), "--json")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert json.loads(done.stdout)["error"].startswith(f"{out} is a")
+    assert {"fifo": stat.S_ISFIFO, "link": stat.S_ISLNK, "folder": stat.S_ISDIR}[kind](
+        out.lstat().st_mode)
+    assert target.read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere.json", "request.json"]

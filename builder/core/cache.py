@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import threading
@@ -469,11 +470,36 @@ def signals_deferred() -> Iterator[None]:
             signal.raise_signal(received[0])
 
 
+def replaceable(destination: Path) -> None:
+    """Refuse to replace ``destination`` unless it is absent or a regular file.
+
+    A rename replaces whatever has the name: a device (``/dev/full``), a named pipe, or a
+    symbolic link, whose target would then keep its old content while the link is gone.
+    Output paths are replaced whole, so only a file (or nothing) may be there.
+
+    Raises:
+        ConfigurationError: ``destination`` is a link, a folder or a special file.
+    """
+    try:
+        mode = destination.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        kind = ("a symbolic link" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode)
+                else "a device, pipe or socket")
+        raise ConfigurationError(f"{destination} is {kind}, not a file the output can replace",
+                                 "give the path of a regular file, or a new name")
+
+
 def atomic_copy(source: Path, destination: Path) -> None:
     """Copy ``source`` to ``destination`` through a temporary file in the same folder.
 
     The destination either keeps its old content or has the complete new one.
+
+    Raises:
+        ConfigurationError: ``destination`` is not a regular file (:func:`replaceable`).
     """
+    replaceable(destination)
     destination.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{destination.name}.", dir=destination.parent)
     os.close(fd)
@@ -494,7 +520,11 @@ def atomic_write_bytes(destination: Path, data: bytes, mode: int | None = None) 
         destination: the file to create or replace.
         data: the complete new content.
         mode: permission bits to set (``None`` keeps the existing file's mode, or 0o644).
+
+    Raises:
+        ConfigurationError: ``destination`` is not a regular file (:func:`replaceable`).
     """
+    replaceable(destination)
     destination.parent.mkdir(parents=True, exist_ok=True)
     if mode is None:
         mode = destination.stat().st_mode & 0o7777 if destination.exists() else 0o644

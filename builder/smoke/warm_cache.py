@@ -20,12 +20,11 @@ from __future__ import annotations
 import ast
 import json
 import logging
-import os
-import tempfile
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Final
 
+from builder.core.cache import atomic_write_bytes
 from builder.core.errors import ConfigurationError
 
 FORMAT: Final = 1
@@ -148,21 +147,9 @@ def capture(flashinfer_cache: Path, key: WarmCacheKey) -> dict[str, Any]:
             "flashinfer_cache": {"_metadata": meta, **entries}}
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_artifact(artifact: dict[str, Any], dest: Path) -> None:
     """Write a :func:`capture` result to ``dest`` whole or not at all."""
-    _write_atomically(dest, json.dumps(artifact, indent=2, sort_keys=True) + "\n")
+    atomic_write_bytes(dest, (json.dumps(artifact, indent=2, sort_keys=True) + "\n").encode())
 
 
 def restore(artifact_path: Path, running: WarmCacheKey, dest: Path) -> bool:
@@ -191,5 +178,5 @@ def restore(artifact_path: Path, running: WarmCacheKey, dest: Path) -> bool:
         logger.warning("warm autotune cache %s ignored: its key does not match (%s)",
                        artifact_path, "; ".join(differ))
         return False
-    _write_atomically(dest, json.dumps(cache, indent=2) + "\n")
+    atomic_write_bytes(dest, (json.dumps(cache, indent=2) + "\n").encode())
     return True
