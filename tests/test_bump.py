@@ -221,7 +221,7 @@ def test_an_index_without_ranges_is_one_clear_error(index_root: Path, project: P
 
 
 def test_bad_arguments(project: Path, tmp_path: Path) -> None:
-    for args, message in ((("0.5.16", "--latest"), "give a VERSION or --latest"),
+    for args, message in ((("0.5.16", "--latest"), "give a VERSION or the deprecated --latest"),
                           (("not-a-version",), "is not a PEP 440 version"),
                           (("0.5.16", "--cuda-lane", "13"), "is not like 13.0")):
         done = run_cli("add-target", *args, cwd=project, cache=tmp_path / "cache")

@@ -83,6 +83,10 @@ def test_old_spellings_keep_their_meaning(tmp_path: Path,
      "number", "patch"),
     (["pin-images", "--check", "--platform", "banana", "--json"], "argument --platform: "
      "'banana' is not OS/ARCH[/VARIANT] (e.g. linux/amd64, linux/arm64/v8)", "pin-images"),
+    (["add-target", "0.5.24", "--index-url", "notaurl", "--json"], "argument --index-url: "
+     "'notaurl' is not an http(s):// or file:// URL", "add-target"),
+    (["kernels", "--jobs", "0", "--json"], "argument --jobs: must be from 1 to 1024",
+     "kernels"),
 ])
 def test_a_usage_error_is_the_commands_own_and_json_with_json(
         argv: list[str], message: str, command: str,

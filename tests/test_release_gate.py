@@ -145,6 +145,27 @@ def test_a_release_stopped_by_a_stage_keeps_that_stages_status(tmp_path: Path) -
          "reason": f"stopped: unknown target 'nope' in {REPO / 'targets.toml'}"}]
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["--repository-url", "notaurl", "--gate", "build"], "'notaurl' is not an http(s) URL"),
+    (["--repository-url", "http://127.0.0.1:99999/", "--gate", "build"],
+     "Port out of range 0-65535"),
+    (["--repository-url", "http://u:p@127.0.0.1:9/", "--gate", "build"],
+     "the index URL carries credentials"),
+    (["--repository-url", "http://127.0.0.1:9/"],
+     "the smoke gate needs the smoke test's report from a GPU runner"),
+    (["--repository-url", "http://127.0.0.1:9/", "--gate", "build", "--kernel-wheel",
+      "/nonexistent/k.whl"], "--kernel-wheel /nonexistent/k.whl: no such file"),
+])
+def test_a_release_refuses_its_flags_before_any_build(tmp_path: Path, args: list[str],
+                                                      message: str) -> None:
+    done = run_cli("release", "--wheels-only", *args, "--dist", str(tmp_path / "dist"),
+                   "--json", cwd=REPO, cache=tmp_path / "cache")
+    error = json.loads(done.stdout)
+    assert (done.returncode, error["kind"]) == (2, "configuration error"), done.stdout
+    assert message in error["error"], error
+    assert not (tmp_path / "dist").exists()
+
+
 @pytest.mark.parametrize(("page", "expected"), [
     ('<a href="/f/{name}#sha256={upper}">{name}</a>', "already-published"),
     ('{{"meta": {{"api-version": "1.0"}}, "name": "sglang", "files": [{{"filename": 3}}]}}',

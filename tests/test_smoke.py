@@ -588,6 +588,11 @@ def test_a_malformed_saved_probe_output_is_refused(tmp_path: Path) -> None:
     assert "probe.out is not the probe's output: line 1 of the probe's output: probe " \
         "result 'runner': needs a string name and detail" in done.stderr
     assert "Traceback" not in done.stderr
+    for garbage in ("", "not the probe\n", '{"a": 1}\n'):  # no result line: no probe ran
+        (tmp_path / "probe.out").write_text(garbage)
+        done = run_cli("smoke", "--probe-output", str(tmp_path / "probe.out"))
+        assert done.returncode == 2, done.stderr
+        assert "probe.out is not the probe's output: it has no line starting" in done.stderr
 
 
 # ---------------------------------------------------------------------------------------

@@ -156,8 +156,10 @@ def _cmd_bump(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
         print("note: `--latest` is deprecated and goes in the next release; find the "
               "release with `upstream`, then `add-target VERSION`", file=sys.stderr)
     if bool(args.version) == bool(args.latest):
-        raise ConfigurationError("give a VERSION or --latest (one of them)",
-                                 "python -m builder add-target 0.5.23")
+        raise ConfigurationError("give a VERSION" if not args.version else
+                                 "give a VERSION or the deprecated --latest, not both",
+                                 "python -m builder add-target 0.5.23 (`python -m builder "
+                                 "upstream` lists the newer releases)")
     if args.cuda_lane is not None and not re.fullmatch(r"\d+\.\d+", args.cuda_lane):
         raise ConfigurationError(f"--cuda-lane {args.cuda_lane!r} is not like 13.0",
                                  "write CUDA's major.minor")

@@ -85,10 +85,24 @@ class PipIndexDefault:
         return str(pip_index())
 
 
+def _index_url(text: str) -> str:
+    """A simple index's URL: ``http(s)://`` with a host, or ``file://`` (pip takes both).
+
+    Raises:
+        argparse.ArgumentTypeError: any other text.
+    """
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(text)
+    if not ((parts.scheme in ("http", "https") and parts.hostname) or parts.scheme == "file"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http(s):// or file:// URL")
+    return text
+
+
 def index_url_arg(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
                   what: str) -> None:
     """Add ``--index-url`` whose default follows pip's configuration."""
-    parser.add_argument("--index-url", metavar="URL", default=PipIndexDefault(),
+    parser.add_argument("--index-url", metavar="URL", default=PipIndexDefault(), type=_index_url,
                         help=f"{what} (default: the index pip uses: PIP_INDEX_URL, else "
                              "index-url in pip.conf, else PyPI; here: %(default)s)")
 
@@ -116,9 +130,12 @@ def series_args(parser: argparse.ArgumentParser) -> None:
 
 
 def positive(text: str) -> int:
-    value = count(1024)(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("give at least 1")
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value <= 1024:
+        raise argparse.ArgumentTypeError("must be from 1 to 1024")
     return value
 
 

@@ -164,6 +164,8 @@ def _validate_release(args: argparse.Namespace) -> None:
                                      "drop them, or drop --wheels-only")
     if args.smoke_report is not None and args.gate != "smoke":
         raise ConfigurationError("--smoke-report only applies with --wheels-only --gate smoke",
+                                 "drop --smoke-report, or give --gate smoke" if
+                                 args.wheels_only else
                                  "drop --smoke-report, or give --wheels-only")
 
 

@@ -53,8 +53,10 @@ examples:
   python -m builder warm-cache restore --artifact warm-cache.json --key key.json \\
       --dest ~/.cache/sglang/flashinfer/autotune/0.6.14/sm90/HASH/rank_tp0_pp0_dp0.json
 
-exit status: 0 (restore too when the key does not match: one warning, nothing written),
-2 bad input (the key, or a file that is not FlashInfer's for that key).
+exit status: 0 (restore too when the artifact is missing, unreadable or of another key:
+one warning, nothing written, so a server start never waits on it; the server then
+tunes), 2 bad input (the key, capture's file that is not FlashInfer's for that key, or a
+--dest that is not a file).
 """
 
 
@@ -213,7 +215,8 @@ def _cmd_warm_cache(args: argparse.Namespace, reporter: Reporter) -> dict[str, A
     if args.action == "capture":
         if args.output is None or (args.sglang_cache_dir is None and args.autotune_file is None):
             raise ConfigurationError("warm-cache capture needs --output and --sglang-cache-dir "
-                                     "or --autotune-file")
+                                     "or --autotune-file", "see the examples in "
+                                     "`python -m builder warm-cache --help`")
         source = args.autotune_file or _autotune_file(args.sglang_cache_dir)
         artifact = capture(source, key)
         write_artifact(artifact, args.output)
@@ -222,7 +225,8 @@ def _cmd_warm_cache(args: argparse.Namespace, reporter: Reporter) -> dict[str, A
         return {"action": "capture", "source": str(source), "artifact": str(args.output),
                 "entries": entries}
     if args.artifact is None or args.dest is None:
-        raise ConfigurationError("warm-cache restore needs --artifact and --dest")
+        raise ConfigurationError("warm-cache restore needs --artifact and --dest",
+                                 "see the examples in `python -m builder warm-cache --help`")
     written = restore(args.artifact, key, args.dest)
     reporter.result(f"restored {args.artifact} to {args.dest}" if written
                     else f"not restored: {args.dest} left as it was")

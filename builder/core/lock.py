@@ -9,7 +9,7 @@ per artifact kind, target and version the digest of everything that decides the
 artifact's content (the upstream pins, the patches that apply, the builder's output
 format ...). A build whose digest differs from the one recorded for its version is
 refused before anything is built; the fix is a new local label
-(``python -m builder label --target NAME --bump``).
+(``python -m builder next-label --target NAME``).
 
 The file is JSON with sorted keys and a trailing newline, so it diffs well and two runs
 that record the same entries write the same bytes; it is replaced atomically.
@@ -36,7 +36,7 @@ KINDS: tuple[Kind, ...] = ("wheel", "kernels", "image")
 _HEADER = ("One version, one content: per artifact kind, target and version, the sha256 "
            "of what decides the artifact's bytes. Written by `python -m builder lock` and "
            "by builds; a build whose digest differs is refused: raise the local label "
-           "(`python -m builder label --target NAME --bump`). Keep this file in git.")
+           "(`python -m builder next-label --target NAME`). Keep this file in git.")
 
 
 def lock_path(targets_file: Path) -> Path:

@@ -127,14 +127,17 @@ def read_extra_wheel(path: Path) -> ExtraWheel:
     """Describe an extra wheel, reading its kernel manifest when it has one.
 
     Raises:
-        BuilderError: the file is missing, not a wheel, or its manifest is not JSON with
-            an ``arch_list``.
+        ConfigurationError: the file (the user's ``--kernel-wheel``) is missing, not a
+            wheel, or its manifest is not JSON with an ``arch_list``.
     """
+    if not path.is_file():
+        raise ConfigurationError(f"--kernel-wheel {path}: no such file",
+                                 "pass the .whl files `python -m builder kernels` wrote")
     try:
         name, version, _, _ = parse_wheel_filename(path.name)
     except InvalidWheelFilename:
-        raise BuildError(f"{path.name} is not a wheel file name",
-                         "pass .whl files to --kernel-wheel") from None
+        raise ConfigurationError(f"{path.name} is not a wheel file name",
+                                 "pass .whl files to --kernel-wheel") from None
     try:
         with zipfile.ZipFile(path) as archive:
             # Beside flashinfer_jit_cache/__init__.py (FlashInfer <= 0.6), or in a provider's
@@ -145,7 +148,9 @@ def read_extra_wheel(path: Path) -> ExtraWheel:
                 and n.endswith("/sm120-manifest.json"))]
             raw = archive.read(found[0]) if found else None
     except (OSError, zipfile.BadZipFile) as exc:
-        raise BuildError(f"cannot read wheel {path}: {exc}", "check the path") from None
+        raise ConfigurationError(f"cannot read wheel {path}: {exc}",
+                                 "pass the .whl files `python -m builder kernels` wrote"
+                                 ) from None
     manifest = None
     if raw is not None:
         try:
@@ -153,8 +158,8 @@ def read_extra_wheel(path: Path) -> ExtraWheel:
         except ValueError:
             manifest = None
         if not isinstance(manifest, dict) or not isinstance(manifest.get("arch_list"), list):
-            raise BuildError(f"{path.name}: {KERNEL_MANIFEST} is not a manifest with an "
-                             "arch_list", "rebuild the kernel wheel")
+            raise ConfigurationError(f"{path.name}: {KERNEL_MANIFEST} is not a manifest with "
+                                     "an arch_list", "rebuild the kernel wheel")
     return ExtraWheel(path, str(name), str(version), sha256_file(path), manifest)
 
 

@@ -9,7 +9,7 @@ import docker
 
 from builder.core.basepins import PINS_FILE
 from builder.core.engine import connect
-from builder.core.errors import BuildError
+from builder.core.errors import ConfigurationError
 from builder.core.options import Options, select_target
 from builder.image.build import (
     BaseImage,
@@ -69,8 +69,9 @@ def run_image(options: Options, image_options: ImageOptions,
     profile = load_profile(image_options.launch_profile or
                            profile_path(image_options.profiles_dir, target), target)
     if not image_options.dockerfile.is_file():
-        raise BuildError(f"{image_options.dockerfile} not found",
-                         "run from the project root (images/Dockerfile)")
+        raise ConfigurationError(f"{image_options.dockerfile} not found",
+                                 "check --dockerfile (default images/Dockerfile, relative to "
+                                 "the project root)")
     # Before the engine and the wheel: an unresolved pin or a profile option the release
     # refuses is reported without an engine, not at serve time.
     check_profile(profile, target, cache=options.cache, index_url=options.index_url,

@@ -508,9 +508,9 @@ def compile_shard(build: KernelBuild, shard: Shard, *,
             or a compile failed (the log's tail is in the message).
     """
     if build.sccache is None:
-        raise BuildError("a shard without --sccache compiles objects nobody can reuse",
-                         "add --sccache, with the final job's shared backend "
-                         "(SCCACHE_REDIS_ENDPOINT, SCCACHE_BUCKET ...)")
+        raise ConfigurationError("a shard without --sccache compiles objects nobody can "
+                                 "reuse", "add --sccache, with the final job's shared backend "
+                                 "(SCCACHE_REDIS_ENDPOINT, SCCACHE_BUCKET ...)")
     request, cache, key, jobs = build.request, build.cache, build.key, build.jobs
     recorded = costs_file(cache, request)
     # The same split on every runner: a given file, else this cache's record, else the

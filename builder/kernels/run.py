@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from builder.core.cache import Cache, sha256_file, sha256_json
-from builder.core.errors import BuildError, MissingToolError
+from builder.core.errors import ConfigurationError, MissingToolError
 from builder.core.lock import VersionLock, lock_path
 from builder.core.options import Options
 from builder.core.progress import Reporter
@@ -88,10 +88,10 @@ def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult | Shard
         ConfigurationError: ``kernel.step_costs`` is not a step-costs file of finite
             seconds (:meth:`builder.kernels.shard.StepCosts.read`).
     """
-    if kernel.shard is not None and not kernel.sccache:
-        raise BuildError("a shard without --sccache compiles objects nobody can reuse",
-                         "add --sccache, with the final job's shared backend "
-                         "(SCCACHE_REDIS_ENDPOINT, SCCACHE_BUCKET ...)")
+    if kernel.shard is not None and not kernel.sccache:  # the flags: before any work
+        raise ConfigurationError("a shard without --sccache compiles objects nobody can reuse",
+                                 "add --sccache, with the final job's shared backend "
+                                 "(SCCACHE_REDIS_ENDPOINT, SCCACHE_BUCKET ...)")
     if kernel.step_costs is not None:  # refused before any environment or container
         StepCosts(kernel.step_costs).read()
     request = kernel_request(options, kernel)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.core.config import load_targets
-from builder.core.errors import PatchError
+from builder.core.errors import ConfigurationError, PatchError
 from builder.core.options import Options
 from builder.core.userfiles import rewrite_user_file
 from builder.patching.apply import (
@@ -339,16 +339,17 @@ def run_refresh(options: Options, *, accept_fuzz: bool = False,
     read_series(series)
     if output_dir is not None and series.path is not None and \
             output_dir.resolve() == series.path.parent.resolve():
-        raise PatchError(f"--output-dir {output_dir} is the series' own folder",
-                         "write copies elsewhere, or refresh in place without --output-dir")
+        raise ConfigurationError(f"--output-dir {output_dir} is the series' own folder",
+                                 "write copies elsewhere, or refresh in place without "
+                                 "--output-dir")
     name = None
     if only is not None:
         names = [e.name for e in series.entries]
         matches = [e.name for e in series.entries
                    if e.path == only.resolve() or e.name == only.name]
         if not matches:
-            raise PatchError(f"{only} is not a patch of the series {series.path}",
-                             f"its patches: {', '.join(names)}")
+            raise ConfigurationError(f"--patch {only} is not a patch of the series "
+                                     f"{series.path}", f"its patches: {', '.join(names)}")
         name = matches[0]
     source = obtain_source(options, target)
     planned = refresh_series(source, series, accept_fuzz=accept_fuzz, output_dir=output_dir,

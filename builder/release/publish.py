@@ -36,7 +36,7 @@ from packaging.utils import parse_wheel_filename
 from pypi_simple import NoSuchProjectError, PyPISimple
 
 from builder.core.engine import StreamError, read_stream
-from builder.core.errors import BuilderError, PublishError
+from builder.core.errors import BuilderError, ConfigurationError, PublishError
 from builder.core.progress import Reporter
 
 PublishStatus = Literal["published", "already-published"]
@@ -94,18 +94,24 @@ class Index:
         """Build from the upload URL and the optional simple URL.
 
         Raises:
-            BuilderError: a URL is not http(s), or carries credentials.
+            ConfigurationError: a URL is not http(s), has no host or a port out of range,
+                or carries credentials (the user's flags, checked before any work).
         """
         simple = index_url or repository_url.rstrip("/") + "/simple/"
         for url in (repository_url, simple):
             parts = urllib.parse.urlsplit(url)
+            try:
+                parts.port  # noqa: B018 -- urllib checks the range only when it is read
+            except ValueError as exc:
+                raise ConfigurationError(f"{url!r}: {exc}",
+                                         "pass the index as http(s)://host[:port]/path") from None
             if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise PublishError(f"{url!r} is not an http(s) URL",
-                                   "pass the index as http(s)://host[:port]/path")
+                raise ConfigurationError(f"{url!r} is not an http(s) URL",
+                                         "pass the index as http(s)://host[:port]/path")
             if parts.username or parts.password:
-                raise PublishError("the index URL carries credentials",
-                                   "put them in TWINE_USERNAME / TWINE_PASSWORD or the "
-                                   "keyring instead, so they are never printed")
+                raise ConfigurationError("the index URL carries credentials",
+                                         "put them in TWINE_USERNAME / TWINE_PASSWORD or the "
+                                         "keyring instead, so they are never printed")
         return Index(repository_url, simple if simple.endswith("/") else simple + "/")
 
 

@@ -31,7 +31,7 @@ from typing import Literal
 
 from builder.core.cache import sha256_json
 from builder.core.config import Target
-from builder.core.errors import BuilderError, PublishError
+from builder.core.errors import BuilderError, ConfigurationError, PublishError
 from builder.core.options import Options, select_target
 from builder.image.build import ExtraWheel, read_extra_wheel
 from builder.release.publish import Index, Published, upload_wheel, wheel_state
@@ -52,7 +52,7 @@ def _report(gate: WheelGate, smoke_report: Path | None) -> SmokeReport | None:
     if gate == "build":
         return None
     if smoke_report is None:
-        raise PublishError(
+        raise ConfigurationError(
             "the smoke gate needs the smoke test's report from a GPU runner",
             "there: python -m builder smoke --mode host --sglang-wheel WHEEL --output "
             "smoke.json, then --smoke-report smoke.json; or --gate build to publish on the "
@@ -111,8 +111,8 @@ def kernel_wheels_for(paths: tuple[Path, ...], target: Target, gate: WheelGate,
             "(flashinfer_jit_cache_sm120*), as the kernel stage wrote them")
     if gate == "smoke" and manifests:
         if smoke_report is None:
-            raise PublishError("the smoke gate needs the smoke test's report from a GPU "
-                               "runner", "--smoke-report FILE, or --gate build")
+            raise ConfigurationError("the smoke gate needs the smoke test's report from a GPU "
+                                     "runner", "--smoke-report FILE, or --gate build")
         report = load_report(smoke_report)
         for wheel in manifests:
             require_passed(report, kernel_manifest=wheel.manifest)

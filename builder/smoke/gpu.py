@@ -79,6 +79,7 @@ from builder.smoke.shared import (
     FAILED,
     NOT_RUN,
     PASSED,
+    RESULT_PREFIX,
     WARNING,
     ProbeCheck,
     ProbeOutputError,
@@ -586,8 +587,14 @@ def parse_probe_output(stdout: str, saved: Path | None = None) -> ProbeResults:
 
     Raises:
         VerificationError: a result line of a run is malformed.
-        ConfigurationError: a line of a saved output is (the user's file).
+        ConfigurationError: a line of a saved output is, or it has no result line (the
+            user's file).
     """
+    if saved is not None and not any(line.startswith(RESULT_PREFIX)
+                                     for line in stdout.splitlines()):
+        raise ConfigurationError(f"{saved} is not the probe's output: it has no line "
+                                 f"starting {RESULT_PREFIX!r}",
+                                 "give the unedited standard output of smoke_probe.py")
     try:
         return ProbeResults.from_output(stdout)
     except ProbeOutputError as exc:

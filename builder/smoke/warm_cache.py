@@ -69,7 +69,9 @@ class WarmCacheKey:
                 is unknown.
         """
         if not isinstance(data, dict):
-            raise ConfigurationError("a warm-cache key must be a JSON object")
+            raise ConfigurationError("a warm-cache key must be a JSON object",
+                                     "give --key a JSON object of " + ", ".join(
+                                         f.name for f in fields(cls)))
         names = {f.name: f.type for f in fields(cls)}
         missing, extra = sorted(names.keys() - data.keys()), sorted(data.keys() - names.keys())
         if missing or extra:
@@ -81,10 +83,11 @@ class WarmCacheKey:
             if type(value) is not want or (isinstance(value, int) and value < 1):
                 raise ConfigurationError(f"warm-cache key: {name} must be a "
                                          f"{'positive integer' if want is int else 'string'}, "
-                                         f"got {value!r}")
+                                         f"got {value!r}", "fix that field of the key")
         if data["dtype"] not in DTYPES:
             raise ConfigurationError(f"warm-cache key: dtype {data['dtype']!r} is not one of "
-                                     f"{', '.join(DTYPES)}")
+                                     f"{', '.join(DTYPES)}", "the model's torch dtype, "
+                                     "as SGLang serves it")
         return cls(**data)
 
     def mismatches(self, other: WarmCacheKey) -> list[str]:
