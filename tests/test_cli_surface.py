@@ -87,6 +87,10 @@ def test_old_spellings_keep_their_meaning(tmp_path: Path,
      "'notaurl' is not an http(s):// or file:// URL", "add-target"),
     (["kernels", "--jobs", "0", "--json"], "argument --jobs: must be from 1 to 1024",
      "kernels"),
+    (["smoke", "--timeout", "-5", "--json"], "argument --timeout: '-5': give seconds above "
+     "0, at most 604800", "smoke"),
+    (["smoke", "--server-timeout", "nan", "--json"], "argument --server-timeout: 'nan': give "
+     "seconds above 0, at most 604800", "smoke"),
 ])
 def test_a_usage_error_is_the_commands_own_and_json_with_json(
         argv: list[str], message: str, command: str,
@@ -132,6 +136,12 @@ def test_a_command_validates_its_own_flags(argv: list[str], message: str, tmp_pa
     data = json.loads(capsys.readouterr().out)
     assert (data["error"], data["kind"], data["exit_status"]) == (
         message, "configuration error", 2)
+
+
+def test_smoke_refuses_an_image_it_would_not_test(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["smoke", "--image", "sglang-sm120:x", "--json"]) == 2  # host mode: ignored
+    assert json.loads(capsys.readouterr().out)["error"] == \
+        "--image applies with --mode image only"
 
 
 def test_a_cache_that_is_a_file_is_refused(tmp_path: Path,

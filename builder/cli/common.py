@@ -139,6 +139,23 @@ def positive(text: str) -> int:
     return value
 
 
+def seconds(text: str) -> float:
+    """A time limit: a finite number of seconds above 0, at most a week.
+
+    Raises:
+        argparse.ArgumentTypeError: anything else (``nan``, ``inf``, ``-5``, ``0``).
+    """
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not 0 < value <= 7 * 86400:
+        raise argparse.ArgumentTypeError(f"{text!r}: give seconds above 0, at most 604800")
+    return value
+
+
 def comma_names(text: str) -> tuple[str, ...]:
     names = tuple(part.strip() for part in text.split(",") if part.strip())
     if not names:

@@ -6,9 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from builder.cli.common import (
-    image_id_from,
-)
+from builder.cli.common import image_id_from, seconds
 from builder.core.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -106,9 +104,9 @@ def add_commands(commands: Any) -> None:
     smoke.add_argument("--probe-output", type=Path, metavar="FILE",
                        help="judge this saved output of builder/smoke/script/smoke_probe.py (run "
                             "by hand where the builder is not installed) instead of running it")
-    smoke.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
+    smoke.add_argument("--timeout", type=seconds, default=3600.0, metavar="SECONDS",
                        help="limit for the probe, checks 1-5 (default: %(default)s)")
-    smoke.add_argument("--server-timeout", type=float, default=1800.0, metavar="SECONDS",
+    smoke.add_argument("--server-timeout", type=seconds, default=1800.0, metavar="SECONDS",
                        help="limit for the server to become ready (default: %(default)s)")
     smoke.add_argument("--output", type=Path, metavar="FILE",
                        help="also write the JSON report here (written when it fails too)")
@@ -135,6 +133,9 @@ def _cmd_smoke(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
         args.image = image_id_from(Path(args.image[1:]))
     if args.mode == "image" and not args.image:
         raise ConfigurationError("--mode image needs --image REF", "name the image to test")
+    if args.mode == "host" and args.image:
+        raise ConfigurationError("--image applies with --mode image only",
+                                 "add --mode image, or drop --image to test this environment")
     if args.probe_output is not None and args.mode == "image":
         raise ConfigurationError("--probe-output judges a host-mode probe", "drop --mode image")
     report = run_smoke(SmokeOptions(
