@@ -46,8 +46,8 @@ def _report(gate: WheelGate, smoke_report: Path | None) -> SmokeReport | None:
     """The smoke report the gate needs, read and checked before anything is built.
 
     Raises:
-        BuilderError: no report with ``smoke`` (exit 7); a report that cannot be read or
-            is malformed (a configuration error, exit 2).
+        ConfigurationError: no report with ``smoke``; a report that cannot be read or is
+            malformed (exit 2).
     """
     if gate == "build":
         return None
@@ -76,8 +76,8 @@ def _covered(wheels: list[WheelResult], report: SmokeReport | None) -> list[Whee
     return covered
 
 
-def kernel_wheels_for(paths: tuple[Path, ...], target: Target, gate: WheelGate,
-                      smoke_report: Path | None) -> list[ExtraWheel]:
+def kernel_wheels_for(paths: tuple[Path, ...], target: Target,
+                      report: SmokeReport | None) -> list[ExtraWheel]:
     """Read and gate the kernel wheels to publish beside the sglang wheels.
 
     Args:
@@ -85,8 +85,8 @@ def kernel_wheels_for(paths: tuple[Path, ...], target: Target, gate: WheelGate,
         target: the target released: each wheel's local version starts with its label
             (``0.7.2+sm120.1.cu130`` for ``sm120.1``, the kernel stage's versioning), and its
             kernels are its own set (:func:`refuse_unreleased_kernels`).
-        gate: ``smoke`` (the report must have tested the kernel manifest) or ``build``.
-        smoke_report: the report for the ``smoke`` gate.
+        report: the smoke gate's report, read by :func:`_report` (it must have tested the
+            kernel manifest); ``None`` for the ``build`` gate.
 
     Raises:
         BuilderError: a file is not a wheel or has a broken manifest; it is not the
@@ -109,11 +109,7 @@ def kernel_wheels_for(paths: tuple[Path, ...], target: Target, gate: WheelGate,
             f"no kernel manifest in {', '.join(w.path.name for w in wheels)}: a shim wheel "
             "is published only with its provider wheel", "pass the provider wheel too "
             "(flashinfer_jit_cache_sm120*), as the kernel stage wrote them")
-    if gate == "smoke" and manifests:
-        if smoke_report is None:
-            raise ConfigurationError("the smoke gate needs the smoke test's report from a GPU "
-                                     "runner", "--smoke-report FILE, or --gate build")
-        report = load_report(smoke_report)
+    if report is not None:
         for wheel in manifests:
             require_passed(report, kernel_manifest=wheel.manifest)
     return wheels
@@ -143,7 +139,7 @@ def run_publish_wheels(options: Options, index: Index, *, gate: WheelGate = "smo
     report = _report(gate, smoke_report)
     try:
         # The kernel wheels are checked first: a refusal costs no build.
-        kernels = kernel_wheels_for(kernel_wheels, select_target(options), gate, smoke_report)
+        kernels = kernel_wheels_for(kernel_wheels, select_target(options), report)
         wheels = run_wheels(options)
         covered = _covered(wheels, report)
     except BuilderError as exc:
