@@ -22,14 +22,14 @@ if TYPE_CHECKING:
     from builder.patching.matrix import Matrix
 
 
-def count(limit: int) -> Callable[[str], int]:
+def count(limit: int, low: int = 0) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if not 0 <= value <= limit:
-            raise argparse.ArgumentTypeError(f"must be from 0 to {limit}")
+        if not low <= value <= limit:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {limit}")
         return value
     return parse
 
@@ -130,13 +130,7 @@ def series_args(parser: argparse.ArgumentParser) -> None:
 
 
 def positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if not 1 <= value <= 1024:
-        raise argparse.ArgumentTypeError("must be from 1 to 1024")
-    return value
+    return count(1024, low=1)(text)
 
 
 def seconds(text: str) -> float:
