@@ -432,7 +432,8 @@ def serve_directory(root: Path, *, json_pages: bool = False) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def docker_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerEngine]:
-    """A private dockerd (vfs, no iptables, no bridge); ``.client`` / ``.api`` / ``.host``."""
+    """A private dockerd (overlay2 or vfs, no iptables, no bridge); ``.client`` / ``.api``
+    / ``.host``."""
     engine = start_docker_engine(tmp_path_factory.mktemp("docker"))
     yield engine
     engine.stop()
@@ -623,6 +624,28 @@ class GroupsTakeEffect:
                         f"{pytest.__version__} (pytest-xdist issue #1386; {len(lost)} of "
                         f"{len(ids)} tests, e.g. {lost[0]}): install the test extra's pytest "
                         "(pip install -e '.[test]')", returncode=pytest.ExitCode.USAGE_ERROR)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """On the controller, with pytest's own basetemp: delete the folders of finished earlier
+    runs before this one fills the disk.
+
+    pytest deletes them only at a run's end (``tmp_path_retention_count``), so a run would
+    otherwise start beside its predecessors' folders (over 20 GB each with the image and
+    kernel tests). A finished run is a ``pytest-N`` sibling of this run's basetemp without
+    the ``.lock`` pytest holds while a run lives; a running one, or one killed before it
+    could remove its lock, is left to pytest's own rule.
+    """
+    config = session.config
+    factory = getattr(config, "_tmp_path_factory", None)
+    if hasattr(config, "workerinput") or config.option.basetemp or factory is None:
+        return
+    current = factory.getbasetemp()
+    for folder in current.parent.glob("pytest-*"):
+        if folder != current and folder.name[len("pytest-"):].isdigit() \
+                and folder.is_dir() and not folder.is_symlink() \
+                and not (folder / ".lock").exists():
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:

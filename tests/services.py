@@ -1,8 +1,9 @@
 """Real services for the tests, started here on 127.0.0.1 only, and stopped after.
 
 * :func:`start_docker_engine`: Debian's ``dockerd`` (package ``docker.io``) with
-  ``--storage-driver=vfs --iptables=false --bridge=none`` on a private socket, with its
-  own data root, exec root and pid file, so several engines can run side by side.
+  ``--iptables=false --bridge=none`` on a private socket, storage driver overlay2 (vfs
+  where the data root cannot hold overlay mounts), with its own data root, exec root and
+  pid file, so several engines can run side by side.
 * :func:`start_registry`: Debian's ``docker-registry`` (distribution 2.8) with a fresh
   storage folder; optionally htpasswd authentication or read-only (maintenance mode).
 * :func:`start_token_server`: a small registry token service (Docker's token spec: JWTs
@@ -189,23 +190,55 @@ class DockerEngine:
             shutil.rmtree(self.data_root, ignore_errors=True)
 
 
-def start_docker_engine(root: Path) -> DockerEngine:
-    """Start ``dockerd`` with vfs storage, no iptables and no bridge, data under ``root``.
+STORAGE_DRIVERS = ("overlay2", "vfs")
 
-    The socket, exec root (containerd's sockets) and pid file go to a short folder
-    under /tmp (a unix socket path is limited to 107 bytes).
+
+def start_docker_engine(root: Path) -> DockerEngine:
+    """Start ``dockerd`` with no iptables and no bridge, data under ``root``.
+
+    The storage driver is the first of STORAGE_DRIVERS the daemon starts with: overlay2
+    shares a layer's files with the layers above it, where vfs copies the whole tree for
+    every layer (several GB over the image tests); dockerd refuses overlay2 at start where
+    the data root's file system cannot hold overlay mounts (itself an overlay, say), and
+    vfs works anywhere. The socket, exec root (containerd's sockets) and pid file go to a
+    short folder under /tmp (a unix socket path is limited to 107 bytes).
+
+    Raises:
+        RuntimeError: dockerd started with no driver (each one's log tail).
     """
     dockerd = need("dockerd", "docker.io")
     need_root("dockerd")
-    run_dir = Path(tempfile.mkdtemp(prefix="sm120-dockerd-"))
+    failures = []
+    for driver in STORAGE_DRIVERS:
+        run_dir = Path(tempfile.mkdtemp(prefix="sm120-dockerd-"))
+        data_root = root / f"data-{driver}"
+        try:
+            return _start_dockerd(dockerd, driver, root / f"dockerd-{driver}.log",
+                                  data_root, run_dir)
+        except RuntimeError as exc:
+            failures.append(f"--storage-driver={driver}: {exc}")
+            # dockerd bind-mounts its data root on itself and leaves that when its driver
+            # fails: unmounted, or the folder could never be deleted (os.path.ismount
+            # misses a bind mount within one file system, so umount is simply tried).
+            if data_root.is_dir():
+                subprocess.run(["umount", str(data_root)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, check=False)
+            shutil.rmtree(run_dir, ignore_errors=True)
+            shutil.rmtree(data_root, ignore_errors=True)
+    raise RuntimeError("dockerd started with no storage driver:\n" + "\n".join(failures))
+
+
+def _start_dockerd(dockerd: str, driver: str, log: Path, data_root: Path,
+                   run_dir: Path) -> DockerEngine:
+    """One start of ``dockerd`` with storage ``driver``; RuntimeError if it exits or is
+    not ready in 90 s."""
     sock = run_dir / "docker.sock"
-    data_root = root / "data"
-    argv = [dockerd, "--storage-driver=vfs", "--iptables=false", "--bridge=none",
+    argv = [dockerd, f"--storage-driver={driver}", "--iptables=false", "--bridge=none",
             "--ip-masq=false", "-H", f"unix://{sock}", "--data-root", str(data_root),
             "--exec-root", str(run_dir / "exec"), "--pidfile", str(run_dir / "docker.pid")]
     # A user's DOCKER_* settings must not leak into the daemon.
     env = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")}
-    process = Process.start("dockerd", argv, root / "dockerd.log", env)
+    process = Process.start("dockerd", argv, log, env)
     host = f"unix://{sock}"
 
     def ready() -> bool:

@@ -62,10 +62,12 @@ def _project_0_5_23(root: Path) -> Path:
 
 def test_image_for_0_5_23_on_a_local_stand_in_base(
         docker_engine: DockerEngine, registry: Registry, debian_base_image: BaseImage,
-        tmp_path: Path) -> None:
+        shared_cache: Path, tmp_path: Path) -> None:
     project = _project_0_5_23(tmp_path / "project")
+    # The shared cache: its behaviour environment of 0.5.23 (about 5 GB) is made once
+    # across runs, not once a run.
     done = run_cli("image", "--json", "--registry", registry.host, "--base-image",
-                   debian_base_image.reference, cwd=project, cache=tmp_path / "cache",
+                   debian_base_image.reference, cwd=project, cache=shared_cache,
                    env=docker_engine.env)
     assert done.returncode == 0, done.stdout + done.stderr
     built = json.loads(done.stdout)
