@@ -173,6 +173,18 @@ def shared_cache() -> Path:
     return path
 
 
+def hardlink_tree(source: Path, destination: Path) -> None:
+    """``source`` at another path: hard links (no disk), copies across file systems. For
+    a cache of a test's own that starts with the shared cache's big entries."""
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(source, destination, symlinks=True, copy_function=link)
+
+
 @pytest.fixture(scope="session")
 def nvcc() -> Path:
     """The CUDA 13.0 nvcc these machines have (a test that needs it fails without it)."""

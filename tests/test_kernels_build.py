@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import run_cli, run_cli_process
+from conftest import hardlink_tree, run_cli, run_cli_process
 from services import Process, need
 
 from builder.core.cache import sha256_file
@@ -207,17 +207,6 @@ def test_container_build_with_pypi_toolkit_is_found_by_flashinfer(docker_engine,
         (tmp_path / "again" / Path(built["wheel"]).name).read_bytes()
 
 
-def _hardlink_tree(source: Path, destination: Path) -> None:
-    """``source`` at another path: hard links (no disk), copies across file systems."""
-    def link(src: str, dst: str) -> None:
-        try:
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
-
-    shutil.copytree(source, destination, symlinks=True, copy_function=link)
-
-
 def test_same_request_same_bytes_whatever_the_paths_and_jobs(kernel_cache, tmp_path):
     """Issue 29: norm built with FlashInfer installed at two paths (the build environment
     at another place in a second cache folder) and two job counts gives one wheel, and no
@@ -227,12 +216,12 @@ def test_same_request_same_bytes_whatever_the_paths_and_jobs(kernel_cache, tmp_p
     other = tmp_path / "other-cache"
     for name in ("source", "downloads"):  # the pinned sdist, not fetched again
         if (kernel_cache / name).is_dir():
-            _hardlink_tree(kernel_cache / name, other / name)
+            hardlink_tree(kernel_cache / name, other / name)
     # Every 0.6.3 environment of the shared cache: the build picks its own by key.
     for entry in (kernel_cache / "kernel-env").iterdir():
         if entry.is_dir() and any(entry.glob("venv/lib/python3*/site-packages/"
                                              "flashinfer_python-0.6.3.dist-info")):
-            _hardlink_tree(entry, other / "kernel-env" / entry.name)
+            hardlink_tree(entry, other / "kernel-env" / entry.name)
     second = _kernels("--mode", "host", "--cache-dir", str(other), "--jobs", "2",
                       "--dist", str(tmp_path / "b"))
     assert not second["cached"]  # a cache of its own: compiled again

@@ -296,6 +296,7 @@ def _run_script(env: BehaviourEnv, fits: list[dict[str, Any]], overlay: Path | N
                 tilelang: Path, nvcc: Path) -> list[dict[str, Any]]:
     environ = _clean_env()
     environ["SM120_CAPABILITY"] = "12.0"
+    environ["PYTHONDONTWRITEBYTECODE"] = "1"  # the overlay is a cache entry (run.py)
     environ["PYTHONPATH"] = os.pathsep.join([*([str(overlay)] if overlay else []),
                                              str(tilelang)])
     request = {"fits": fits, "standins": env.standins, "nvcc": str(nvcc)}

@@ -224,6 +224,9 @@ def _run_script(env: BehaviourEnv, cases: list[dict[str, Any]], capability: tupl
     request = {"cases": cases, "standins": env.standins, "models": str(models)}
     environ = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     environ["SM120_CAPABILITY"] = f"{capability[0]}.{capability[1]}"
+    # The overlay is a cache entry, checked by digest before a wheel is built from it:
+    # importing it must not write __pycache__ into it.
+    environ["PYTHONDONTWRITEBYTECODE"] = "1"
     if overlay is not None:
         environ["PYTHONPATH"] = str(overlay)
     done = subprocess.run([str(env.python), str(SCRIPT)], input=json.dumps(request),
