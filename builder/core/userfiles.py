@@ -1,5 +1,11 @@
-"""Rewriting the user's own files (``targets.toml``, ``images/pins.toml``, the series and
-its patches) so that nothing but the edit changes.
+"""Reading the user's input files, and rewriting the user's own files (``targets.toml``,
+``images/pins.toml``, the series and its patches) so that nothing but the edit changes.
+
+:func:`read_input` is the one reader of a file the user names: it opens without blocking
+and refuses what is not a regular file (a named pipe would wait forever for a writer, a
+folder or a device is never an input) or is over a size cap, with one configuration error
+naming the file. :func:`read_json_input` adds JSON's own faults (not UTF-8, not JSON,
+nested beyond Python's recursion limit).
 
 The new content goes to a temporary file beside the file, is flushed to disk
 (``os.fsync``), gets the file's permission bits (and owner, where allowed) and then
@@ -18,18 +24,107 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import re
 import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from builder.core.errors import ConfigurationError
 
 SUFFIX = ".sglang-sm120-tmp"
 """The end of every temporary file name this module makes (``.NAME.XXXXXXXX`` + it): only
 names of this form are ever removed as a dead writer's leftovers."""
+
+
+INPUT_LIMIT = 64 << 20
+"""The largest input file read (64 MiB): the biggest the builder takes, a smoke report or a
+lock, is a few hundred KiB."""
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_input(path: Path, what: str, hint: str, *, limit: int = INPUT_LIMIT) -> bytes:
+    """The bytes of the user's input file ``path`` (a link to one is followed).
+
+    The file is opened with ``O_NONBLOCK`` and checked with ``fstat`` on that descriptor,
+    so a named pipe is refused at once rather than waited on, and a file swapped between
+    a check and the open is still the one checked.
+
+    Args:
+        path: the file as the user named it.
+        what: what it is, for the message ("the smoke report", "targets file").
+        hint: how to fix it, for the message.
+        limit: the largest size read, in bytes.
+
+    Returns:
+        The file's content.
+
+    Raises:
+        ConfigurationError: ``path`` is missing, unreadable, not a regular file, or
+            larger than ``limit``.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ConfigurationError(f"{what} not found: {path}", hint) from None
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read {what} {path}: {exc.strerror}", hint) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigurationError(f"{what} {path} is {_file_kind(info.st_mode)}, not a "
+                                     "file", hint)
+        if info.st_size > limit:
+            raise ConfigurationError(f"{what} {path} is {info.st_size} bytes, over the "
+                                     f"{limit >> 20} MiB an input may be", hint)
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(limit + 1)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read {what} {path}: {exc.strerror}", hint) from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:  # grew while it was read
+        raise ConfigurationError(f"{what} {path} is over the {limit >> 20} MiB an input may be",
+                                 hint)
+    return data
+
+
+def read_json_input(path: Path, what: str, hint: str) -> Any:
+    """The JSON value in the user's input file ``path`` (:func:`read_input`).
+
+    Args:
+        path: the file as the user named it.
+        what: what it is, for the message.
+        hint: how to fix it, for the message.
+
+    Returns:
+        The parsed value (any JSON type: the caller checks its shape).
+
+    Raises:
+        ConfigurationError: the file cannot be read (:func:`read_input`), is not UTF-8, is
+            not JSON, or nests deeper than the interpreter's recursion limit.
+    """
+    data = read_input(path, what, hint)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(f"{what} {path} is not UTF-8 text (byte {exc.start}: "
+                                 f"{exc.reason})", hint) from None
+    except RecursionError:
+        raise ConfigurationError(f"{what} {path} nests too deeply to be read", hint) from None
+    except ValueError as exc:
+        raise ConfigurationError(f"{what} {path} is not JSON: {exc}", hint) from None
 
 
 def _locked_temporary(real: Path) -> tuple[int, Path]:
@@ -125,13 +220,18 @@ def rewrite_user_file(path: Path, data: bytes) -> Path:
         The file really written (``path`` with every symbolic link resolved).
 
     Raises:
-        ConfigurationError: ``path`` is not a regular file, or has several hard links.
+        ConfigurationError: ``path`` is not a regular file, is a link to nothing, or has
+            several hard links.
     """
     real = Path(os.path.realpath(path))
     try:
         info: os.stat_result | None = real.stat()
     except FileNotFoundError:
         info = None
+    if info is None and path.is_symlink():  # its folder may be anywhere: never made
+        raise ConfigurationError(f"{path} is a symbolic link to {os.readlink(path)}, which "
+                                 "does not exist", "point the link at a file, or remove it; "
+                                 "nothing was written")
     if info is not None and not stat.S_ISREG(info.st_mode):
         raise ConfigurationError(f"{path} is not a regular file", "name the file itself")
     if info is not None and info.st_nlink > 1:
