@@ -157,3 +157,24 @@ def test_paths_named_in_the_docs_exist() -> None:
     assert len(named) >= 40
     missing = sorted((doc, path) for doc, path in named if not list(ROOT.glob(path.rstrip("/"))))
     assert missing == []
+
+
+def test_every_test_a_promise_names_is_in_the_file_it_names() -> None:
+    """docs/promises.md says which tests hold each promise: each name is a test function
+    of one of the files its bullet names, so a renamed or deleted test fails here."""
+    text = (ROOT / "docs" / "promises.md").read_text()
+    bullets = re.split(r"\n(?=- |## )", text)
+    checked = 0
+    for bullet in bullets:
+        files = re.findall(r"`(tests/[\w/]+\.py)`", bullet)
+        names = re.findall(r"(?<![/\w])(test_\w+)\b(?!\.py)", bullet)
+        if not names:
+            continue
+        assert files, f"a promise names tests but no file: {bullet[:80]!r}"
+        sources = [(ROOT / f).read_text() for f in files if (ROOT / f).is_file()]
+        assert len(sources) == len(files), f"a promise names a missing file: {files}"
+        for name in names:
+            assert any(re.search(rf"^def {name}\(", s, re.M) for s in sources), \
+                f"docs/promises.md names {name}, which none of {files} defines"
+            checked += 1
+    assert checked > 20

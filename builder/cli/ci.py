@@ -16,6 +16,7 @@ from builder.cli.common import (
     options,
     positive,
 )
+from builder.cli.patching import path_arg
 from builder.core.errors import ConfigurationError, PatchError
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ def add_commands(commands: Any) -> None:
     index_url_arg(upstream, "simple index to list and fetch releases from")
     upstream.add_argument("--pre", action="store_true",
                           help="also check pre-releases and development releases")
-    upstream.add_argument("--series", type=Path, metavar="FILE",
+    upstream.add_argument("--series", type=path_arg, metavar="FILE",
                           help="series to check (default: the default target's)")
     upstream.add_argument("--format", choices=("table", "markdown"), default="table",
                           help="human output: tables, or Markdown for a CI job summary")
@@ -89,7 +90,7 @@ def add_commands(commands: Any) -> None:
                       help="work it all out and print it; write nothing")
     bump.add_argument("--format", choices=("table", "markdown"), default="table",
                       help="human output: tables, or Markdown for a pull request body")
-    bump.add_argument("--body-file", type=Path, metavar="FILE",
+    bump.add_argument("--body-file", type=path_arg, metavar="FILE",
                       help="also write the Markdown pull request body to FILE when a target "
                            "was written (ci/upstream.yml)")
     bump.set_defaults(handler=_cmd_bump)
@@ -149,6 +150,26 @@ def _cmd_upstream(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any
     return report.to_json()
 
 
+def _check_body_file(path: Path) -> None:
+    """Refuse a ``--body-file`` the body could not replace, before anything is written.
+
+    Raises:
+        ConfigurationError: ``path`` is a folder, a link, a device, a pipe or a socket
+            (a rename would replace the link itself, never what it points at), or its
+            folder does not exist.
+    """
+    from builder.core.cache import replaceable
+
+    try:
+        replaceable(path)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"--body-file: {exc.cause}", exc.hint) from None
+    if not path.parent.is_dir():
+        raise ConfigurationError(f"--body-file {path}: its folder {path.parent} does not "
+                                 "exist", "create the folder, or name a file in one that "
+                                 "exists")
+
+
 def _cmd_bump(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     from builder.ci.bump import run_bump
 
@@ -163,11 +184,15 @@ def _cmd_bump(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     if args.cuda_lane is not None and not re.fullmatch(r"\d+\.\d+", args.cuda_lane):
         raise ConfigurationError(f"--cuda-lane {args.cuda_lane!r} is not like 13.0",
                                  "write CUDA's major.minor")
+    if args.body_file is not None:
+        _check_body_file(args.body_file)  # before targets.toml changes
     report = run_bump(options(args, reporter), args.version, latest=args.latest,
                       pre=args.pre, local_label=args.local_label, cuda_lane=args.cuda_lane,
                       replace=args.replace, dry_run=args.dry_run)
     if args.body_file is not None and report.status in ("added", "replaced"):
-        args.body_file.write_text(report.to_markdown())
+        from builder.core.cache import atomic_write_bytes
+
+        atomic_write_bytes(args.body_file, report.to_markdown().encode())
     if args.format == "markdown":
         reporter.raw(report.to_markdown())
     elif report.target is None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from builder.core.basepins import PINS_FILE
 from builder.core.cache import default_cache_root
-from builder.core.config import SOURCE_KINDS
+from builder.core.config import SOURCE_KINDS, git_url
 from builder.core.errors import BuilderError, ConfigurationError
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ def common(parser: argparse.ArgumentParser, *, target: bool = True) -> None:
                         help="cache root (default: $SGLANG_SM120_CACHE or "
                              f"{default_cache_root()})")
     if target:
-        parser.add_argument("--target", metavar="NAME",
+        parser.add_argument("--target", metavar="NAME", type=nonempty,
                             help="build target (default: the targets file's default)")
 
 
@@ -54,7 +54,7 @@ def source_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--source", choices=SOURCE_KINDS,
                        help="take the target's sdist, wheel or git pin (default: its "
                             "'prefer')")
-    group.add_argument("--git-url", metavar="URL",
+    group.add_argument("--git-url", metavar="URL", type=git_url_arg,
                        help="clone the git pin's commit from this URL or path instead")
     index_url_arg(group, "simple index where sdists and wheels are found by sha256")
     group.add_argument("--source-dir", type=Path, metavar="DIR",
@@ -127,6 +127,55 @@ def series_args(parser: argparse.ArgumentParser) -> None:
                             "(default: told from the paths)")
     group.add_argument("--max-fuzz", type=count(3), default=0, metavar="N",
                        help="fuzz allowed for --patch (default: %(default)s)")
+
+
+def git_url_arg(text: str) -> str:
+    """argparse type of a ``--git-url``: :func:`builder.core.config.git_url`'s rule.
+
+    Raises:
+        argparse.ArgumentTypeError: not an address git reaches by its own transports.
+    """
+    return _checked(lambda url: git_url(url, ""), text)
+
+
+def _checked(check: Callable[[str], str], text: str) -> str:
+    try:
+        return check(text)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(f"{exc.cause} ({exc.hint})") from None
+
+
+def registry_arg(text: str) -> str:
+    """argparse type of ``--registry``: :func:`builder.image.registry.check_registry`."""
+    from builder.image.registry import check_registry  # its imports only when given
+
+    return _checked(check_registry, text)
+
+
+def repository_arg(text: str) -> str:
+    """argparse type of ``--repository``: :func:`builder.image.registry.check_repository`."""
+    from builder.image.registry import check_repository
+
+    return _checked(check_repository, text)
+
+
+def docker_host_arg(text: str) -> str:
+    """argparse type of ``--docker-host``: :func:`builder.core.engine.check_docker_host`."""
+    from builder.core.engine import check_docker_host
+
+    return _checked(lambda address: check_docker_host(address, ""), text)
+
+
+def nonempty(text: str) -> str:
+    """argparse type of a name that has no default once given (``--target NAME``).
+
+    Raises:
+        argparse.ArgumentTypeError: an empty or blank name (it used to mean the default).
+    """
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; give a name, or leave the option out "
+                                         "for the default")
+    return text
 
 
 def positive(text: str) -> int:
@@ -214,8 +263,10 @@ def options(args: argparse.Namespace, reporter: Reporter) -> Options:
 def image_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("image")
     group.add_argument("--registry", default="localhost:5000", metavar="HOST[:PORT]",
+                       type=registry_arg,
                        help="registry the image tag names (default: %(default)s)")
     group.add_argument("--repository", default="sglang-sm120", metavar="PATH",
+                       type=repository_arg,
                        help="repository in that registry (default: %(default)s)")
     group.add_argument("--base-image", metavar="NAME@sha256:...",
                        help="build on this image instead of the pinned upstream one")
@@ -235,7 +286,7 @@ def image_args(parser: argparse.ArgumentParser) -> None:
                        help="put this launch profile in the image instead of the target's")
     group.add_argument("--dist", type=Path, default=Path("dist"), metavar="DIR",
                        help="where the wheels go (default: %(default)s)")
-    group.add_argument("--docker-host", metavar="URL",
+    group.add_argument("--docker-host", metavar="URL", type=docker_host_arg,
                        help="the Docker Engine (default: $DOCKER_HOST or "
                             "unix:///var/run/docker.sock)")
 

@@ -10,6 +10,7 @@ from builder.cli.common import (
     comma_names,
     comma_numbers,
     common,
+    docker_host_arg,
     options,
     positive,
     source_args,
@@ -142,7 +143,7 @@ def _kernels_parser(commands: Any) -> None:
     kernels.add_argument("--toolkit", choices=("pypi", "base"),
                          help="container mode: CUDA from the base image (nvidia/cuda:*-devel) "
                               "or from PyPI's wheels (default: the base's if it has one)")
-    kernels.add_argument("--docker-host", metavar="URL",
+    kernels.add_argument("--docker-host", metavar="URL", type=docker_host_arg,
                          help="container mode: the Docker Engine (default: DOCKER_HOST)")
     kernels.add_argument("--request", type=Path, metavar="FILE",
                          help="build a request saved as JSON instead of resolving the target "

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from builder.cli.common import (
     comma_list,
     common,
+    git_url_arg,
     index_url_arg,
     matrix_table,
     options,
@@ -23,6 +24,18 @@ if TYPE_CHECKING:
     from builder.core.progress import Reporter
     from builder.patching.apply import PatchReport
     from builder.patching.hunks import HunkResult
+
+
+def path_arg(text: str) -> Path:
+    """argparse type of a path the user names (``--output-dir``, ``--series``, ...).
+
+    Raises:
+        argparse.ArgumentTypeError: an empty path (``Path("")`` is ``.``: it would
+            silently mean the current folder).
+    """
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; give a path, or leave the option out")
+    return Path(text)
 
 
 def add_commands(commands: Any) -> None:
@@ -63,10 +76,11 @@ def add_matrix_commands(commands: Any) -> argparse.ArgumentParser:
     which.add_argument("--versions", metavar="V1,V2", help="upstream versions to check")
     which.add_argument("--commits", metavar="C1[=V],C2", help="full git commits to check, "
                        "each optionally =VERSION (default: the default target's version)")
-    check.add_argument("--git-url", metavar="URL", help="repository of --commits "
+    check.add_argument("--git-url", metavar="URL", type=git_url_arg,
+                       help="repository of --commits "
                        "(default: the default target's git URL)")
     index_url_arg(check, "simple index for --versions")
-    check.add_argument("--series", type=Path, metavar="FILE",
+    check.add_argument("--series", type=path_arg, metavar="FILE",
                        help="series to check (default: the default target's)")
     check.add_argument("--format", choices=("table", "markdown"), default="table",
                        help="human output: a table, or Markdown for a pull request")
@@ -82,7 +96,7 @@ def add_matrix_commands(commands: Any) -> argparse.ArgumentParser:
     source_args(refresh)
     refresh.add_argument("--accept-fuzz", action="store_true",
                          help="also refresh hunks that needed fuzz (review them!)")
-    refresh.add_argument("--output-dir", type=Path, metavar="DIR",
+    refresh.add_argument("--output-dir", type=path_arg, metavar="DIR",
                          help="write refreshed patches here; the series is left alone")
     parser: argparse.ArgumentParser = refresh
     return parser
@@ -90,9 +104,9 @@ def add_matrix_commands(commands: Any) -> argparse.ArgumentParser:
 
 def finish_refresh(refresh: argparse.ArgumentParser) -> None:
     """The rest of ``refresh``'s arguments (after ``release`` in the original parser)."""
-    refresh.add_argument("--series", type=Path, metavar="FILE",
+    refresh.add_argument("--series", type=path_arg, metavar="FILE",
                          help="refresh this series file instead of the target's")
-    refresh.add_argument("--patch", type=Path, metavar="FILE", dest="refresh_patch",
+    refresh.add_argument("--patch", type=path_arg, metavar="FILE", dest="refresh_patch",
                          help="refresh only this patch of the series (the patches before it "
                               "are still applied first); the others are left as they are")
     refresh.add_argument("--dry-run", action="store_true", help="only report")

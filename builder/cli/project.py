@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from builder.cli.common import common
+from builder.cli.patching import path_arg
 from builder.core.cache import default_cache_root
 from builder.core.errors import BuildError, ConfigurationError
 
@@ -71,7 +72,7 @@ def add_commands(commands: Any) -> None:
                     "series file. Add intent checks to the entry afterwards.",
         epilog=_ADD_PATCH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     common(add)
-    add.add_argument("patch_file", type=Path, metavar="FILE", help="the patch")
+    add.add_argument("patch_file", type=path_arg, metavar="FILE", help="the patch")
     add.add_argument("--versions", required=True, metavar="SPEC",
                      help="upstream versions it applies to (PEP 440, e.g. '>=0.5.9,<0.5.11')")
     add.add_argument("--description", required=True, metavar="TEXT",
@@ -83,7 +84,7 @@ def add_commands(commands: Any) -> None:
     add.add_argument("--layout", choices=("auto", "git", "sdist"), default="auto",
                      help="its paths: git (a/python/sglang/...), sdist (a/sglang/...) or "
                           "auto (default: told from the paths)")
-    add.add_argument("--series", type=Path, metavar="FILE",
+    add.add_argument("--series", type=path_arg, metavar="FILE",
                      help="the series file (default: the target's)")
     add.set_defaults(handler=_cmd_add_patch)
 

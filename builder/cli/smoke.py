@@ -180,13 +180,18 @@ def _add_warm_cache(commands: Any) -> None:
 
 
 def _read_key(path: Path) -> Any:
-    import json
+    """The JSON in the ``--key`` file (its shape is checked by ``WarmCacheKey``).
+
+    Raises:
+        ConfigurationError: the file cannot be read (a named pipe or a folder is refused at
+            once, never waited on) or is not JSON.
+    """
+    from builder.core.userfiles import read_json_input
 
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigurationError(f"cannot read the key {path}: {exc}",
-                                 "give a JSON object of the key's fields") from exc
+        return read_json_input(path, "the key file", "give a JSON object of the key's fields")
+    except ConfigurationError as exc:
+        raise exc.replaced(cause=f"cannot read the key: {exc.cause}") from None
 
 
 def _autotune_file(cache_dir: Path) -> Path:

@@ -26,7 +26,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import ConfigurationError
-from builder.core.userfiles import rewrite_user_file, with_line_endings_of
+from builder.core.userfiles import read_input, rewrite_user_file, with_line_endings_of
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 #: The pins file, relative to the project root (the folder of ``targets.toml``).
@@ -178,11 +178,10 @@ def load_base_pins(path: Path) -> BasePins:
     Raises:
         BuilderError: the file is missing, not TOML, or an entry is malformed.
     """
+    raw = read_input(path, "base image pins file", "run from the project root, or pass "
+                     "--pins-file")
     try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigurationError(f"base image pins file {path} not found",
-                                 "run from the project root, or pass --pins-file") from None
+        data = tomllib.loads(raw.decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigurationError(f"{path} is not valid TOML: {exc}", "fix the file") from None
     except UnicodeDecodeError as exc:  # TOML is UTF-8 (TOML 1.0, "Spec")

@@ -11,10 +11,13 @@ exclusively and refuses while any build holds it, so no entry a running build ma
 is ever removed; it moves an entry to a temporary name before deleting it, so a killed
 prune never leaves a partial entry a later build would trust.
 
-Recognised: the root holds a ``CACHEDIR.TAG`` (written by :func:`hold_cache`, which every
-use of the cache goes through), and only folders of the kinds in :data:`KINDS` hold
-entries. Removal refuses a folder without the tag, leaves other kinds alone, follows no
-link and reports every delete that failed.
+Recognised: the root holds the ``CACHEDIR.TAG`` this builder writes (:data:`CACHEDIR_TEXT`,
+written by :func:`hold_cache`, which every use of the cache goes through): the standard
+signature alone is not enough, since other programs (cargo, ccache ...) tag their caches
+with it and hold folders of the same names (``downloads``, ``git``). Only folders of the
+kinds in :data:`KINDS` hold entries. Removal refuses a folder without the builder's tag,
+leaves other kinds alone, follows no link (the ``.in-use`` lock file included) and
+reports every delete that failed.
 """
 
 from __future__ import annotations
@@ -50,6 +53,12 @@ _HELD_LOCK = threading.Lock()
 #: Backup tools skip such a folder; ``cache prune``/``clean`` refuse a folder without it.
 CACHEDIR_TAG = "CACHEDIR.TAG"
 CACHEDIR_SIGNATURE = b"Signature: 8a477f597d28d172789f06886806bc55"
+#: The tag's comment line that says this builder wrote it: the standard lets any program
+#: write the signature, so only this line tells a builder cache from another one.
+CACHEDIR_OWNER = b"# This file is a cache directory tag created by sglang-sm120-builder."
+#: The whole ``CACHEDIR.TAG`` the builder writes (the same since the tag was introduced).
+CACHEDIR_TEXT = (CACHEDIR_SIGNATURE + b"\n" + CACHEDIR_OWNER + b"\n# For information about "
+                 b"cache directory tags, see:\n#\thttps://bford.info/cachedir/\n")
 #: Every kind of entry (a folder of the root). :meth:`Cache.entry` refuses any other, and
 #: removal never touches another folder (logs, work folders, another program's files).
 KINDS = ("behaviour-env", "behaviour-kernel-fit", "behaviour-observed", "behaviour-tilelang",
@@ -71,31 +80,63 @@ def hold_cache(root: Path) -> None:
             return
         key.mkdir(parents=True, exist_ok=True)
         _mark_cache(key)
-        fd = os.open(key / IN_USE_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = _open_in_use(key)
         fcntl.flock(fd, fcntl.LOCK_SH)
         _HELD[key] = fd
 
 
+def _open_in_use(root: Path) -> int:
+    """Open (creating it) ``root``'s ``.in-use`` lock file, never through a link.
+
+    A link there would make the builder create or lock a file anywhere the link points,
+    so it is refused (``O_NOFOLLOW``), as is anything but a regular file.
+
+    Returns:
+        The open descriptor (the caller closes it).
+
+    Raises:
+        ConfigurationError: ``.in-use`` is a symbolic link, a folder or a special file, or
+            cannot be opened.
+    """
+    path = root / IN_USE_FILE
+    hint = f"remove {path} (the builder makes a new one); nothing was changed"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK |
+                     os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        what = "a symbolic link" if path.is_symlink() else exc.strerror
+        raise ConfigurationError(f"the cache's lock file {path} is {what}, not a file the "
+                                 "builder can lock", hint) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfigurationError(f"the cache's lock file {path} is not a regular file", hint)
+    return fd
+
+
 def _mark_cache(root: Path) -> None:
-    """Write ``root``'s ``CACHEDIR.TAG`` unless it has one (a read-only cache keeps none)."""
-    if is_cache(root):
+    """Write ``root``'s ``CACHEDIR.TAG`` unless it has one (a read-only cache keeps none).
+
+    Another program's tag is left as it is: replacing it would make its folders
+    (``downloads``, ``git`` ...) look like this builder's entries to ``cache clean``.
+    """
+    if os.path.lexists(root / CACHEDIR_TAG):
         return
-    text = (CACHEDIR_SIGNATURE + b"\n# This file is a cache directory tag created by "
-            b"sglang-sm120-builder.\n# For information about cache directory tags, see:\n"
-            b"#\thttps://bford.info/cachedir/\n")
     with suppress(OSError):
-        atomic_write_bytes(root / CACHEDIR_TAG, text)
+        atomic_write_bytes(root / CACHEDIR_TAG, CACHEDIR_TEXT)
 
 
 def is_cache(root: Path) -> bool:
-    """Whether ``root`` holds a ``CACHEDIR.TAG`` that begins with the signature (a regular
-    file, not a link: https://bford.info/cachedir/)."""
+    """Whether ``root`` is a cache this builder made: its ``CACHEDIR.TAG`` is a regular
+    file (not a link) that begins with the signature (https://bford.info/cachedir/) and
+    then the builder's own line (:data:`CACHEDIR_OWNER`); another program's tag is not."""
+    head = CACHEDIR_SIGNATURE + b"\n" + CACHEDIR_OWNER + b"\n"
     try:
-        fd = os.open(root / CACHEDIR_TAG, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(root / CACHEDIR_TAG, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK |
+                     os.O_CLOEXEC)
     except OSError:
         return False
     try:
-        return os.read(fd, len(CACHEDIR_SIGNATURE)) == CACHEDIR_SIGNATURE
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, len(head)) == head
     except OSError:
         return False
     finally:
@@ -622,7 +663,7 @@ def _exclusive(root: Path) -> Iterator[None]:
     root.mkdir(parents=True, exist_ok=True)
     if root.resolve() in _HELD:
         raise ConfigurationError(f"this process is using the cache {root}", "")
-    fd = os.open(root / IN_USE_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = _open_in_use(root)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -709,8 +750,8 @@ def prune_cache(root: Path, *, older_than_days: float | None,
     """Remove the entries not used for ``older_than_days`` days (``None``: every entry),
     and the temporary folders of builds that were killed.
 
-    Only a folder holding its ``CACHEDIR.TAG`` is pruned, only folders of :data:`KINDS`
-    are looked in, and no link is followed.
+    Only a folder holding the builder's own ``CACHEDIR.TAG`` (:func:`is_cache`) is pruned,
+    only folders of :data:`KINDS` are looked in, and no link is followed.
 
     Args:
         root: the cache root.
@@ -721,7 +762,8 @@ def prune_cache(root: Path, *, older_than_days: float | None,
         What was removed, left alone and could not be removed.
 
     Raises:
-        ConfigurationError: ``root`` is not a builder cache (no ``CACHEDIR.TAG``), or
+        ConfigurationError: ``root`` is not a builder cache (no ``CACHEDIR.TAG`` of the
+            builder's, see :func:`is_cache`), its ``.in-use`` is a link, or
             ``older_than_days`` is not an age (see :func:`check_days`); nothing is removed.
         BuilderError: a running build holds the cache (then nothing is removed).
     """
@@ -731,10 +773,11 @@ def prune_cache(root: Path, *, older_than_days: float | None,
         return Pruned([], [], [])
     if not is_cache(root):
         raise ConfigurationError(
-            f"{root} is not a builder cache (it has no {CACHEDIR_TAG}); nothing was removed",
-            "check --cache-dir and $SGLANG_SM120_CACHE; if it is a cache made by an older "
-            f"builder, mark it: printf '{CACHEDIR_SIGNATURE.decode()}\\n' > "
-            f"{root / CACHEDIR_TAG}")
+            f"{root} is not a builder cache (it has no {CACHEDIR_TAG} written by this "
+            "builder); nothing was removed",
+            "check --cache-dir and $SGLANG_SM120_CACHE; if it is a cache made by this "
+            f"builder, mark it: printf '{CACHEDIR_SIGNATURE.decode()}\\n"
+            f"{CACHEDIR_OWNER.decode()}\\n' > {root / CACHEDIR_TAG}")
     limit = None if older_than_days is None else \
         (now if now is not None else time.time()) - older_than_days * 86400
     removed: list[CacheEntry] = []

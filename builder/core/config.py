@@ -19,6 +19,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import ConfigurationError
+from builder.core.userfiles import read_input
 
 SourceKind = Literal["sdist", "wheel", "git"]
 SOURCE_KINDS: tuple[SourceKind, ...] = ("sdist", "wheel", "git")
@@ -257,14 +258,17 @@ class TargetsFile:
 
 
 def read_toml(path: Path, what: str) -> dict[str, Any]:
+    """The TOML table in the user's file ``path`` (read by :func:`read_input`: a named
+    pipe, a folder or a device is refused without waiting).
+
+    Raises:
+        ConfigurationError: the file is missing or not a file, not UTF-8, or not TOML.
+    """
+    data = read_input(path, what, "check the path; the commands find targets.toml in the "
+                      "current folder or the nearest one above, or take --targets-file FILE "
+                      "(series paths are relative to the file naming them)")
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except FileNotFoundError:
-        raise ConfigurationError(f"{what} not found: {path}",
-                                 "check the path; the commands find targets.toml in the current "
-                                 "folder or the nearest one above, or take --targets-file FILE "
-                                 "(series paths are relative to the file naming them)") from None
+        return tomllib.loads(data.decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigurationError(f"{what} {path} is not valid TOML: {exc}",
                                  "fix the syntax error at the position shown") from None
@@ -350,6 +354,43 @@ def normalized_version(text: str, where: str) -> str:
                                  "write it like 0.5.9 or 0.5.10.post1") from None
 
 
+GIT_SCHEMES = ("https", "http", "ssh", "git", "file")
+"""The URL schemes a git pin may use (git's own transports); a bare path or scp-like
+``host:path`` is one too."""
+
+
+_HELPER = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")  # git's TRANSPORT::ADDRESS
+
+
+def git_url(url: str, where: str) -> str:
+    """``url`` if it is a repository address git reaches by one of its own transports.
+
+    Refused: an empty URL, a remote helper's ``TRANSPORT::ADDRESS`` (``ext::`` runs any
+    command; git documents it as unsafe, gitremote-helpers(7), and GitPython refuses it
+    with ``UnsafeProtocolError``), an option-like ``-...``, and a ``SCHEME://`` other than
+    GIT_SCHEMES.
+
+    Args:
+        url: the URL or path as the user wrote it.
+        where: where it was written, for the message ("" for none).
+
+    Returns:
+        ``url`` unchanged.
+
+    Raises:
+        ConfigurationError: it is none of those.
+    """
+    hint = f"give an {'/'.join(GIT_SCHEMES)} URL, host:path, or a local path"
+    at = f"{where}: " if where else ""
+    scheme, sep, _ = url.partition("://")
+    if not url.strip() or url.startswith("-") or _HELPER.match(url) or "\0" in url:
+        raise ConfigurationError(f"{at}{url!r} is not a git repository address", hint)
+    if sep and scheme.lower() not in GIT_SCHEMES:
+        raise ConfigurationError(f"{at}git URL scheme {scheme!r} is not one of git's own "
+                                 "transports", hint)
+    return url
+
+
 def _parse_source(table: Any, where: str) -> Pin:
     if not isinstance(table, dict):
         raise ConfigurationError(f"{where}: expected a table, got {table!r}",
@@ -390,10 +431,13 @@ def _parse_source(table: Any, where: str) -> Pin:
             raise ConfigurationError(
                 f"{where}: git pin {commit!r} is not a full 40-hex commit id",
                 "a tag or branch can move; pin the commit (git rev-parse TAG^{commit})")
-        return GitPin(url=require(table, "url", str, where), commit=commit)
+        return GitPin(url=git_url(require(table, "url", str, where), where), commit=commit)
     raise ConfigurationError(f"{where}: unknown source kind {kind!r}",
                              f"use one of: {', '.join(SOURCE_KINDS)}")
 
+
+TARGET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+"""A target's name: also a file name (``images/profiles/NAME.toml``), never a path."""
 
 _TARGET_KEYS = {"name", "upstream_version", "local_label", "series", "prefer", "cuda_lane",
                 "extra_cuda_lanes", "arch_list", "source", "kernels"}
@@ -407,6 +451,11 @@ _SOURCE_KEYS = {"sdist": {"kind", "project", "version", "sha256", "url"},
 def _parse_target(table: dict[str, Any], base: Path, where: str) -> Target:
     known_keys(table, _TARGET_KEYS, where)
     name = require(table, "name", str, where)
+    if not TARGET_NAME.match(name):
+        # The name is a file name too (images/profiles/NAME.toml) and a part of tags.
+        raise ConfigurationError(f"{where}: target name {name!r} is not a plain name",
+                                 "use letters, digits and . _ - (at most 100, starting with a "
+                                 "letter or digit), e.g. sglang-0.5.23")
     where = f"{where} (target {name!r})"
     try:
         upstream = Version(require(table, "upstream_version", str, where))
@@ -495,6 +544,9 @@ def load_targets(path: Path) -> TargetsFile:
                                      "give every target its own name")
         targets[target.name] = target
     default = data.get("default") or next(iter(targets), "")
+    if not isinstance(default, str):
+        raise ConfigurationError(f"{where}: 'default' must be one target's name, got "
+                                 f"{default!r}", f"declared: {', '.join(targets)}")
     if default not in targets:
         raise ConfigurationError(f"{where}: default target {default!r} is not declared",
                                  f"declared: {', '.join(targets)}")

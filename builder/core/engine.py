@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+import urllib.parse
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +30,7 @@ import docker.errors
 import requests.exceptions
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from builder.core.errors import MissingToolError
+from builder.core.errors import ConfigurationError, MissingToolError
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 _STEP = re.compile(r"^\[[^\]]*\d+/\d+\] ")  # a Dockerfile step: "[2/2] RUN …", "[stage 1/3] …"
@@ -37,8 +38,52 @@ _STEP = re.compile(r"^\[[^\]]*\d+/\d+\] ")  # a Dockerfile step: "[2/2] RUN …"
 
 def docker_host(explicit: str | None = None) -> str:
     """Return the engine address: ``explicit``, else ``$DOCKER_HOST``, else the default
-    socket (``unix:///var/run/docker.sock``)."""
-    return explicit or os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
+    socket (``unix:///var/run/docker.sock``).
+
+    Raises:
+        ConfigurationError: the address given is not one (:func:`check_docker_host`).
+    """
+    if explicit is not None:
+        return check_docker_host(explicit, "--docker-host")
+    if os.environ.get("DOCKER_HOST"):
+        return check_docker_host(os.environ["DOCKER_HOST"], "DOCKER_HOST")
+    return DEFAULT_DOCKER_HOST
+
+
+def check_docker_host(address: str, where: str) -> str:
+    """``address`` if it is an engine address docker-py connects to: ``unix:///PATH``,
+    ``tcp://HOST:PORT`` (or ``http``/``https``), or ``ssh://[USER@]HOST[:PORT]``.
+
+    Args:
+        address: the address as the user gave it.
+        where: the flag or variable it came from, for the message ("" for none).
+
+    Returns:
+        ``address`` unchanged.
+
+    Raises:
+        ConfigurationError: an empty address, another scheme, a unix socket that is not an
+            absolute path, or a host missing or with a port outside 1-65535.
+    """
+    hint = "write unix:///var/run/docker.sock, tcp://HOST:PORT or ssh://USER@HOST"
+    at = f"{where} " if where else ""
+    scheme, sep, rest = address.partition("://")
+    if not sep or scheme not in ("unix", "tcp", "http", "https", "ssh") or "\0" in address:
+        raise ConfigurationError(f"{at}{address!r} is not a Docker Engine address", hint)
+    if scheme == "unix":
+        if not rest.startswith("/"):
+            raise ConfigurationError(f"{at}{address!r}: the socket must be an absolute "
+                                     "path", hint)
+        return address
+    parts = urllib.parse.urlsplit(address)
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if not parts.hostname or port == 0:
+        raise ConfigurationError(f"{at}{address!r} names no host, or a port outside "
+                                 "1-65535", hint)
+    return address
 
 
 def connect(host: str | None = None, *, timeout: int = 600) -> docker.DockerClient:

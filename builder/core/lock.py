@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from builder.core.errors import ConfigurationError
-from builder.core.userfiles import rewrite_user_file
+from builder.core.userfiles import read_json_input, rewrite_user_file
 
 LOCK_FILE = "versions.lock"
 SCHEMA = 1
@@ -75,15 +75,13 @@ class VersionLock:
     def _read(self) -> None:
         path = self.path
         self.entries = {kind: {} for kind in KINDS}
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
             return
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise ConfigurationError(
-                f"the lock file {path} cannot be read: {exc}",
-                "restore it from git (git checkout -- versions.lock)") from None
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        data = read_json_input(path, "the lock file",
+                               "restore it from git (git checkout -- versions.lock)")
+        # type(...) is int: JSON's true is not schema 1, though Python has True == 1.
+        if not isinstance(data, dict) or type(data.get("schema")) is not int \
+                or data.get("schema") != SCHEMA:
             raise ConfigurationError(f"the lock file {path} is not a schema-{SCHEMA} version lock",
                                      "restore it from git, or delete it and run "
                                      "`python -m builder lock` to record every target again")

@@ -77,6 +77,9 @@ def read_input(path: Path, what: str, hint: str, *, limit: int = INPUT_LIMIT) ->
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
+        if path.is_symlink():
+            raise ConfigurationError(f"{what} {path} is a symbolic link to "
+                                     f"{os.readlink(path)}, which does not exist", hint) from None
         raise ConfigurationError(f"{what} not found: {path}", hint) from None
     except OSError as exc:
         raise ConfigurationError(f"cannot read {what} {path}: {exc.strerror}", hint) from None

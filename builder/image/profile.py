@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from builder.core.config import Target
 from builder.core.errors import BuildError, ConfigurationError
+from builder.core.userfiles import read_input
 
 if TYPE_CHECKING:
     from builder.behaviour.env import BehaviourEnv
@@ -137,12 +138,12 @@ def load_profile(path: Path, target: Target) -> LaunchProfile:
         BuilderError: missing, not TOML, for another release, or an ``[args]`` entry
             that is not ``"--option" = string / number / true / false / list``.
     """
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+    hint = (f"write {path} (copy the nearest release's profile and check its options), or "
+            "pass --launch-profile FILE")
+    if not path.exists() and not path.is_symlink():
         raise ConfigurationError(f"no SM120 launch profile for target {target.name}: {path} not "
-                                 "found", f"write {path} (copy the nearest release's profile and "
-                                 "check its options), or pass --launch-profile FILE") from None
+                                 "found", hint)
+    raw = read_input(path, "the launch profile", hint)
     try:
         data = tomllib.loads(raw.decode())
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:

@@ -51,6 +51,49 @@ DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 MAX_MANIFEST_BYTES = 4 << 20
 
 
+# The reference grammar of the distribution project (reference/regexp.go, distribution
+# 2.8): a domain of dot-separated components with an optional port, path components of
+# lowercase alphanumerics joined by one '.', one or two '_', or dashes, and a tag of at most
+# 128 word characters, dots and dashes, not starting with either.
+_DOMAIN_PART = r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
+_DOMAIN = re.compile(rf"^(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*|\[[0-9A-Fa-f:.]+\])"
+                     r"(?::(?P<port>[0-9]{1,5}))?$")
+_PATH = re.compile(r"^[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*"
+                   r"(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*$")
+_TAG = re.compile(r"^[\w][\w.-]{0,127}$")
+_NAME_HINT = ("write it as [HOST[:PORT]/]PATH:TAG, PATH in lowercase letters, digits and "
+              "separators . _ - (the OCI distribution reference grammar)")
+
+
+def check_registry(host: str) -> str:
+    """``host`` if it is a registry address: a domain or ``[IPv6]``, with a port from 1 to
+    65535 if one is given (distribution's reference grammar).
+
+    Raises:
+        ConfigurationError: it is not.
+    """
+    match = _DOMAIN.match(host)
+    port = match and match.group("port")
+    if not match or (port is not None and not 0 < int(port) < 65536):
+        raise ConfigurationError(f"{host!r} is not a registry address",
+                                 "write HOST or HOST:PORT (a port from 1 to 65535), e.g. "
+                                 "localhost:5000 or ghcr.io")
+    return host
+
+
+def check_repository(path: str) -> str:
+    """``path`` if it is a repository path (distribution's reference grammar).
+
+    Raises:
+        ConfigurationError: it is not.
+    """
+    if not _PATH.match(path):
+        raise ConfigurationError(f"{path!r} is not a repository path",
+                                 "write lowercase letters, digits and separators . _ -, "
+                                 "components joined by /, e.g. sglang-sm120 or team/sglang")
+    return path
+
+
 @dataclass(frozen=True)
 class ImageName:
     """A tagged image name split as the Docker Engine splits it.
@@ -70,7 +113,8 @@ class ImageName:
         """Split ``[REGISTRY/]PATH:TAG`` (docker-py's rules for the registry part).
 
         Raises:
-            BuilderError: no tag, or a digest instead of one.
+            BuilderError: no tag, a digest instead of one, or a name outside the reference
+                grammar (a registry, path or tag it does not allow).
         """
         if "@" in name:
             raise ConfigurationError(f"{name!r} already names a digest",
@@ -79,6 +123,23 @@ class ImageName:
         path, colon, tag = name.rpartition(":")
         if not colon or "/" in tag or not tag:
             raise ConfigurationError(f"image name {name!r} has no tag", "write it as NAME:TAG")
+        if not _TAG.match(tag):
+            raise ConfigurationError(f"image name {name!r}: tag {tag!r} is not a tag", _NAME_HINT)
+        first, slash, rest = path.partition("/")
+        # docker's rule for the first component: a registry if it has '.' or ':' or is
+        # localhost (docker.auth.resolve_repository_name, docker-py 7).
+        if slash and ("." in first or ":" in first or first == "localhost"):
+            try:
+                check_registry(first)
+            except ConfigurationError:
+                raise ConfigurationError(f"image name {name!r}: {first!r} is not a registry "
+                                         "address", _NAME_HINT) from None
+            repository_path = rest
+        else:
+            repository_path = path
+        if not _PATH.match(repository_path):
+            raise ConfigurationError(f"image name {name!r}: {repository_path!r} is not a "
+                                     "repository path", _NAME_HINT)
         registry, repository = docker.auth.resolve_repository_name(path)
         if registry in ("docker.io", "index.docker.io") and "/" not in repository:
             repository = f"library/{repository}"

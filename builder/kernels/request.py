@@ -6,7 +6,6 @@ upstream source, the arch list, the CUDA lane, the module groups and the wheel's
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 from builder.core.basepins import PINS_FILE
 from builder.core.errors import ConfigurationError
 from builder.core.options import Options, select_target
+from builder.core.userfiles import read_json_input
 from builder.kernels.build import (
     DEFAULT_HEAD_DIMS,
     FAST_BUILD_LABEL,
@@ -117,14 +117,8 @@ def kernel_request(options: Options, kernel: KernelOptions) -> KernelRequest:
             >= 0.7 build names more than one arch (its provider wheels hold one each).
     """
     if kernel.request_file is not None:
-        try:
-            data = json.loads(kernel.request_file.read_text())
-        except OSError as error:
-            raise ConfigurationError(f"cannot read the request {kernel.request_file}: "
-                                     f"{error.strerror}", "write one with --save-request") from None
-        except ValueError:
-            raise ConfigurationError(f"{kernel.request_file} is not JSON",
-                                     "write a request with --save-request") from None
+        data = read_json_input(kernel.request_file, "the request",
+                               "write one with --save-request")
         request = KernelRequest.from_json(data)
         check_groups(request.groups)
         return request

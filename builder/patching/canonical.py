@@ -24,7 +24,7 @@ from typing import Literal
 
 from builder.core.errors import ConfigurationError
 from builder.core.layout import PACKAGE_FOLDER
-from builder.core.userfiles import rewrite_user_file
+from builder.core.userfiles import read_input, rewrite_user_file
 from builder.patching.patchfile import parse_patch, split_header
 
 PatchLayout = Literal["git", "sdist"]
@@ -137,8 +137,9 @@ def canonical_patch(patch: Path, strip: int, layout: str, destination: Path) -> 
         BuilderError: the layout is mixed, or the patch cannot be read or rewritten; the
             converted copy does not parse.
     """
+    # Read first, without blocking: a named pipe or a folder is refused before parsing.
+    data = read_input(patch, "patch file", "name the patch file itself")
     found = patch_layout(patch, strip, layout)
-    data = patch.read_bytes()
     if found == "sdist":
         data = to_repository_layout(data.decode("utf-8", "surrogateescape"), strip).encode(
             "utf-8", "surrogateescape")
@@ -152,6 +153,36 @@ def _toml_string(text: str) -> str:
     import json
 
     return json.dumps(text, ensure_ascii=False)
+
+
+def _check_text(text: str, flag: str, hint: str) -> None:
+    """Refuse an argument that is not one line of UTF-8 text (a byte the locale cannot
+    decode arrives as a lone surrogate; a line break would split a report line)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigurationError(f"{flag} {text!r} is not UTF-8 text", hint) from None
+    if not text.isprintable():
+        raise ConfigurationError(f"{flag} {text!r} holds a line break or another control "
+                                 "character", hint)
+
+
+def check_patch_name(name: str, flag: str = "--name") -> None:
+    """Refuse a name for a patch in the series folder that is not a plain file name.
+
+    Args:
+        name: the file name asked for.
+        flag: where it came from, for the message.
+
+    Raises:
+        ConfigurationError: ``name`` is empty, ``.`` or ``..``, has a path separator, or
+            is not one line of UTF-8 text.
+    """
+    hint = "give a plain file name, e.g. --name 0002-my-fix.patch (it is stored beside " \
+           "the series file)"
+    _check_text(name, flag, hint)
+    if name in ("", ".", "..") or "/" in name or "\\" in name:
+        raise ConfigurationError(f"{flag} {name!r} is not a plain file name", hint)
 
 
 def add_to_series(series_file: Path, patch: Path, *, versions: str, description: str,
@@ -173,18 +204,27 @@ def add_to_series(series_file: Path, patch: Path, *, versions: str, description:
         ``(stored file, layout it was written in, sha256)``.
 
     Raises:
-        BuilderError: a patch of that name exists or is in the series; the version range
-            is not PEP 440; the layout is mixed; the series would not load afterwards
-            (then it is left as it was).
+        BuilderError: the name is not a plain file name, or a patch of that name exists
+            or is in the series; the description is not one line of UTF-8 text; the
+            version range is not PEP 440; the patch cannot be read (a folder, a named
+            pipe); the layout is mixed; the series would not load afterwards (then it is
+            left as it was). Nothing is written then.
     """
     from builder.core.cache import sha256_file
     from builder.core.config import specifier
     from builder.patching.series import load_series
 
+    # Every argument is checked before anything is written.
+    file_name = patch.name if name is None else name
+    check_patch_name(file_name, "--name" if name is not None else "the patch's file name")
+    _check_text(description, "--description", "give one line of text")
+    _check_text(versions, "--versions", "e.g. --versions '>=0.5.9,<0.5.11'")
+    read_input(patch, "patch file", "name the patch file itself")
     series = load_series(series_file)
     specifier(versions, "--versions")
-    stored = series_file.parent / (name or patch.name)
-    if stored.exists() or any(e.name == stored.name for e in series.entries):
+    stored = series_file.parent / file_name
+    if stored.exists() or stored.is_symlink() or \
+            any(e.name == stored.name for e in series.entries):
         raise ConfigurationError(f"{stored} already exists", "give it another name with --name, "
                                  "or refresh the existing patch instead")
     if not description.strip():

@@ -258,7 +258,8 @@ def refresh_series(source: SourceResult, series: Series, *, accept_fuzz: bool = 
 
     Raises:
         BuilderError: a patch failed, or needs fuzz without ``accept_fuzz``, or cannot be
-            rewritten (renames, copies, mode changes, strip > 1). Nothing is written then.
+            rewritten (renames, copies, mode changes, strip > 1), or, in place, lies
+            outside the series' folder. Nothing is written then.
     """
     steps, _ = replay_series(source, series, fuzz=2 if accept_fuzz else None)
     results: list[RefreshedPatch] = []
@@ -296,6 +297,14 @@ def refresh_series(source: SourceResult, series: Series, *, accept_fuzz: bool = 
         new_sha = hashlib.sha256(data).hexdigest()
         changed = new_sha != outcome.sha256
         destination = (output_dir / outcome.name) if output_dir else step.entry.path
+        if output_dir is None and series.path is not None and \
+                not destination.is_relative_to(series.path.parent.resolve()):
+            # An absolute series entry may read a patch kept elsewhere, never rewrite it.
+            raise ConfigurationError(
+                f"{outcome.name} is {destination}, outside the series folder "
+                f"{series.path.parent.resolve()}: refresh rewrites patches in place only "
+                "there", "refresh a copy with --output-dir DIR, or move the patch into the "
+                "series folder")
         if changed or output_dir:
             writes.append((destination, data))
             if output_dir is None:

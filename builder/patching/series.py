@@ -320,10 +320,44 @@ _ENTRY_KEYS = {"file", "sha256", "description", "strip", "versions", "max_fuzz",
                "fuzz_allowance", "intent", "behaviour"}
 
 
+def _inside(base: Path, file_name: str, where: str) -> Path:
+    """The patch file ``file_name`` of a series entry, resolved; it must stay in the
+    series' folder, since refresh rewrites it in place.
+
+    Args:
+        base: the series file's folder.
+        file_name: the entry's ``file``.
+        where: the entry, for the message.
+
+    Returns:
+        The resolved path (links followed).
+
+    An absolute ``file`` is taken as written (a series may read a patch kept elsewhere;
+    ``refresh`` refuses to rewrite one outside the series' folder in place).
+
+    Raises:
+        ConfigurationError: ``file_name`` is empty, or is relative and leads out of
+            ``base`` (``..``, or a symbolic link pointing elsewhere).
+    """
+    hint = ("keep the series' patches in its folder (a path relative to it, e.g. "
+            "\"0001-fix.patch\"); copy the patch there")
+    if not file_name or "\0" in file_name:
+        raise ConfigurationError(f"{where}: file must name a patch file", hint)
+    if Path(file_name).is_absolute():
+        return Path(file_name).resolve()
+    folder = base.resolve()
+    path = (base / file_name).resolve()
+    if not path.is_relative_to(folder) or path == folder:
+        raise ConfigurationError(f"{where}: file leads out of the series folder {folder} "
+                                 f"(to {path})", hint)
+    return path
+
+
 def _parse_entry(table: dict[str, Any], base: Path, where: str) -> SeriesEntry:
     known_keys(table, _ENTRY_KEYS, where)
     file_name = require(table, "file", str, where)
     where = f"{where} ({file_name})"
+    path = _inside(base, file_name, where)
     sha = require(table, "sha256", str, where).lower()
     if not SHA256.match(sha):
         raise ConfigurationError(f"{where}: sha256 {sha!r} is not 64 hex digits",
@@ -355,7 +389,7 @@ def _parse_entry(table: dict[str, Any], base: Path, where: str) -> SeriesEntry:
         known_keys(t, {"check", "file", "value", "function", "assignment", "compared_with",
                         "pattern"}, f"{where} intent #{i}"), f"{where} intent #{i}")
         for i, t in enumerate(table_array(table, "intent", where), 1))
-    return SeriesEntry(path=(base / file_name).resolve(), sha256=sha, strip=strip,
+    return SeriesEntry(path=path, sha256=sha, strip=strip,
                        versions=versions,
                        max_fuzz=max_fuzz, allowances=tuple(allowances), intents=intents,
                        description=str(table.get("description", "")),

@@ -60,6 +60,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Literal
 
+from packaging.markers import UndefinedComparison, UndefinedEnvironmentName
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -74,6 +75,7 @@ from builder.core.errors import (
 )
 from builder.core.layout import Layout
 from builder.core.progress import Reporter
+from builder.core.userfiles import read_input, read_json_input
 from builder.patching.series import Series, load_series
 from builder.smoke.shared import (
     FAILED,
@@ -409,7 +411,11 @@ def check_sglang(data: ProbeCheck | None, series: Series, *,
         return CheckResult(name, FAILED, f"sglang {info['version']} has no "
                            f"{PROVENANCE_FILE}: it is not a wheel of this project",
                            data={"version": info["version"]})
-    provenance = json.loads(info["provenance"])
+    provenance, unusable = _provenance_record(info["provenance"])
+    if unusable:
+        return CheckResult(name, FAILED, f"sglang {info['version']}'s {PROVENANCE_FILE} "
+                           f"{unusable}: it is not a provenance record of this project",
+                           data={"version": info["version"]})
     problems = []
     summary = {"version": info["version"], "provenance_sha256": sha256_json(provenance),
                "target": provenance.get("target"),
@@ -466,6 +472,26 @@ def check_sglang(data: ProbeCheck | None, series: Series, *,
                        data=summary)
 
 
+def _provenance_record(text: str) -> tuple[dict[str, Any], str | None]:
+    """The installed provenance record parsed, or why it cannot be judged.
+
+    Returns:
+        The record and ``None``, or ``{}`` and what is wrong with it (not JSON, not an
+        object, ``patches`` not a list of objects with a string ``name``).
+    """
+    try:
+        provenance = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return {}, f"is not JSON ({exc})"
+    if not isinstance(provenance, dict):
+        return {}, f"is a JSON {type(provenance).__name__}, not an object"
+    patches = provenance.get("patches", [])
+    if not isinstance(patches, list) or not all(
+            isinstance(p, dict) and isinstance(p.get("name"), str) for p in patches):
+        return {}, "has patches that are not a list of objects with a string name"
+    return provenance, None
+
+
 # ---------------------------------------------------------------------------------------
 # Check 3: lockstep versions.
 
@@ -479,8 +505,12 @@ def _pin(requires: Sequence[str], project: str) -> Version | None:
             continue
         if canonicalize_name(requirement.name) != canonicalize_name(project):
             continue
-        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
-            continue
+        try:
+            if requirement.marker is not None and \
+                    not requirement.marker.evaluate({"extra": ""}):
+                continue
+        except (UndefinedComparison, UndefinedEnvironmentName):  # e.g. os_name ~= "x"
+            continue  # a marker that cannot be judged pins nothing
         pins = [s.version for s in requirement.specifier if s.operator == "=="]
         if len(pins) == 1:
             try:
@@ -578,6 +608,81 @@ class ProbeRun:
     stderr_tail: str
 
 
+def _is_list_of_str(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _is_str_map(value: object, *, nullable: bool = False) -> bool:
+    """Whether ``value`` is an object of strings (or ``null`` values, with ``nullable``)."""
+    return isinstance(value, dict) and all(
+        isinstance(item, str) or (nullable and item is None) for item in value.values())
+
+
+#: The data keys the host reads from each collecting result, with the test of each value's
+#: shape (what the probe's ``collect_sglang`` and ``collect_versions`` write).
+_DATA_SHAPES: dict[str, dict[str, tuple[str, Any]]] = {
+    "sglang-data": {
+        "version": ("a string", lambda v: isinstance(v, str)),
+        "provenance": ("a string or null", lambda v: v is None or isinstance(v, str)),
+        "requires": ("a list of strings", _is_list_of_str),
+        "record": ("an object of strings or nulls", lambda v: _is_str_map(v, nullable=True)),
+        "mismatched": ("a list of strings", _is_list_of_str),
+        "missing": ("a list of strings", _is_list_of_str),
+        "texts": ("an object of strings", _is_str_map),
+    },
+    "versions-data": {
+        "versions": ("an object of strings or nulls", lambda v: _is_str_map(v, nullable=True)),
+        "manifest": ("an object or null", lambda v: v is None or isinstance(v, dict)),
+        "manifest_error": ("a string or null", lambda v: v is None or isinstance(v, str)),
+        "torch_cuda": ("a string or null", lambda v: v is None or isinstance(v, str)),
+    },
+}
+#: The flashinfer packages check 3 looks up in ``versions-data``'s ``versions``.
+_LOCKSTEP_PACKAGES = ("flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache")
+
+
+def _required_keys(check: ProbeCheck) -> tuple[str, ...]:
+    """The data keys the host reads unconditionally from ``check`` (what the probe always
+    writes for a passed collection; a manifest's artifact digest needs the versions too)."""
+    data = check.data
+    if check.name == "sglang-data" and check.status == PASSED:
+        return ("version",) if data.get("provenance") is None else \
+            ("version", "record", "mismatched", "missing", "texts")
+    if check.name == "versions-data" and (check.status == PASSED or
+                                          data.get("manifest") is not None):
+        return ("versions",)
+    return ()
+
+
+def check_probe_data(results: ProbeResults) -> None:
+    """Refuse results whose data the host could not judge: a key it reads is missing or of
+    another type than the probe writes (an edited or foreign output, never a traceback).
+
+    Args:
+        results: the parsed results.
+
+    Raises:
+        ProbeOutputError: the first such key, named with its result.
+    """
+    for check in (results.sglang_data, results.versions_data):
+        if check is None:
+            continue
+        for key in _required_keys(check):
+            if key not in check.data:
+                raise ProbeOutputError(f"probe result {check.name!r} ({check.status}) has no "
+                                       f"data key {key!r}")
+        for key, (shape, test) in _DATA_SHAPES[check.name].items():
+            if key in check.data and not test(check.data[key]):
+                raise ProbeOutputError(f"probe result {check.name!r}: data key {key!r} must be "
+                                       f"{shape}, not {check.data[key]!r:.60}")
+        versions = check.data.get("versions")
+        if check.name == "versions-data" and versions is not None:
+            absent = [name for name in _LOCKSTEP_PACKAGES if name not in versions]
+            if absent:
+                raise ProbeOutputError(f"probe result 'versions-data': versions names no "
+                                       f"{', '.join(absent)} (null when not installed)")
+
+
 def parse_probe_output(stdout: str, saved: Path | None = None) -> ProbeResults:
     """The probe's results from its standard output (other lines are ignored).
 
@@ -586,9 +691,10 @@ def parse_probe_output(stdout: str, saved: Path | None = None) -> ProbeResults:
         saved: the file it was read from (``--probe-output``), or ``None`` for a run.
 
     Raises:
-        VerificationError: a result line of a run is malformed.
-        ConfigurationError: a line of a saved output is, or it has no result line (the
-            user's file).
+        VerificationError: a result line of a run is malformed, or its data is not what
+            the probe writes (:func:`check_probe_data`).
+        ConfigurationError: a line or the data of a saved output is, or it has no result
+            line (the user's file).
     """
     if saved is not None and not any(line.startswith(RESULT_PREFIX)
                                      for line in stdout.splitlines()):
@@ -596,7 +702,9 @@ def parse_probe_output(stdout: str, saved: Path | None = None) -> ProbeResults:
                                  f"starting {RESULT_PREFIX!r}",
                                  "give the unedited standard output of smoke_probe.py")
     try:
-        return ProbeResults.from_output(stdout)
+        results = ProbeResults.from_output(stdout)
+        check_probe_data(results)
+        return results
     except ProbeOutputError as exc:
         if saved is not None:
             raise ConfigurationError(f"{saved} is not the probe's output: {exc}",
@@ -697,7 +805,8 @@ def assemble(mode: str, run: ProbeRun, series: Series, *, moe: bool,
         found["sglang"] = {"version": sglang_check.data["version"],
                            "provenance_sha256": sglang_check.data["provenance_sha256"]}
     if versions is not None and versions.data.get("manifest") is not None:
-        found["kernels"] = {"version": versions.data["versions"].get("flashinfer-jit-cache"),
+        found["kernels"] = {"version": (versions.data.get("versions") or {}).get(
+                                "flashinfer-jit-cache"),
                             "manifest_sha256": sha256_json(versions.data["manifest"])}
     if runner.ok:
         found["runner"] = {k: runner.data.get(k) for k in ("gpu", "compute_capability",
@@ -713,11 +822,12 @@ def _expected(options: SmokeOptions) -> tuple[dict[str, Any] | None, dict[str, s
     if options.sglang_wheel is not None:
         return wheel_provenance(options.sglang_wheel)
     if options.expect_provenance is not None:
-        try:
-            return json.loads(options.expect_provenance.read_text()), None
-        except (OSError, ValueError) as exc:
-            raise ConfigurationError(f"cannot read {options.expect_provenance}: {exc}",
-                                     "give the sm120-provenance.json of the artifact") from None
+        hint = "give the sm120-provenance.json of the artifact"
+        expected = read_json_input(options.expect_provenance, "the expected provenance", hint)
+        if not isinstance(expected, dict):  # compared key by key with the installed one
+            raise ConfigurationError(f"the expected provenance {options.expect_provenance} is "
+                                     f"a JSON {type(expected).__name__}, not an object", hint)
+        return expected, None
     return None, None
 
 
@@ -895,11 +1005,10 @@ def run_smoke(options: SmokeOptions) -> SmokeReport:
         run = ProbeRun(parse_probe_output(container.stdout), container.exit_code,
                        _tail(container.stderr))
     elif options.probe_output is not None:
-        try:
-            text = options.probe_output.read_text(errors="replace")
-        except OSError as exc:
-            raise ConfigurationError(f"cannot read {options.probe_output}: {exc.strerror}",
-                                     "give the saved standard output of smoke_probe.py") from None
+        # A named pipe or a folder is refused at once (read_input), never waited on.
+        text = read_input(options.probe_output, "the probe output",
+                          "give the saved standard output of smoke_probe.py"
+                          ).decode("utf-8", errors="replace")
         run = ProbeRun(parse_probe_output(text, options.probe_output), 0, "")
     else:
         options.reporter.info("Running the probe in this environment ...")

@@ -24,8 +24,9 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Final
 
-from builder.core.cache import atomic_write_bytes
+from builder.core.cache import atomic_write_bytes, replaceable
 from builder.core.errors import ConfigurationError
+from builder.core.userfiles import read_json_input
 
 FORMAT: Final = 1
 DTYPES: Final = ("bf16", "fp8", "nvfp4")
@@ -123,14 +124,16 @@ def capture(flashinfer_cache: Path, key: WarmCacheKey) -> dict[str, Any]:
     ``[experts, 2 * intermediate, hidden]`` of ``key``.
 
     Raises:
-        ConfigurationError: the file is unreadable or not FlashInfer's format, was written
-            on another GPU or FlashInfer than ``key`` names, or holds no entry for the shape.
+        ConfigurationError: the file is unreadable (a named pipe or a folder is refused at
+            once, see :func:`read_json_input`) or not FlashInfer's format, was written on
+            another GPU or FlashInfer than ``key`` names, or holds no entry for the shape.
     """
     try:
-        data = json.loads(flashinfer_cache.read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigurationError(f"cannot read FlashInfer's autotune file {flashinfer_cache}: "
-                                 f"{exc}", "pass the file the server wrote") from exc
+        data = read_json_input(flashinfer_cache, "FlashInfer's autotune file",
+                               "pass the file the server wrote")
+    except ConfigurationError as exc:
+        raise exc.replaced(cause=f"cannot read FlashInfer's autotune file: {exc.cause}"
+                           ) from None
     meta = data.get("_metadata") if isinstance(data, dict) else None
     if not isinstance(meta, dict):
         raise ConfigurationError(f"{flashinfer_cache} has no _metadata: not a FlashInfer "
@@ -159,13 +162,25 @@ def restore(artifact_path: Path, running: WarmCacheKey, dest: Path) -> bool:
     """Write the artifact's FlashInfer file to ``dest`` when its key equals ``running``.
 
     A missing, unreadable or mismatched artifact is ignored with one warning (the server
-    then tunes as if there were none); ``dest`` is never written then.
+    then tunes as if there were none); ``dest`` is never written then. A named pipe or a
+    folder given as the artifact is one of those unreadable ones, refused without waiting.
+
+    Args:
+        artifact_path: the :func:`capture` artifact (``--artifact``).
+        running: the key of the server about to start (``--key``).
+        dest: the autotune file the server will read (``--dest``).
 
     Returns:
         True when ``dest`` was written.
+
+    Raises:
+        ConfigurationError: ``dest`` is not a file the restore could replace (a folder, a
+            link, a pipe or a device: the user's flag, refused whatever the artifact holds).
     """
+    replaceable(dest)  # checked first: a bad --dest is the user's, not the artifact's, fault
     try:
-        artifact = json.loads(artifact_path.read_text())
+        artifact = read_json_input(artifact_path, "the artifact",
+                                   "give the file warm-cache capture wrote")
         if not isinstance(artifact, dict) or artifact.get("format") != FORMAT:
             got = artifact.get("format") if isinstance(artifact, dict) else None
             raise ConfigurationError(f"format {got!r}, this builder reads {FORMAT}")
