@@ -210,3 +210,20 @@ def test_a_lock_whose_schema_is_true_is_not_schema_1(tmp_path: Path) -> None:
     done = run_cli("lock", "--check", "--json", cwd=project, cache=tmp_path / "cache")
     assert done.returncode == 2, done.stdout + done.stderr
     assert "is not a schema-1 version lock" in json.loads(done.stdout)["error"]
+
+
+@pytest.mark.parametrize("case", ["nested", "fifo"])
+def test_a_smoke_report_nested_too_deep_or_a_pipe_is_one_error_before_any_build(
+        tmp_path: Path, case: str) -> None:
+    report = tmp_path / "r.json"
+    if case == "nested":
+        report.write_text("[" * 100_000)
+    else:
+        os.mkfifo(report)
+    done = _run("publish-wheels", "--repository-url", "http://127.0.0.1:9/", "--gate",
+                "smoke", "--smoke-report", str(report), "--json", cwd=REPO,
+                cache=tmp_path / "cache")
+    assert done.returncode == 2, done.stdout + done.stderr
+    error = json.loads(done.stdout)["error"]
+    assert str(report) in error and ("nests too deeply" in error or "named pipe" in error)
+    assert "Traceback" not in done.stderr and not (tmp_path / "cache").exists()

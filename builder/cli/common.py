@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,6 +11,7 @@ from builder.core.basepins import PINS_FILE
 from builder.core.cache import default_cache_root
 from builder.core.config import SOURCE_KINDS, git_url
 from builder.core.errors import BuilderError, ConfigurationError
+from builder.core.userfiles import read_json_input
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -307,13 +307,11 @@ def image_id_from(path: Path) -> str:
     Raises:
         BuilderError: the file is missing, not JSON, or has no image ID.
     """
+    hint = "write it with `python -m builder image --json > FILE`"
+    data = read_json_input(path, "the image's JSON", hint)
     try:
-        data = json.loads(path.read_text())
         image_id = data["image_id"] if "image_id" in data else data["image"]["image_id"]
-    except OSError as error:
-        raise ConfigurationError(f"cannot read {path}: {error.strerror}",
-                                 "write it with `python -m builder image --json > FILE`") from None
-    except (ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         raise ConfigurationError(f"{path} holds no image ID", "write it with "
                                  "`python -m builder image --json > FILE`") from None
     return str(image_id)

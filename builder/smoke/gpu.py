@@ -1076,11 +1076,8 @@ def load_report(path: Path) -> SmokeReport:
         BuilderError: unreadable, or not a well-formed smoke report (the error names
             ``path``).
     """
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigurationError(f"cannot read the smoke report {path}: {exc}",
-                                 "run python -m builder smoke --output FILE first") from None
+    data = read_json_input(path, "the smoke report",
+                           "run python -m builder smoke --output FILE first")
     try:
         return SmokeReport.from_json(data)
     except ConfigurationError as exc:
