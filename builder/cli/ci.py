@@ -14,9 +14,9 @@ from builder.cli.common import (
     index_url_arg,
     matrix_table,
     options,
+    path_arg,
     positive,
 )
-from builder.cli.patching import path_arg
 from builder.core.errors import ConfigurationError, PatchError
 
 if TYPE_CHECKING:

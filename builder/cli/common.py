@@ -166,16 +166,29 @@ def docker_host_arg(text: str) -> str:
     return _checked(lambda address: check_docker_host(address, ""), text)
 
 
+def _not_blank(text: str, remedy: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"is empty; {remedy}")
+    return text
+
+
 def nonempty(text: str) -> str:
     """argparse type of a name that has no default once given (``--target NAME``).
 
     Raises:
         argparse.ArgumentTypeError: an empty or blank name (it used to mean the default).
     """
-    if not text.strip():
-        raise argparse.ArgumentTypeError("is empty; give a name, or leave the option out "
-                                         "for the default")
-    return text
+    return _not_blank(text, "give a name, or leave the option out for the default")
+
+
+def path_arg(text: str) -> Path:
+    """argparse type of a path the user names (``--output-dir``, ``--series``, ...).
+
+    Raises:
+        argparse.ArgumentTypeError: an empty path (``Path("")`` is ``.``: it would
+            silently mean the current folder).
+    """
+    return Path(_not_blank(text, "give a path, or leave the option out"))
 
 
 def positive(text: str) -> int:
@@ -312,8 +325,7 @@ def image_id_from(path: Path) -> str:
     try:
         image_id = data["image_id"] if "image_id" in data else data["image"]["image_id"]
     except (KeyError, TypeError):
-        raise ConfigurationError(f"{path} holds no image ID", "write it with "
-                                 "`python -m builder image --json > FILE`") from None
+        raise ConfigurationError(f"{path} holds no image ID", hint) from None
     return str(image_id)
 
 

@@ -13,6 +13,7 @@ from builder.cli.common import (
     index_url_arg,
     matrix_table,
     options,
+    path_arg,
     series_args,
     source_args,
 )
@@ -24,18 +25,6 @@ if TYPE_CHECKING:
     from builder.core.progress import Reporter
     from builder.patching.apply import PatchReport
     from builder.patching.hunks import HunkResult
-
-
-def path_arg(text: str) -> Path:
-    """argparse type of a path the user names (``--output-dir``, ``--series``, ...).
-
-    Raises:
-        argparse.ArgumentTypeError: an empty path (``Path("")`` is ``.``: it would
-            silently mean the current folder).
-    """
-    if not text.strip():
-        raise argparse.ArgumentTypeError("is empty; give a path, or leave the option out")
-    return Path(text)
 
 
 def add_commands(commands: Any) -> None:

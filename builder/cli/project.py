@@ -7,8 +7,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from builder.cli.common import common
-from builder.cli.patching import path_arg
+from builder.cli.common import common, path_arg
 from builder.core.cache import default_cache_root
 from builder.core.errors import BuildError, ConfigurationError
 

@@ -219,7 +219,6 @@ def add_to_series(series_file: Path, patch: Path, *, versions: str, description:
     check_patch_name(file_name, "--name" if name is not None else "the patch's file name")
     _check_text(description, "--description", "give one line of text")
     _check_text(versions, "--versions", "e.g. --versions '>=0.5.9,<0.5.11'")
-    read_input(patch, "patch file", "name the patch file itself")
     series = load_series(series_file)
     specifier(versions, "--versions")
     stored = series_file.parent / file_name
@@ -230,6 +229,7 @@ def add_to_series(series_file: Path, patch: Path, *, versions: str, description:
     if not description.strip():
         raise ConfigurationError("a patch needs a description", "pass --description TEXT")
     original = series_file.read_bytes().decode("utf-8")  # no newline translation
+    # Reads the patch (read_input: a named pipe or a folder refused) before writing stored.
     found = canonical_patch(patch, strip, layout, stored)
     digest = sha256_file(stored)
     entry = ("\n[[patch]]\n"
