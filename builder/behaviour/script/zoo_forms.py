@@ -286,6 +286,30 @@ class Form:
         """
         return self.expected.get(release, self.expected.get("*"))
 
+    def in_release(self, release: str) -> bool:
+        """Whether ``release`` registers this form's architecture (``releases``, a PEP 440
+        specifier of ``>=``/``<``/``==`` clauses joined by commas; standard library only).
+
+        Args:
+            release: an SGLang version, e.g. ``"0.5.20"``.
+        Returns:
+            True when every clause holds.
+        """
+        return all(_holds(clause.strip(), release) for clause in self.releases.split(","))
+
+
+def _version_key(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".")[:3])
+
+
+def _holds(clause: str, release: str) -> bool:
+    for operator in (">=", "<=", "==", "<", ">"):
+        if clause.startswith(operator):
+            have, want = _version_key(release), _version_key(clause[len(operator):].strip())
+            return {">=": have >= want, "<=": have <= want, "==": have == want,
+                    "<": have < want, ">": have > want}[operator]
+    raise ValueError(f"unsupported release clause {clause!r}")
+
 
 def _with(base: dict[str, Any], quant: dict[str, Any] | None = None,
           **changes: Any) -> dict[str, Any]:
@@ -490,8 +514,18 @@ def _release_version() -> str:
 
 def _read(folder: Path) -> tuple[str | None, bool]:
     """The quantization and whether ``nvfp4_moe_meta`` is set, as this release's
-    ``ModelConfig`` (built through ``ServerArgs``) reads ``folder``."""
+    ``ModelConfig`` (built through ``ServerArgs``) reads ``folder``.
+
+    Raises:
+        LookupError: the release does not register the form's architecture
+            (``models/registry.py:ModelRegistry.get_supported_archs``).
+    """
     from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.models.registry import ModelRegistry
+
+    architecture = json.loads((folder / "config.json").read_text())["architectures"][0]
+    if architecture not in ModelRegistry.get_supported_archs():
+        raise LookupError(f"{architecture} is not registered")
     from sglang.srt.server_args import ServerArgs
 
     server = ServerArgs(model_path=str(folder), skip_tokenizer_init=True)
@@ -546,6 +580,17 @@ def check(root: Path, only: tuple[str, ...] = ()) -> int:
             continue
         if not form.buildable:
             print(f"SKIP {form.name}: {form.why}")
+            continue
+        if not form.in_release(base):
+            # The release must not read it either: a form outside its releases that loads
+            # means ``releases`` is wrong.
+            try:
+                _read(write(form, root))
+            except Exception as error:  # noqa: BLE001 - any refusal is the expected outcome
+                print(f"ok   {form.name}: not in {base} ({type(error).__name__})")
+            else:
+                print(f"BAD  {form.name}: {base} reads it but releases is {form.releases}")
+                bad += 1
             continue
         try:
             quantization, meta = _read(write(form, root))
