@@ -27,12 +27,20 @@ from packaging.utils import parse_wheel_filename
 from builder.behaviour.env import BehaviourEnv, behaviour_env
 from builder.behaviour.fit import FitReport, check_fits, fits_of, require_fit
 from builder.behaviour.preconditions import PreconditionResult, check_precondition
+from builder.behaviour.sm12x import OUTCOMES, judge
 from builder.core.cache import Cache, sha256_file, sha256_json
 from builder.core.config import Target, WheelPin
 from builder.core.errors import ConfigurationError, PatchError
 from builder.core.options import Options, select_target
 from builder.core.progress import Reporter
-from builder.patching.series import Behaviour, BehaviourCase, Precondition, Series, SeriesEntry
+from builder.patching.series import (
+    ZOO,
+    Behaviour,
+    BehaviourCase,
+    Precondition,
+    Series,
+    SeriesEntry,
+)
 
 SCRIPT = Path(__file__).parent / "script" / "behaviour_checks.py"
 _PREFIX = "BEHAVIOUR "
@@ -80,8 +88,10 @@ class BehaviourResult:
 
     @property
     def fails_upstream(self) -> bool:
-        """Some case fails on upstream's code (``unchanged`` behaviours: always True)."""
-        return not self.behaviour.expect or not all(c.upstream_holds for c in self.cases)
+        """Some case fails on upstream's code (``unchanged`` behaviours and invariants:
+        always True)."""
+        return not self.behaviour.expect or self.behaviour.invariant or \
+            not all(c.upstream_holds for c in self.cases)
 
     @property
     def proven(self) -> bool:
@@ -156,6 +166,9 @@ class BehaviourReport:
             miss = next((c for c in result.cases if not c.holds), None)
             if miss is not None:
                 line += f"; first miss: {miss.case.describe()} -> {_short(miss.patched)}"
+            if result.behaviour.check == "serve":
+                line += "; outcomes upstream " + _counts(result, "upstream") + \
+                    ", patched " + _counts(result, "patched")
             out.append(line)
         for pre in self.preconditions:
             state = "met" if pre.met else "UNANSWERED" if pre in self.unanswered else "unmet"
@@ -169,11 +182,23 @@ class BehaviourReport:
 
 
 def _short(observed: dict[str, Any]) -> str:
+    if "outcome" in observed:
+        return f"{observed['outcome']}: {observed.get('why', '')}"[:240]
     return str(observed.get("error") or {k: v for k, v in observed.items()
                                          if k not in ("stood_in_calls",)})[:200]
 
 
+def _counts(result: BehaviourResult, side: str) -> str:
+    found: dict[str, int] = {}
+    for case in result.cases:
+        outcome = str(getattr(case, side).get("outcome"))
+        found[outcome] = found.get(outcome, 0) + 1
+    return " ".join(f"{k} {found[k]}" for k in OUTCOMES if k in found) or "-"
+
+
 def _rule(behaviour: Behaviour, observed: dict[str, Any], upstream: dict[str, Any]) -> bool:
+    if behaviour.check == "serve":
+        return _serve_rule(behaviour, observed, upstream)
     if observed.get("stood_in_calls"):  # a decision that ran a stood-in kernel proves nothing
         return False
     if behaviour.unchanged:
@@ -187,6 +212,55 @@ def _rule(behaviour: Behaviour, observed: dict[str, Any], upstream: dict[str, An
     if "error" in observed:
         return False
     return all(observed.get(k) == v for k, v in expect.items())
+
+
+def _serve_rule(behaviour: Behaviour, observed: dict[str, Any],
+                upstream: dict[str, Any]) -> bool:
+    """A ``serve`` case: its judged outcome is the expected one (or one of a list);
+    ``refused_with`` must be in the refusal's message; ``unchanged`` compares outcomes."""
+    if behaviour.unchanged:
+        return all(observed.get(k) == upstream.get(k) for k in behaviour.unchanged)
+    expect = dict(behaviour.expect)
+    wanted = expect.get("outcome")
+    allowed = wanted if isinstance(wanted, list) else [wanted]
+    if observed.get("outcome") not in allowed:
+        return False
+    others = all(observed.get(k) == v for k, v in expect.items()
+                 if k not in ("outcome", "refused_with"))
+    return others and str(expect.get("refused_with", "")) in str(observed.get("why", ""))
+
+
+def zoo_forms() -> Any:
+    """The checkpoint zoo (``script/zoo_forms.py``, standard library only), loaded by path:
+    the script folder is not a package, the releases' processes import it by name."""
+    import importlib.util
+
+    name = "sm120_zoo_forms"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / "zoo_forms.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses resolve their module while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+def expand_zoo(behaviour: Behaviour, release: Any) -> Behaviour:
+    """``models = ["zoo"]`` -> one case per zoo form the release can load, per arguments."""
+    if not any(case.model == ZOO for case in behaviour.cases):
+        return behaviour
+    forms = [f.name for f in zoo_forms().FORMS
+             if f.buildable and f.in_release(str(release))]
+    cases: list[BehaviourCase] = []
+    for case in behaviour.cases:
+        for name in forms if case.model == ZOO else [case.model]:
+            expanded = BehaviourCase(name, case.args)
+            if expanded not in cases:
+                cases.append(expanded)
+    from dataclasses import replace
+
+    return replace(behaviour, cases=tuple(cases))
 
 
 def wheel_for_interpreter(target: Target) -> WheelPin:
@@ -212,11 +286,20 @@ def wheel_for_interpreter(target: Target) -> WheelPin:
     return ranked[0][2]
 
 
-def behaviours_of(series: Series, release: Any) -> list[tuple[SeriesEntry, Behaviour]]:
-    """The behaviours of the patches that apply to ``release``, in series order."""
-    return [(entry, b) for entry in series.entries if entry.applies_to(release)
-            for b in entry.behaviours
-            if b.versions is None or b.versions.contains(release, prereleases=True)]
+def behaviours_of(series: Series, release: Any) -> list[tuple[SeriesEntry | None, Behaviour]]:
+    """The behaviours of the patches that apply to ``release``, in series order, then the
+    series' invariants (entry ``None``); zoo cases expanded for the release."""
+    pairs: list[tuple[SeriesEntry | None, Behaviour]] = [
+        (entry, b) for entry in series.entries if entry.applies_to(release)
+        for b in entry.behaviours
+        if b.versions is None or b.versions.contains(release, prereleases=True)]
+    pairs += [(None, b) for b in series.invariants
+              if b.versions is None or b.versions.contains(release, prereleases=True)]
+    return [(entry, expand_zoo(b, release)) for entry, b in pairs]
+
+
+#: The name a series invariant reports under.
+INVARIANT = "series invariant"
 
 
 def _run_script(env: BehaviourEnv, cases: list[dict[str, Any]], capability: tuple[int, int],
@@ -275,7 +358,8 @@ def _observe(env: BehaviourEnv, cases: list[dict[str, Any]], capability: tuple[i
     return observed
 
 
-def check_behaviours(behaviours: Iterable[tuple[SeriesEntry, Behaviour]], env: BehaviourEnv,
+def check_behaviours(behaviours: Iterable[tuple[SeriesEntry | None, Behaviour]],
+                     env: BehaviourEnv,
                      patched: Path, *, models: Path, reporter: Reporter | None = None,
                      cache: Cache | None = None, patched_key: str = ""
                      ) -> list[BehaviourResult]:
@@ -309,9 +393,13 @@ def check_behaviours(behaviours: Iterable[tuple[SeriesEntry, Behaviour]], env: B
                                        ("patched", patched, patched_key)):
             reporter.info(f"behaviour checks: {len(cases)} case(s) on {variant} code, device "
                           f"sm_{capability[0]}{capability[1]}")
-            observed[variant].update(_observe(env, cases, capability, overlay,
-                                              code if code else "", models,
-                                              cache if code else None))
+            found = _observe(env, cases, capability, overlay, code if code else "",
+                             models, cache if code else None)
+            for case in cases:
+                if case["check"] == "serve":
+                    verdict = judge(found[case["id"]])
+                    found[case["id"]].update(outcome=verdict.outcome, why=verdict.why)
+            observed[variant].update(found)
     results = []
     for b_index, (entry, behaviour) in enumerate(pairs):
         cases_out = []
@@ -322,7 +410,8 @@ def check_behaviours(behaviours: Iterable[tuple[SeriesEntry, Behaviour]], env: B
                 cases_out.append(CaseResult(case, capability, up, new,
                                             _rule(behaviour, new, up),
                                             _rule(behaviour, up, up)))
-        results.append(BehaviourResult(entry.name, behaviour, tuple(cases_out)))
+        results.append(BehaviourResult(entry.name if entry else INVARIANT, behaviour,
+                                       tuple(cases_out)))
     return results
 
 

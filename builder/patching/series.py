@@ -41,7 +41,12 @@ class FuzzAllowance:
 
 
 #: The checks a behaviour may run (``builder/behaviour/script/behaviour_checks.py``).
-BEHAVIOUR_CHECKS = ("resolve", "dispatch")
+BEHAVIOUR_CHECKS = ("resolve", "dispatch", "serve")
+#: ``models = ["zoo"]``: every checkpoint form of ``builder/behaviour/script/zoo_forms.py``
+#: the release can load.
+ZOO = "zoo"
+#: What an invariant expects of every case on the patched code (``builder.behaviour.sm12x``).
+INVARIANT_OUTCOMES = ("serves", "refused")
 
 
 @dataclass(frozen=True)
@@ -62,8 +67,10 @@ class Behaviour:
 
     Attributes:
         name: one line saying the behaviour.
-        check: ``resolve`` (the values the serving process selects) or ``dispatch`` (the
-            expert ids that reach the MoE runner on rank 1 of TP 2 / EP 2).
+        check: ``resolve`` (the values the serving process selects), ``dispatch`` (the
+            expert ids that reach the MoE runner on rank 1 of TP 2 / EP 2) or ``serve``
+            (a zoo checkpoint's start-up and expert layer, judged by
+            ``builder.behaviour.sm12x.judge``; ``expect = { outcome = ... }``).
         cases: every configuration (the product of the declared models and arguments).
         capabilities: the compute capabilities the device reports, each case on each.
         expect: observation -> value every case must show on the patched code; some case
@@ -72,6 +79,8 @@ class Behaviour:
         unchanged: observations the patch must leave as upstream has them, in every case
             (for the GPUs and choices the patch must not touch).
         versions: the releases it is checked on (default: the patch's range).
+        invariant: a series invariant (``[[invariant]]``): it holds when every case does on
+            the patched code, whatever upstream's code does.
     """
 
     name: str
@@ -81,6 +90,7 @@ class Behaviour:
     expect: tuple[tuple[str, Any], ...] = ()
     unchanged: tuple[str, ...] = ()
     versions: SpecifierSet | None = None
+    invariant: bool = False
 
 
 #: The checks a precondition may run (``builder/behaviour/preconditions.py``).
@@ -302,10 +312,13 @@ class Series:
     Attributes:
         path: the series file (``None`` for an ad-hoc series built from ``--patch``).
         entries: the patches in application order.
+        invariants: what every case must show on the patched code, whichever patch makes
+            it so (``[[invariant]]``: the checkpoint zoo's serve check).
     """
 
     path: Path | None
     entries: tuple[SeriesEntry, ...] = field(default_factory=tuple)
+    invariants: tuple[Behaviour, ...] = ()
 
     @classmethod
     def single(cls, patch: Path, *, strip: int = 1, max_fuzz: int = 0) -> Series:
@@ -411,7 +424,8 @@ def load_series(path: Path) -> Series:
         BuilderError: the file is missing, not TOML, or an entry breaks the schema.
     """
     data = read_toml(path, "series file")
-    known_keys(data, {"patch", "behaviour", "precondition", "kernel_fit"}, str(path))
+    known_keys(data, {"patch", "behaviour", "precondition", "kernel_fit", "invariant"},
+               str(path))
     tables = table_array(data, "patch", str(path))
     entries = [_parse_entry(t, path.parent, f"{path} patch #{i}")
                for i, t in enumerate(tables, 1)]
@@ -436,7 +450,18 @@ def load_series(path: Path) -> Series:
         fit = _parse_kernel_fit({k: v for k, v in table.items() if k != "patches"}, where)
         for n in _named(entries, require(table, "patches", list, where), where):
             entries[n] = replace(entries[n], kernel_fits=(*entries[n].kernel_fits, fit))
-    return Series(path=path, entries=tuple(entries))
+    invariants = tuple(_parse_invariant(t, f"{path} invariant #{i}")
+                       for i, t in enumerate(table_array(data, "invariant", str(path)), 1))
+    return Series(path=path, entries=tuple(entries), invariants=invariants)
+
+
+def _parse_invariant(table: dict[str, Any], where: str) -> Behaviour:
+    """``[[invariant]]``: a ``serve`` check over the zoo whose every patched case must be
+    one of :data:`INVARIANT_OUTCOMES` (the table gives name, models, args, capability)."""
+    known_keys(table, {"name", "models", "args", "capability", "versions"}, where)
+    behaviour = _parse_behaviour({**table, "check": "serve",
+                                  "expect": {"outcome": list(INVARIANT_OUTCOMES)}}, where)
+    return replace(behaviour, invariant=True)
 
 
 def _named(entries: list[SeriesEntry], globs: list[Any], where: str) -> list[int]:
