@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -37,19 +38,19 @@ def test_the_zoo_has_twenty_forms_with_unique_names_covering_every_family() -> N
 
 
 @pytest.mark.parametrize("form", ZOO.FORMS, ids=lambda form: form.name)
-def test_every_buildable_form_is_cited_and_declares_what_it_reads(form: object) -> None:
-    if not form.buildable:  # type: ignore[attr-defined]
-        assert form.why  # type: ignore[attr-defined]
+def test_every_buildable_form_is_cited_and_declares_what_it_reads(form: Any) -> None:
+    if not form.buildable:
+        assert form.why
         return
-    assert form.source and form.stands_for and form.copied  # type: ignore[attr-defined]
-    assert form.config["architectures"] and form.config["model_type"]  # type: ignore[attr-defined]
+    assert form.source and form.stands_for and form.copied
+    assert form.config["architectures"] and form.config["model_type"]
     for release in ZOO.RELEASES:
         # Every release the form is in says what quantization it should read (None: bf16).
-        assert "*" in form.expected or release in form.expected  # type: ignore[attr-defined]
-    assert form.in_release("0.5.23")  # type: ignore[attr-defined]
+        assert "*" in form.expected or release in form.expected
+    assert form.in_release("0.5.23")
     clamp_fields = {"swiglu_limit", "swiglu_limits"}
-    text = form.config.get("text_config", form.config)  # type: ignore[attr-defined]
-    assert form.clamp == bool(clamp_fields & set(text))  # type: ignore[attr-defined]
+    text = form.config.get("text_config", form.config)
+    assert form.clamp == bool(clamp_fields & set(text))
 
 
 def test_releases_specifiers_select_the_releases_that_have_the_architecture() -> None:
