@@ -20,8 +20,6 @@ OUTCOMES = (SERVES, REFUSED, CRASHES, WRONG, UNJUDGED)
 OUTCOME_WORDS = {SERVES: "serves on SM12x kernels", REFUSED: "refused at start-up",
                  CRASHES: "crashes at the first layer", WRONG: "serves wrong numbers",
                  UNJUDGED: "not judged"}
-#: The outcomes a patched release may show: it serves right or says why it does not.
-ACCEPTED = (SERVES, REFUSED)
 
 
 @dataclass(frozen=True)
@@ -69,6 +67,13 @@ NO_SM12X_KERNELS: tuple[NoKernel, ...] = (
     NoKernel("fp4_gemm", "flashinfer_trtllm", "FlashInfer jit/gemm/core.py "
              "gen_trtllm_gen_gemm_module (0.6.14): trtllm-gen cubins for the SM100 family"),
 )
+#: MoE methods whose kernels' SM12x support could not be read here: a case that runs one
+#: is not judged (method class -> why).
+UNVERIFIED_METHODS = {
+    "W4AFp8MoEMethod": "its MoE runs sgl-kernel's cutlass_w4a8_moe_mm (SGLang "
+                       "layers/moe/cutlass_w4a8_moe.py, 0.5.16-0.5.23); whether the pinned "
+                       "sglang-kernel wheel carries it for sm_120 was not read here",
+}
 #: MoE runners that take global expert ids (their quant info carries ep_size/ep_rank), so
 #: the dispatcher must not remap ids to local ones.
 GLOBAL_ID_RUNNERS = ("flashinfer_cutlass", "flashinfer_trtllm", "flashinfer_trtllm_routed",
@@ -125,6 +130,9 @@ def judge(observed: dict[str, Any]) -> Verdict:
         if entry is not None:
             return Verdict(CRASHES, f"fp4_gemm_backend {observed.get('fp4_gemm_backend')}: "
                                     f"no SM12x kernel ({entry.source})")
+    method = observed.get("moe_method")
+    if method in UNVERIFIED_METHODS:
+        return Verdict(UNJUDGED, f"{method}: {UNVERIFIED_METHODS[method]}")
     if "layer_error" in observed:
         return Verdict(CRASHES, f"the expert layer fails to build: {observed['layer_error']}")
     payload = observed.get("payload") or {}

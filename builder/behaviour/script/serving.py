@@ -176,6 +176,9 @@ def moe_layer(server: Any, config: dict[str, Any], prefix: str, tp: int, ep: int
     from sglang.srt.layers.moe.fused_moe_triton import FusedMoE
 
     shape = _shape(config)
+    # 256 columns per MoE-TP partition: the widths every kernel's alignment accepts (FP8
+    # block 128, NVFP4 padding); the checkpoint's own width is a tiny model's, not a rule
+    shape["intermediate_size"] = 256 * max(tp // ep, 1)
     layer_id = int(prefix.split(".layers.")[1].split(".")[0]) if ".layers." in prefix else 1
     quant = _quant_config(server)
     out: dict[str, Any] = {"quant_config": type(quant).__name__ if quant else None,
@@ -192,6 +195,10 @@ def moe_layer(server: Any, config: dict[str, Any], prefix: str, tp: int, ep: int
         backend = getattr(runner, "runner_backend", None)
         if backend is None:
             backend = getattr(method, "_moe_runner_backend", None)
+        if backend is None:  # methods that read the global value when they run
+            from sglang.srt.layers.moe import get_moe_runner_backend
+
+            backend = get_moe_runner_backend()
         dispatcher = layer.dispatcher
         out.update({
             "moe_method": type(method).__name__,
