@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,11 +20,14 @@ from conftest import REPO, UpstreamRelease, run_cli
 
 from builder.behaviour.preconditions import PreconditionResult, check_precondition
 from builder.behaviour.run import (
+    INVARIANT,
     BehaviourReport,
     BehaviourResult,
     CaseResult,
     behaviours_of,
     check_behaviours,
+    checkpoint_cells,
+    expand_zoo,
     wheel_for_interpreter,
 )
 from builder.core.config import load_targets
@@ -215,6 +219,28 @@ def test_every_sm12x_behaviour_fails_upstream_and_holds_patched(
     (pre,) = [p for p in report["preconditions"] if p["distribution"] == "sgl-deep-gemm"]
     assert pre["met"] is DEEP_GEMM_SM120[target]
     assert "DSA on SM12x" in names
+    # the checkpoint zoo: every invariant holds on the patched code (no crash, no wrong
+    # numbers), upstream's code fails some case, and the docs' table is this run's
+    invariants = [r for r in report["results"] if r["patch"] == INVARIANT]
+    assert len(invariants) == len(load_series(SERIES).invariants)
+    forms = {c["case"].split(" ", 1)[0] for r in invariants for c in r["cases"]}
+    assert len(forms) >= 20
+    outcomes = {c["upstream"]["outcome"] for r in invariants for c in r["cases"]}
+    assert outcomes & {"crashes", "wrong-numbers"}
+    assert all(r["holds"] for r in invariants)
+    assert _docs_cells(target) == checkpoint_cells(report)
+
+
+def _docs_cells(target: str) -> dict[str, tuple[str, str]]:
+    """The zoo table of docs/upstream.md, the two columns of ``target``."""
+    text = (REPO / "docs" / "upstream.md").read_text()
+    table = text.split("<!-- zoo-table:start -->")[1].split("<!-- zoo-table:end -->")[0]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in table.strip().splitlines() if line.startswith("|")]
+    head, body = rows[0], rows[2:]
+    up, new = head.index(f"{target} upstream"), head.index(f"{target} patched")
+    return {row[0].split("`")[1]: (row[up], row[new]) for row in body
+            if row[up] != "not loaded"}
 
 
 @pytest.mark.slow
@@ -228,6 +254,11 @@ def test_without_the_patches_the_behaviours_are_not_proven(upstream_0_5_16: Upst
              if b.expect and b.check == "resolve" and b.capabilities == ((12, 0),)][:2]
     tree = tmp_path / "tree"
     shutil.copytree(source.tree, tree, ignore=shutil.ignore_patterns("__pycache__"))
+    # and the zoo invariant on the forms issue 34 names, each failing on upstream's code
+    series = load_series(SERIES)
+    zoo = expand_zoo(series.invariants[0], target.upstream_version)
+    named = ("qwen3.6-35b-a3b-nvfp4-mixed", "gpt-oss-120b-nvfp4", "deepseek-v4-flash-nvfp4")
+    pairs.append((None, replace(zoo, cases=tuple(c for c in zoo.cases if c.model in named))))
     results = check_behaviours(pairs, env, tree, models=tmp_path / "models")
     assert results and not any(r.proven for r in results)
     assert not any(r.holds for r in results)
