@@ -28,7 +28,7 @@ EVERY_STAGE = ("import builder.cli.main, builder.source.fetch, builder.patching.
                "builder.patching.matrix, builder.patching.refresh, builder.wheel.build, "
                "builder.kernels.run, builder.kernels.preflight, builder.image.run, "
                "builder.smoke.gpu, builder.smoke.static, builder.release.run, "
-               "builder.ci.plan, builder.ci.upstream")
+               "builder.targets.plan, builder.targets.upstream")
 
 
 def median_seconds(argv: list[str], runs: int) -> float:

@@ -19,7 +19,7 @@ from conftest import (
 )
 from packaging.version import Version
 
-from builder.ci.upstream import Skipped, newer_releases
+from builder.targets.upstream import Skipped, newer_releases
 from builder.source.fetch import IndexRelease, list_releases
 
 SEED = "0001-enable-flashinfer-cutlass-autotune.patch"

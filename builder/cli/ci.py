@@ -99,7 +99,7 @@ def add_commands(commands: Any) -> None:
 def _cmd_plan(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     from rich.table import Table
 
-    from builder.ci.plan import run_plan
+    from builder.targets.plan import run_plan
 
     plan = run_plan(options(args, reporter), kernel_shards=args.kernel_shards)
     table = Table(title="CI plan")
@@ -117,7 +117,7 @@ def _cmd_upstream(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any
     from packaging.version import Version
     from rich.table import Table
 
-    from builder.ci.upstream import run_upstream
+    from builder.targets.upstream import run_upstream
 
     report = run_upstream(options(args, reporter), pre=args.pre)
     if args.format == "markdown":
@@ -171,7 +171,7 @@ def _check_body_file(path: Path) -> None:
 
 
 def _cmd_bump(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
-    from builder.ci.bump import run_bump
+    from builder.targets.add_target import run_add_target
 
     if args.latest:
         print("note: `--latest` is deprecated and goes in the next release; find the "
@@ -186,7 +186,7 @@ def _cmd_bump(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
                                  "write CUDA's major.minor")
     if args.body_file is not None:
         _check_body_file(args.body_file)  # before targets.toml changes
-    report = run_bump(options(args, reporter), args.version, latest=args.latest,
+    report = run_add_target(options(args, reporter), args.version, latest=args.latest,
                       pre=args.pre, local_label=args.local_label, cuda_lane=args.cuda_lane,
                       replace=args.replace, dry_run=args.dry_run)
     if args.body_file is not None and report.status in ("added", "replaced"):

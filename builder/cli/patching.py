@@ -296,9 +296,9 @@ def _validate_matrix(args: argparse.Namespace) -> None:
 
 
 def _cmd_matrix(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
-    from builder.patching.matrix import run_check
+    from builder.patching.matrix import run_matrix
 
-    matrix = run_check(options(args, reporter), versions=comma_list(args.versions),
+    matrix = run_matrix(options(args, reporter), versions=comma_list(args.versions),
                        commits=comma_list(args.commits))
     if args.format == "markdown":
         reporter.raw(matrix.to_markdown())

@@ -230,10 +230,10 @@ def _cmd_image(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
 
 def _publish_wheels(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     from builder.release.publish import Index
-    from builder.release.wheels import run_publish_wheels
+    from builder.release.wheels import run_release_wheels
 
     index = Index.from_urls(args.repository_url, args.publish_index_url)
-    summary = run_publish_wheels(options(args, reporter), index, gate=args.gate,
+    summary = run_release_wheels(options(args, reporter), index, gate=args.gate,
                                  smoke_report=args.smoke_report,
                                  kernel_wheels=tuple(args.kernel_wheel))
     reporter.raw("".join(line + "\n" for line in summary.lines()))

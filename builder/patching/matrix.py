@@ -168,7 +168,7 @@ def check_matrix(series: Series, columns: list[Column]) -> Matrix:
     return Matrix(names, tuple(columns), tuple(rows), reports)
 
 
-def run_check(options: Options, *, versions: list[str] | None = None,
+def run_matrix(options: Options, *, versions: list[str] | None = None,
               commits: list[str] | None = None) -> Matrix:
     """The compatibility matrix of the series (``--series`` or the default target's).
 

@@ -115,7 +115,7 @@ def kernel_wheels_for(paths: tuple[Path, ...], target: Target,
     return wheels
 
 
-def run_publish_wheels(options: Options, index: Index, *, gate: WheelGate = "smoke",
+def run_release_wheels(options: Options, index: Index, *, gate: WheelGate = "smoke",
                        smoke_report: Path | None = None,
                        kernel_wheels: tuple[Path, ...] = ()) -> ReleaseSummary:
     """Build the target's wheel(s), gate them and publish them to ``index``.

@@ -33,7 +33,7 @@ from packaging.version import Version
 
 from builder.core.config import load_targets
 from builder.core.options import Options
-from builder.patching.matrix import Cell, Matrix, run_check
+from builder.patching.matrix import Cell, Matrix, run_matrix
 from builder.source.fetch import (
     IndexRelease,
     list_releases,
@@ -232,8 +232,8 @@ def run_upstream(options: Options, *, pre: bool = False) -> UpstreamReport:
 
     Lists the default target's project on ``options.index_url``, keeps the releases
     newer than every target's upstream version (no yanked ones; pre-releases only with
-    ``pre``), runs :func:`run_check` on them and sorts the cells
-    (:func:`builder.ci.upstream.assess`).
+    ``pre``), runs :func:`run_matrix` on them and sorts the cells
+    (:func:`builder.targets.upstream.assess`).
 
     Raises:
         BuilderError: the targets or series file is invalid, the index is unreachable,
@@ -246,7 +246,7 @@ def run_upstream(options: Options, *, pre: bool = False) -> UpstreamReport:
     options.reporter.info(f"Listing {project} on {index}")
     versions, skipped = newer_releases(list_releases(project, index.url), newest,
                                        pre=pre)
-    matrix = run_check(options, versions=[str(v) for v in versions]) if versions else None
+    matrix = run_matrix(options, versions=[str(v) for v in versions]) if versions else None
     findings, unpatched = assess(matrix) if matrix else ((), ())
     return UpstreamReport(project=project, index_url=index.url, index_origin=index.origin,
                           newest_target=str(newest),

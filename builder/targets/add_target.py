@@ -13,7 +13,7 @@ writes one ``[[target]]`` into ``targets.toml``:
 * the local label (``--local-label``, default ``sm120.1``).
 
 It then runs the compatibility matrix on the release and sorts every patch into
-applies / needs a refresh / obsolete (:func:`builder.ci.upstream.assess`). An existing
+applies / needs a refresh / obsolete (:func:`builder.targets.upstream.assess`). An existing
 target for the same name or version is never overwritten unless ``--replace`` says so.
 The file is edited with tomlkit (comments, order and formatting of everything else are
 kept), validated by the targets-file parser, and replaced atomically.
@@ -29,14 +29,14 @@ import tomlkit
 from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from builder.ci.gaps import (
+from builder.targets.gaps import (
     Gap,
     check_stub_paths,
     target_gaps,
     write_base_entry,
     write_profile_stub,
 )
-from builder.ci.upstream import Finding, assess, newer_releases
+from builder.targets.upstream import Finding, assess
 from builder.core.basepins import PINS_FILE
 from builder.core.config import SdistPin, WheelPin, load_targets
 from builder.core.errors import BuilderError, ConfigurationError, SourceError
@@ -45,7 +45,7 @@ from builder.core.pipconfig import resolve_index
 from builder.core.userfiles import rewrite_user_file, temporary_beside, with_line_endings_of
 from builder.image.profile import PROFILES_DIR
 from builder.kernels.pins import exact_torch, read_pins, sm120_arch, torch_cuda_lane
-from builder.patching.matrix import Matrix, run_check
+from builder.patching.matrix import Matrix, run_matrix
 from builder.patching.series import load_series
 from builder.source.fetch import (
     fetch_pin,
@@ -106,7 +106,7 @@ class BumpReport:
         matrix: the compatibility matrix on the release (``None`` when up to date).
         findings: patches that need a refresh, apply only with fuzz, or became obsolete.
         unpatched: ``True`` when no patch changes the release: its wheel is upstream's own.
-        gaps: what the new target still lacks (:mod:`builder.ci.gaps`).
+        gaps: what the new target still lacks (:mod:`builder.targets.gaps`).
         written: the stub files written besides targets.toml (pins file, profile).
     """
 
@@ -175,15 +175,6 @@ class BumpReport:
 def _index_url(options: Options) -> str:
     """The index a bump reads: ``--index-url``, else pip's configured one, else PyPI."""
     return resolve_index(options.index_url).url
-
-
-def _latest(project: str, index_url: str, pre: bool) -> Version:
-    releases = [r for r in list_releases(project, index_url) if not r.yanked
-                and (pre or not r.version.is_prerelease)]
-    if not releases:
-        raise SourceError(f"{index_url} lists no release of {project}",
-                          "check --index-url")
-    return max(r.version for r in releases)
 
 
 def _sources(project: str, version: Version, index_url: str
@@ -350,17 +341,14 @@ def _same_version(text: object, version: str) -> bool:
         return False
 
 
-def run_bump(options: Options, version: str | None, *, latest: bool = False,
-             pre: bool = False, local_label: str = DEFAULT_LABEL,
-             cuda_lane: str | None = None, replace: bool = False,
-             dry_run: bool = False) -> BumpReport:
-    """Pin ``version`` (or, with ``latest``, the newest release) as a new target.
+def run_add_target(options: Options, version: str, *, local_label: str = DEFAULT_LABEL,
+                   cuda_lane: str | None = None, replace: bool = False,
+                   dry_run: bool = False) -> BumpReport:
+    """Pin ``version`` as a new target.
 
     Args:
         options: the run's options (targets file, cache, index URL, reporter).
-        version: the release to pin (``None`` with ``latest``).
-        latest: pin the newest release on the index, if no target has it yet.
-        pre: with ``latest``, also consider pre-releases.
+        version: the release to pin (``upstream`` finds the newer ones).
         local_label: our PEP 440 local label.
         cuda_lane: the CUDA lane, instead of reading it from torch's wheel.
         replace: overwrite an existing target for the same name or version.
@@ -375,20 +363,12 @@ def run_bump(options: Options, version: str | None, *, latest: bool = False,
     """
     targets = load_targets(options.targets_file)
     project = targets.get(None).sdist_project
-    if latest:
-        newest_target = max(t.upstream_version for t in targets.targets.values())
-        wanted = _latest(project, _index_url(options), pre)
-        if not newer_releases([r for r in list_releases(project, _index_url(options))
-                               if r.version == wanted], newest_target, pre=True)[0]:
-            return BumpReport("up-to-date", options.targets_file, str(newest_target), None,
-                              None, (), False)
-    else:
-        try:
-            wanted = Version(version or "")
-        except InvalidVersion:
-            raise ConfigurationError(f"{version!r} is not a PEP 440 version",
-                                     "write it like 0.5.23 (`python -m builder upstream` lists "
-                                     "the newer releases)") from None
+    try:
+        wanted = Version(version)
+    except InvalidVersion:
+        raise ConfigurationError(f"{version!r} is not a PEP 440 version",
+                                 "write it like 0.5.23 (`python -m builder upstream` lists "
+                                 "the newer releases)") from None
     if not replace and any(t.upstream_version == wanted or t.name == f"{project}-{wanted}"
                            for t in targets.targets.values()):
         raise ConfigurationError(f"{options.targets_file} already has a target for {wanted}",
@@ -397,7 +377,7 @@ def run_bump(options: Options, version: str | None, *, latest: bool = False,
     check_stub_paths(root)
     options.reporter.info(f"Pinning {project} {wanted} from {_index_url(options)}")
     target = plan_target(options, wanted, local_label=local_label, cuda_lane=cuda_lane)
-    matrix = run_check(options, versions=[str(wanted)])
+    matrix = run_matrix(options, versions=[str(wanted)])
     findings, unpatched = assess(matrix)
     status: Status = "dry-run"
     written: list[str] = []
