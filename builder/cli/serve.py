@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from builder.cli.common import common, index_url_arg, options
+from builder.cli.common import add_command, index_url_arg, options, target_arg
 from builder.core.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -32,13 +32,13 @@ installs the release on a CPU torch, minutes; later runs find it in the cache).
 
 def add_commands(commands: Any) -> None:
     """Add ``serve-command``."""
-    parser = commands.add_parser(
-        "serve-command", help="print the SGLang server command for a GPU and TP size",
+    parser = add_command(
+        commands, "serve-command", help="print the SGLang server command for a GPU and TP size",
         description="Print the exact `python -m sglang.launch_server` command (with "
                     "FLASHINFER_DISABLE_JIT=1 for the kernel wheels) that the target's "
                     "SM120 launch profile gives for one GPU and tensor-parallel size.",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    common(parser)
+    target_arg(parser)
     parser.add_argument("--gpu", required=True, metavar="NAME",
                         help="the profile's GPU entry: rtx-pro-6000 or rtx-5090")
     parser.add_argument("--tp", type=int, required=True, metavar="N",
@@ -52,7 +52,7 @@ def add_commands(commands: Any) -> None:
                         help="use this launch profile instead of the target's")
     parser.add_argument("--check", action="store_true",
                         help="parse the command with the pinned release's own parser")
-    index_url_arg(parser, "index to find the pinned release on (--check)")
+    index_url_arg(parser)
     parser.add_argument("extra", nargs="*", metavar="-- ARG",
                         help="more server arguments, after --")
     parser.set_defaults(handler=_cmd_serve_command)

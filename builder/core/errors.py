@@ -191,8 +191,8 @@ def exit_status_text() -> str:
 
     lines = ["exit status:"]
     for status, meaning in EXIT_STATUSES:
-        lines += textwrap.wrap(meaning.replace("`", ""), 88, initial_indent=f"  {status:8}",
-                               subsequent_indent=" " * 10)
+        lines += textwrap.wrap(meaning.replace("`", ""), 88, initial_indent=f"  {status:9}",
+                               subsequent_indent=" " * 11)
     return "\n".join(lines) + "\n"
 
 

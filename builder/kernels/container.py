@@ -238,7 +238,7 @@ def build_kernels_in_container(request: KernelRequest, options: KernelOptions, *
     def inside(path: Path) -> str:
         return "/cache/" + path.resolve().relative_to(root).as_posix()
 
-    command = ["/opt/builder/bin/python", "-m", "builder", "kernels",
+    command = ["/opt/builder/bin/python", "-m", "builder", "kernels", "build",
                "--request", inside(request_file), "--cache-dir", "/cache", "--dist", "/dist",
                "--environment", "managed", "--wheelhouse", inside(env_house),
                "--build-torch", torch, "--jobs", str(options.jobs or

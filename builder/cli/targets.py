@@ -1,21 +1,22 @@
-"""The series-and-targets commands the CI workflows call: ``plan`` (the build matrix),
-``upstream`` (report newer releases; writes nothing) and ``add-target`` (pin one release)."""
+"""The series and targets group: ``upstream`` (report newer releases; writes nothing),
+``add-target`` (pin one release), ``next-label``, ``lock`` (versions.lock) and ``plan`` (the
+CI build matrix)."""
 
 from __future__ import annotations
 
 import argparse
 import re
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from builder.cli.common import (
-    common,
+    add_command,
     index_url_arg,
     matrix_table,
     options,
     path_arg,
     positive,
+    target_arg,
 )
 from builder.core.errors import ConfigurationError, PatchError
 
@@ -24,30 +25,28 @@ if TYPE_CHECKING:
 
 
 def add_commands(commands: Any) -> None:
-    """Add ``plan``, ``upstream`` and ``add-target``."""
-    plan = commands.add_parser(
-        "plan", help="the CI build matrix: one entry per target of the targets file",
+    """Add ``upstream``, ``add-target``, ``next-label``, ``lock`` and ``plan``."""
+    plan = add_command(
+        commands, "plan", help="the CI build matrix: one entry per target of the targets file",
         description="Print what a CI job needs per target (name, versions, CUDA lane, arch "
                     "list, source kind, Python tags of repacked wheels), read from the "
                     "targets file alone: no downloads. With --json, the object's 'targets' "
                     "list is a GitHub Actions matrix 'include' (ci/build.yml uses it); "
                     "'kernel_shards' is the same once per kernel shard job, with 'shard'.")
-    common(plan, target=False)
     plan.add_argument("--kernel-shards", type=positive, default=4, metavar="N",
                       help="kernel shard jobs per target (`kernels --shard I/N`; "
                            "default: %(default)s)")
     plan.set_defaults(handler=_cmd_plan)
 
-    upstream = commands.add_parser(
-        "upstream", help="report releases newer than every target, checked against the series",
+    upstream = add_command(
+        commands, "upstream", help="report releases newer than every target, checked against the series",
         description="List the project's releases on the simple index (PEP 691 JSON or PEP "
                     "503 HTML), keep those newer than the newest target (never yanked ones; "
                     "pre-releases with --pre), run the compatibility matrix on them and say "
                     "which patches need a refresh and which became obsolete. Writes nothing "
                     "(pin a release with `add-target VERSION`). Exits 5 (a patch error) "
                     "when the series would break on a newer release.")
-    common(upstream, target=False)
-    index_url_arg(upstream, "simple index to list and fetch releases from")
+    index_url_arg(upstream)
     upstream.add_argument("--pre", action="store_true",
                           help="also check pre-releases and development releases")
     upstream.add_argument("--series", type=path_arg, metavar="FILE",
@@ -56,8 +55,8 @@ def add_commands(commands: Any) -> None:
                           help="human output: tables, or Markdown for a CI job summary")
     upstream.set_defaults(handler=_cmd_upstream)
 
-    bump = commands.add_parser(
-        "add-target", help="pin one upstream release as a new target in targets.toml",
+    bump = add_command(
+        commands, "add-target", help="pin one upstream release as a new target in targets.toml",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Add a [[target]] for an SGLang release, from the package index: its "
                     "sdist, else its CPython manylinux x86_64 wheels, with sha256; the CUDA "
@@ -73,13 +72,9 @@ def add_commands(commands: Any) -> None:
                "  python -m builder add-target 0.5.23 --replace --local-label sm120.2\n"
                "which release is new: `python -m builder upstream` (CI: nox -s bump runs "
                "both)")
-    common(bump, target=False)
-    bump.add_argument("version", nargs="?", metavar="VERSION",
+    bump.add_argument("version", metavar="VERSION",
                       help="the upstream release (PEP 440), e.g. 0.5.23")
-    # Deprecated (the old `bump --latest`): `upstream` finds the newest release.
-    bump.add_argument("--latest", action="store_true", help=argparse.SUPPRESS)
-    bump.add_argument("--pre", action="store_true", help=argparse.SUPPRESS)
-    index_url_arg(bump, "simple index to read")
+    index_url_arg(bump)
     bump.add_argument("--local-label", default="sm120.1", metavar="LABEL",
                       help="our PEP 440 local label (default: %(default)s)")
     bump.add_argument("--cuda-lane", metavar="X.Y",
@@ -93,7 +88,8 @@ def add_commands(commands: Any) -> None:
     bump.add_argument("--body-file", type=path_arg, metavar="FILE",
                       help="also write the Markdown pull request body to FILE when a target "
                            "was written (ci/upstream.yml)")
-    bump.set_defaults(handler=_cmd_bump)
+    bump.set_defaults(handler=_cmd_add_target)
+    _add_lock_commands(commands)
 
 
 def _cmd_plan(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
@@ -170,25 +166,17 @@ def _check_body_file(path: Path) -> None:
                                  "exists")
 
 
-def _cmd_bump(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+def _cmd_add_target(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     from builder.targets.add_target import run_add_target
 
-    if args.latest:
-        print("note: `--latest` is deprecated and goes in the next release; find the "
-              "release with `upstream`, then `add-target VERSION`", file=sys.stderr)
-    if bool(args.version) == bool(args.latest):
-        raise ConfigurationError("give a VERSION" if not args.version else
-                                 "give a VERSION or the deprecated --latest, not both",
-                                 "python -m builder add-target 0.5.23 (`python -m builder "
-                                 "upstream` lists the newer releases)")
     if args.cuda_lane is not None and not re.fullmatch(r"\d+\.\d+", args.cuda_lane):
         raise ConfigurationError(f"--cuda-lane {args.cuda_lane!r} is not like 13.0",
                                  "write CUDA's major.minor")
     if args.body_file is not None:
         _check_body_file(args.body_file)  # before targets.toml changes
-    report = run_add_target(options(args, reporter), args.version, latest=args.latest,
-                      pre=args.pre, local_label=args.local_label, cuda_lane=args.cuda_lane,
-                      replace=args.replace, dry_run=args.dry_run)
+    report = run_add_target(options(args, reporter), args.version,
+                            local_label=args.local_label, cuda_lane=args.cuda_lane,
+                            replace=args.replace, dry_run=args.dry_run)
     if args.body_file is not None and report.status in ("added", "replaced"):
         from builder.core.cache import atomic_write_bytes
 
@@ -215,3 +203,71 @@ def _cmd_bump(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
             for gap in report.gaps:
                 reporter.result(f"  {gap.line()}")
     return report.to_json()
+
+
+_LOCK_EPILOG = """\
+The lock (versions.lock beside targets.toml; keep it in git) records, per target and
+version, the sha256 of what decides the wheel's content: the upstream pins, the patches
+that apply (sha256, strip, fuzz, intent checks, description, commit message), the build pins and
+the builder's output format. `wheel`, `kernels` and `image` refuse a version recorded
+with other content and record new ones themselves.
+
+examples:
+  python -m builder lock                       # record every target's new versions
+  python -m builder lock --verify              # CI: exit 2 if a version is new or differs
+  python -m builder lock --verify --target sglang-0.5.9  # one target's lock state
+  python -m builder next-label --target sglang-0.5.9     # sm120.1 -> sm120.2
+  python -m builder lock --target sglang-0.5.9 --replace  # only for a never-published label
+"""
+
+_LABEL_EPILOG = """\
+examples:
+  python -m builder next-label --target sglang-0.5.9     # sm120.1 -> sm120.2 in targets.toml
+  python -m builder lock --verify --target sglang-0.5.9  # then: is the new version recorded?
+"""
+
+def _add_lock_commands(commands: Any) -> None:
+    lock = add_command(
+        commands, "lock", help="record or verify each target's version -> content digest (versions.lock)",
+        description="One version, one content: compute each target's wheel content digest "
+                    "and record it in versions.lock, or check it.",
+        epilog=_LOCK_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    target_arg(lock)
+    lock.add_argument("--verify", action="store_true",
+                      help="write nothing; exit 2 when a version is not recorded or differs")
+    lock.add_argument("--replace", action="store_true",
+                      help="with --target: record the current digest over the old one (only "
+                           "for a version never published)")
+    lock.set_defaults(handler=_cmd_lock)
+
+    label = add_command(
+        commands, "next-label", help="raise a target's build number (sm120.1 -> sm120.2)",
+        description="Raise the build number of a target's local label in the targets file "
+                    "(only that line changes), for a version whose content changed. "
+                    "`lock --verify --target NAME` shows a target's lock state.",
+        epilog=_LABEL_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    target_arg(label)
+    label.set_defaults(handler=_cmd_next_label)
+
+
+def _cmd_lock(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.targets.lock import LockState, run_lock
+
+    def show(state: LockState) -> None:
+        from rich.table import Table
+
+        table = Table(title=str(state.path))
+        for column in ("target", "version", "state", "digest"):
+            table.add_column(column, overflow="fold")
+        for row in state.rows:
+            table.add_row(row["target"], row["version"], row["state"], row["digest"][:16])
+        reporter.result(table)
+
+    return run_lock(options(args, reporter), verify=args.verify, replace=args.replace,
+                    show=show).to_json()
+
+
+def _cmd_next_label(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.targets.next_label import run_next_label
+
+    return run_next_label(options(args, reporter))
