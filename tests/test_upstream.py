@@ -19,8 +19,8 @@ from conftest import (
 )
 from packaging.version import Version
 
-from builder.targets.upstream import Skipped, newer_releases
 from builder.source.fetch import IndexRelease, list_releases
+from builder.targets.upstream import Skipped, newer_releases
 
 SEED = "0001-enable-flashinfer-cutlass-autotune.patch"
 SEED_0511 = "0001-enable-flashinfer-cutlass-autotune-0.5.11.patch"

@@ -31,7 +31,8 @@ examples:
 def add_commands(commands: Any) -> None:
     """Add ``cache list|prune|clean``."""
     cache = add_command(
-        commands, "cache", reads=("json", "cache_dir"), help="list, prune or clean the build cache",
+        commands, "cache", reads=("json", "cache_dir"),
+        help="list, prune or clean the build cache",
         description="See and prune the cache (default: $SGLANG_SM120_CACHE, else "
                     f"{default_cache_root()}), as `pip cache` and `uv cache` do.",
         epilog=_CACHE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -54,7 +54,8 @@ def _platform(text: str) -> str:
 def add_commands(commands: Any) -> None:
     """Add ``pin-images`` and ``image``."""
     pin = add_command(
-        commands, "pin-images", reads=("json", "targets_file"), help="resolve the base images' tags to digests (images/pins.toml)",
+        commands, "pin-images", reads=("json", "targets_file"),
+        help="resolve the base images' tags to digests (images/pins.toml)",
         description="Resolve every base image in the pins file, upstream's runtime images "
                     "([[base]]) and the kernel build bases ([[kernel_base]]), from tag to "
                     "digest through the registry's API, pulling nothing; for a "
@@ -73,7 +74,8 @@ def add_commands(commands: Any) -> None:
     pin.set_defaults(handler=_cmd_pin_images)
 
     image = add_command(
-        commands, "image", help="build the runtime OCI image: upstream's image plus our wheel(s)",
+        commands, "image",
+        help="build the runtime OCI image: upstream's image plus our wheel(s)",
         description="Build the target's wheel, then the runtime image from images/Dockerfile "
                     "with the engine's BuildKit: FROM the upstream image of the target's "
                     "CUDA lane (by digest, images/pins.toml), plus one thin layer that "

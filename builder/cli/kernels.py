@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 def add_commands(commands: Any) -> None:
     """Add ``preflight`` and ``kernels``."""
     preflight = add_command(
-        commands, "preflight", help="check this machine's CUDA toolchain for a target's kernels",
+        commands, "preflight",
+        help="check this machine's CUDA toolchain for a target's kernels",
         description="Read the FlashInfer / kernel / torch pins from the target's upstream "
                     "source, derive the SM120 arch FlashInfer detects, and check a toolchain: "
                     "nvcc is the target's CUDA lane and really compiles for its archs, the "
@@ -68,7 +69,8 @@ examples:
   python -m builder kernels build --target sglang-0.5.23 --modules norm   # shim + sm120f provider
   python -m builder kernels container --target sglang-0.5.9 --cuda-lane 13.0
   python -m builder kernels build --environment current --arch-list 9.0a --modules norm,sampling
-  python -m builder kernels build --arch-list 9.0a --modules fused_moe_sm90,trtllm_utils --fast-build
+  python -m builder kernels build --arch-list 9.0a --modules fused_moe_sm90,trtllm_utils \\
+      --fast-build
   SCCACHE_REDIS_ENDPOINT=redis://cache:6379 python -m builder kernels build --sccache
   python -m builder kernels plan --target sglang-0.5.9 --output request.json
 

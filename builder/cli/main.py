@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
                                f", not {sorted(names)}")
     for path, leaf in walk_commands(parser):  # for its own usage line on an extra argument
         leaf.set_defaults(command_parser=leaf, command_path=path)
-        shared = [SHARED[dest][0] + (" " + action.metavar if action.metavar else "")
+        shared = [SHARED[dest][0] + (f" {action.metavar}" if action.metavar else "")
                   for action in parser._actions for dest in SHARED
                   if action.dest == dest and dest in leaf.get_default("shared")]
         leaf.epilog = (leaf.epilog or "") + ("\n" if leaf.epilog else "") + \

@@ -41,7 +41,8 @@ def add_commands(commands: Any) -> None:
     fetch.set_defaults(handler=_cmd_fetch)
 
     patch = add_command(
-        commands, "patch", help="apply the patch series and report every hunk",
+        commands, "patch",
+        help="apply the patch series and report every hunk",
         description="Apply a series (or one --patch) with fuzz checking. Without "
                     "--source-dir the result is a patched copy in the cache; with "
                     "--source-dir the folder itself is patched (all or nothing) unless "
@@ -59,7 +60,8 @@ def add_commands(commands: Any) -> None:
 
 def _add_matrix(commands: Any) -> None:
     check = add_command(
-        commands, "matrix", help="the series on several upstream releases (patch x release)",
+        commands, "matrix",
+        help="the series on several upstream releases (patch x release)",
         description="Apply the series (in memory) to every target, or to --versions "
                     "found on the index (sdist, else a released wheel read as source), or "
                     "to --commits of a git repository, and print patch x release. Exits 5 "
@@ -79,7 +81,8 @@ def _add_matrix(commands: Any) -> None:
 
 def _add_refresh(commands: Any) -> None:
     refresh = add_command(
-        commands, "refresh", help="regenerate the series' patches against a target's upstream",
+        commands, "refresh",
+        help="regenerate the series' patches against a target's upstream",
         description="Rewrite each patch so it applies to the target with zero fuzz and "
                     "exact line numbers, keeping its header; updates the sha256 pins in "
                     "the series file. Hunks that needed fuzz need --accept-fuzz and are "
@@ -114,7 +117,8 @@ examples:
 
 def _add_add_patch(commands: Any) -> None:
     add = add_command(
-        commands, "add-patch", help="store a patch (from a repository or an sdist tree) in the series",
+        commands, "add-patch",
+        help="store a patch (from a repository or an sdist tree) in the series",
         description="Copy a patch into the series folder in the repository layout, and "
                     "append its entry (file, sha256, description, strip, versions) to the "
                     "series file. Add intent checks to the entry afterwards.",

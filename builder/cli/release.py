@@ -73,7 +73,8 @@ tunes), 2 bad input (the key, capture's file that is not FlashInfer's for that k
 def add_commands(commands: Any) -> None:
     """Add ``smoke``, ``warm-cache capture|restore`` and ``release image|wheels``."""
     smoke = add_command(
-        commands, "smoke", reads=("json",), help="smoke-test the artifacts on a GPU runner (JSON report + summary)",
+        commands, "smoke", reads=("json",),
+        help="smoke-test the artifacts on a GPU runner (JSON report + summary)",
         description="Run the smoke checks in this Python environment (--mode host) or in a "
                     "built image with every GPU attached (--mode image). Runs with "
                     "FLASHINFER_DISABLE_JIT=1: a kernel missing from the kernel wheel fails, "
@@ -236,7 +237,8 @@ _RELEASE_DESCRIPTION = (
 
 def _add_release(commands: Any) -> None:
     release = add_command(
-        commands, "release", help="build, gate and publish: wheels and image, or wheels alone",
+        commands, "release",
+        help="build, gate and publish: wheels and image, or wheels alone",
         description=_RELEASE_DESCRIPTION, epilog=_PUBLISH_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     modes = release.add_subparsers(dest="release_mode", required=True, metavar="MODE")

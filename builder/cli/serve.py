@@ -33,7 +33,8 @@ installs the release on a CPU torch, minutes; later runs find it in the cache).
 def add_commands(commands: Any) -> None:
     """Add ``serve-command``."""
     parser = add_command(
-        commands, "serve-command", help="print the SGLang server command for a GPU and TP size",
+        commands, "serve-command",
+        help="print the SGLang server command for a GPU and TP size",
         description="Print the exact `python -m sglang.launch_server` command (with "
                     "FLASHINFER_DISABLE_JIT=1 for the kernel wheels) that the target's "
                     "SM120 launch profile gives for one GPU and tensor-parallel size.",

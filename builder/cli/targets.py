@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 def add_commands(commands: Any) -> None:
     """Add ``upstream``, ``add-target``, ``next-label``, ``lock`` and ``plan``."""
     plan = add_command(
-        commands, "plan", help="the CI build matrix: one entry per target of the targets file",
+        commands, "plan",
+        help="the CI build matrix: one entry per target of the targets file",
         description="Print what a CI job needs per target (name, versions, CUDA lane, arch "
                     "list, source kind, Python tags of repacked wheels), read from the "
                     "targets file alone: no downloads. With --json, the object's 'targets' "
@@ -39,7 +40,8 @@ def add_commands(commands: Any) -> None:
     plan.set_defaults(handler=_cmd_plan)
 
     upstream = add_command(
-        commands, "upstream", help="report releases newer than every target, checked against the series",
+        commands, "upstream",
+        help="report releases newer than every target, checked against the series",
         description="List the project's releases on the simple index (PEP 691 JSON or PEP "
                     "503 HTML), keep those newer than the newest target (never yanked ones; "
                     "pre-releases with --pre), run the compatibility matrix on them and say "
@@ -56,7 +58,8 @@ def add_commands(commands: Any) -> None:
     upstream.set_defaults(handler=_cmd_upstream)
 
     bump = add_command(
-        commands, "add-target", help="pin one upstream release as a new target in targets.toml",
+        commands, "add-target",
+        help="pin one upstream release as a new target in targets.toml",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Add a [[target]] for an SGLang release, from the package index: its "
                     "sdist, else its CPython manylinux x86_64 wheels, with sha256; the CUDA "
@@ -228,7 +231,8 @@ examples:
 
 def _add_lock_commands(commands: Any) -> None:
     lock = add_command(
-        commands, "lock", help="record or verify each target's version -> content digest (versions.lock)",
+        commands, "lock",
+        help="record or verify each target's version -> content digest (versions.lock)",
         description="One version, one content: compute each target's wheel content digest "
                     "and record it in versions.lock, or check it.",
         epilog=_LOCK_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -241,7 +245,8 @@ def _add_lock_commands(commands: Any) -> None:
     lock.set_defaults(handler=_cmd_lock)
 
     label = add_command(
-        commands, "next-label", help="raise a target's build number (sm120.1 -> sm120.2)",
+        commands, "next-label",
+        help="raise a target's build number (sm120.1 -> sm120.2)",
         description="Raise the build number of a target's local label in the targets file "
                     "(only that line changes), for a version whose content changed. "
                     "`lock --verify --target NAME` shows a target's lock state.",

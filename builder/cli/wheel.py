@@ -38,7 +38,8 @@ A rebuild with nothing changed comes from the cache in well under a second.
 def add_commands(commands: Any) -> None:
     """Add ``wheel`` and ``behaviour``."""
     wheel = add_command(
-        commands, "wheel", help="build the patched, versioned wheel into dist/",
+        commands, "wheel",
+        help="build the patched, versioned wheel into dist/",
         description="Fetch the target's pinned upstream (sdist, released wheel or git "
                     "commit, checked by sha256), apply its patch series with fuzz and intent "
                     "checks, and build the wheel (with `build`, in an isolated environment) "
@@ -97,7 +98,8 @@ exit 3 without nvcc.
 
 def _add_behaviour(commands: Any) -> None:
     parser = add_command(
-        commands, "behaviour", help="run each patch's behaviours on the release's own code (CPU)",
+        commands, "behaviour",
+        help="run each patch's behaviours on the release's own code (CPU)",
         description="Install the target's release with its pinned Python dependencies (a "
                     "CPU torch; compiled kernels stood in for), report the device as SM120, "
                     "and run every behaviour the series declares on upstream's code and on "

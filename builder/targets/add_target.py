@@ -29,14 +29,6 @@ import tomlkit
 from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from builder.targets.gaps import (
-    Gap,
-    check_stub_paths,
-    target_gaps,
-    write_base_entry,
-    write_profile_stub,
-)
-from builder.targets.upstream import Finding, assess
 from builder.core.basepins import PINS_FILE
 from builder.core.config import SdistPin, WheelPin, load_targets
 from builder.core.errors import BuilderError, ConfigurationError, SourceError
@@ -49,10 +41,17 @@ from builder.patching.matrix import Matrix, run_matrix
 from builder.patching.series import load_series
 from builder.source.fetch import (
     fetch_pin,
-    list_releases,
     release_files,
     remote_wheel_metadata,
 )
+from builder.targets.gaps import (
+    Gap,
+    check_stub_paths,
+    target_gaps,
+    write_base_entry,
+    write_profile_stub,
+)
+from builder.targets.upstream import Finding, assess
 
 DEFAULT_LABEL = "sm120.1"
 Status = Literal["added", "replaced", "up-to-date", "dry-run"]
