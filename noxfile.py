@@ -131,7 +131,7 @@ def pin_images_check(session: nox.Session) -> None:
     (through the registries' API, nothing pulled); fails when one moved or was never
     resolved (``nox -s pin-images-check``; fix with ``python -m builder pin-images``)."""
     session.install(".")
-    session.run("python", "-m", "builder", "pin-images", "--check", *session.posargs)
+    session.run("python", "-m", "builder", "pin-images", "--verify", *session.posargs)
 
 
 @nox.session
@@ -192,7 +192,7 @@ def kernels(session: nox.Session) -> None:
     in the CUDA build container (``nox -s kernels -- --target NAME --modules norm``; the
     default module set with no --modules; ``-- --mode host`` for this machine's toolkit)."""
     session.install(".")
-    session.run("python", "-m", "builder", "kernels", "--mode", "container", *session.posargs)
+    session.run("python", "-m", "builder", "kernels", "container", *session.posargs)
 
 
 # --- smoke (issue 6) -------------------------------------------------------------------

@@ -325,7 +325,7 @@ def release_refused_before_any_work(tmp_path: Path,
     """Run the image release with ``kernel_wheel`` against ports nothing listens on (engine,
     registry, index) and check that it stopped with a publishing fault (7) before any work:
     no cache and no ``dist/`` under ``tmp_path``. The caller checks the message."""
-    done = run_cli("release", "--gate", "static", "--cache-dir", str(tmp_path / "cache"),
+    done = run_cli("release", "image", "--gate", "static", "--cache-dir", str(tmp_path / "cache"),
                    "--registry", "127.0.0.1:9", "--repository-url", "http://127.0.0.1:9/",
                    "--kernel-wheel", str(kernel_wheel), "--dist", str(tmp_path / "dist"),
                    env={"DOCKER_HOST": "tcp://127.0.0.1:9"})

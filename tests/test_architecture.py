@@ -121,7 +121,7 @@ def test_a_planted_cycle_is_found(planted: Path) -> None:
 def test_the_layers_name_every_stage() -> None:
     folders = sorted(p.name for p in (ROOT / "builder").iterdir()
                      if (p / "__init__.py").is_file())
-    assert folders == sorted([*STAGES, "core", "ci", "cli"])
+    assert folders == sorted([*STAGES, "core", "targets", "cli"])
     layers = (ROOT / "pyproject.toml").read_text()
     for folder in folders:
         assert f'"builder.{folder}"' in layers

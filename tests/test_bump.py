@@ -188,19 +188,6 @@ def test_an_existing_target_is_never_overwritten_silently(index: str, project: P
             if str(t.upstream_version) == "0.5.16"] == ["sm120.2"]
 
 
-def test_latest_pins_the_newest_release_once(index: str, project: Path,
-                                             tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
-    code, report = _bump(project, cache, "--latest", "--index-url", index, "--dry-run")
-    assert code == 0 and report["status"] == "dry-run" and report["version"] == "0.5.16"
-    assert "sglang-0.5.16" not in (project / "targets.toml").read_text()  # dry run
-    assert _bump(project, cache, "--latest", "--index-url", index)[1]["status"] == "added"
-    written = (project / "targets.toml").read_bytes()
-    code, report = _bump(project, cache, "--latest", "--index-url", index)
-    assert code == 0 and report["status"] == "up-to-date" and report["target"] is None
-    assert (project / "targets.toml").read_bytes() == written
-
-
 def test_an_index_without_ranges_is_one_clear_error(index_root: Path, project: Path,
                                                     tmp_path: Path) -> None:
     server, url = _serve(index_root, ranges=False)
@@ -221,7 +208,8 @@ def test_an_index_without_ranges_is_one_clear_error(index_root: Path, project: P
 
 
 def test_bad_arguments(project: Path, tmp_path: Path) -> None:
-    for args, message in ((("0.5.16", "--latest"), "give a VERSION or the deprecated --latest"),
+    for args, message in ((("0.5.16", "--latest"), "unrecognized arguments: --latest"),
+                          ((), "the following arguments are required: VERSION"),
                           (("not-a-version",), "is not a PEP 440 version"),
                           (("0.5.16", "--cuda-lane", "13"), "is not like 13.0")):
         done = run_cli("add-target", *args, cwd=project, cache=tmp_path / "cache")

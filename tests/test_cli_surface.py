@@ -1,5 +1,5 @@
-"""The CLI's surface, in-process: ``--help`` lists each command once by stage, the old
-spellings still run (with a deprecation note), each command's own validate step refuses bad
+"""The CLI's surface, in-process: ``--help`` lists each command once by group, the old
+spellings of 0.1 are gone (refused as unknown), each command's own validate step refuses bad
 flags with exit 2 and one message, and errors print by their type and kind."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import write_project
 
-from builder.cli.main import STAGES, _print_error, build_parser, main
+from builder.cli.main import GROUPS, _print_error, build_parser, main
 from builder.core.errors import BuilderError, ConfigurationError, PatchError
 from builder.patching.apply import PatchReport
 
@@ -23,7 +23,7 @@ def _commands() -> list[str]:
     return list(action.choices)
 
 
-def test_help_lists_each_command_once_by_stage(capsys: pytest.CaptureFixture[str]) -> None:
+def test_help_lists_each_command_once_by_group(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         main(["--help"])
     assert done.value.code == 0
@@ -32,61 +32,41 @@ def test_help_lists_each_command_once_by_stage(capsys: pytest.CaptureFixture[str
     assert sorted(listed) == sorted(_commands())  # every command, none twice
     assert len(listed) == len(set(listed))
     stages = re.findall(r"^  ([a-z][a-z ]+)$", text, re.MULTILINE)
-    assert stages == [stage for stage, _ in STAGES]
-    for status in ("0 ok", "1 failed: a check did not hold", "2 bad input", "3 missing",
+    assert stages == [group for group, _, _ in GROUPS]
+    for status in ("0 ok", "1 failed: a check did not hold", "2 bad input", "3 a missing",
                    "4 source unavailable", "5 patch", "6 build", "7 publish",
-                   "130/143 interrupted"):
+                   "130/143 interrupted", "141 the reader"):
         assert status in " ".join(text.split())
 
 
-@pytest.mark.parametrize(("old", "new_usage", "note"), [
-    (["check"], "matrix", "`check` is deprecated"),
-    (["bump"], "add-target", "`bump` is deprecated"),
-    (["publish-wheels"], "release", "`publish-wheels` is deprecated"),
-    (["label", "--bump"], "next-label", "`label --bump` is deprecated"),
-    (["label"], "lock", "`label` is deprecated"),
+@pytest.mark.parametrize("old", [
+    ["check"], ["bump", "0.5.9"], ["publish-wheels"], ["label", "--bump"], ["label"],
+    ["add-target", "0.5.9", "--latest"], ["add-target", "0.5.9", "--pre"],
+    ["release", "--wheels-only"], ["kernels", "--mode", "container"],
+    ["kernels", "plan", "--save-request", "r.json"], ["pin-images", "--check"],
+    ["lock", "--check"],
 ])
-def test_an_old_spelling_runs_the_new_command_and_warns(
-        old: list[str], new_usage: str, note: str,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        main([*old, "--help"])
-    out, err = capsys.readouterr()
-    assert out.startswith(f"usage: python -m builder {new_usage} ")
-    assert note in err and len(err.splitlines()) == 1
-
-
-def test_old_spellings_keep_their_meaning(tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
-    root = write_project(tmp_path / "p")
-    targets = root / "targets.toml"
-    assert main(["label", "--target", "t", "--bump", "--json", "--targets-file",
-                 str(targets)]) == 0
-    out, err = capsys.readouterr()
-    assert json.loads(out)["new"] == "sm120.8" and "use `next-label`" in err
-    assert "sm120.8" in targets.read_text()
-    # publish-wheels is release --wheels-only: image gates are refused as there
-    assert main(["publish-wheels", "--repository-url", "http://127.0.0.1:9/", "--gate",
-                 "gpu"]) == 2
-    assert "--gate gpu does not apply to --wheels-only" in capsys.readouterr().err
-    # bump --latest still parses (hidden flag) and says what replaces it
-    assert main(["bump", "0.5.9", "--latest", "--targets-file", str(targets)]) == 2
-    assert "`--latest` is deprecated" in capsys.readouterr().err
+def test_an_old_spelling_is_refused(old: list[str], capsys: pytest.CaptureFixture[str]
+                                    ) -> None:
+    """0.2 dropped the spellings 0.1 kept hidden or renamed (docs/changelog.md)."""
+    with pytest.raises(SystemExit) as stopped:
+        main(old)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice" in err or "unrecognized arguments" in err \
+        or "the following arguments are required" in err
 
 
 @pytest.mark.parametrize(("argv", "message", "command"), [
     (["targets", "--json", "extra"], "unrecognized arguments: extra", "targets"),
     (["wheel", "--json", "--taget", "X"], "unrecognized arguments: --taget X", "wheel"),
-    (["--json", "targets"], "unrecognized arguments: --json (options go after the command)",
-     "targets"),
+    (["--target", "t", "targets"], "unrecognized arguments: --target t", "targets"),
     (["patch", "--max-fuzz", "abc", "--json"], "argument --max-fuzz: 'abc' is not a whole "
      "number", "patch"),
-    (["pin-images", "--check", "--platform", "banana", "--json"], "argument --platform: "
+    (["pin-images", "--verify", "--platform", "banana", "--json"], "argument --platform: "
      "'banana' is not OS/ARCH[/VARIANT] (e.g. linux/amd64, linux/arm64/v8)", "pin-images"),
-    (["add-target", "0.5.24", "--index-url", "notaurl", "--json"], "argument --index-url: "
-     "'notaurl' is not an http(s):// or file:// URL", "add-target"),
-    (["kernels", "--jobs", "0", "--json"], "argument --jobs: must be from 1 to 1024",
-     "kernels"),
+    (["kernels", "build", "--jobs", "0", "--json"], "argument --jobs: must be from 1 to 1024",
+     "kernels build"),
     (["smoke", "--timeout", "-5", "--json"], "argument --timeout: '-5': give seconds above "
      "0, at most 604800", "smoke"),
     (["smoke", "--server-timeout", "nan", "--json"], "argument --server-timeout: 'nan': give "
@@ -113,16 +93,9 @@ def test_a_usage_error_is_the_commands_own_and_json_with_json(
     (["matrix", "--git-url", "/tmp/x"], "--git-url only applies with --commits"),
     (["matrix", "--versions", " , "], "--versions is empty"),
     (["matrix", "--commits", ""], "--commits is empty"),
-    (["release", "--repository-url", "u", "--wheels-only", "--gate", "static"],
-     "--gate static does not apply to --wheels-only"),
-    (["release", "--repository-url", "u", "--gate", "build"],
-     "--gate build does not apply to a release with the image"),
-    (["release", "--repository-url", "u", "--smoke-report", "r.json"],
-     "--smoke-report only applies with --wheels-only --gate smoke"),
-    # --kernel-wheel goes with --wheels-only too (the kernel stage's wheels are published).
-    (["release", "--repository-url", "u", "--wheels-only", "--registry", "r:5000",
-      "--kernel-wheel", "k.whl"], "--registry only apply with the image"),
-    (["release", "--repository-url", "u", "--upstream-version", "1"],
+    (["release", "wheels", "--repository-url", "u", "--gate", "build", "--smoke-report",
+      "r.json"], "--smoke-report only applies with --gate smoke"),
+    (["release", "image", "--repository-url", "u", "--upstream-version", "1"],
      "--upstream-version only applies with --source-dir"),
 ])
 def test_a_command_validates_its_own_flags(argv: list[str], message: str, tmp_path: Path,

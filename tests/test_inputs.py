@@ -626,7 +626,7 @@ def test_a_toml_file_that_is_not_utf8_is_one_clear_error(tmp_path: Path, which: 
               "pins": root / "pins.toml"}[which]
     broken.write_bytes(b'default = "t"\xff\n')  # TOML is UTF-8; \xff never is
     argv = {"targets": ("plan",), "series": ("patch", "--dry-run"),
-            "pins": ("pin-images", "--check", "--pins-file", str(broken))}[which]
+            "pins": ("pin-images", "--verify", "--pins-file", str(broken))}[which]
     done = run_cli(*argv, "--json", cwd=root, cache=tmp_path / "cache")
     assert done.returncode == 2, done.stdout + done.stderr
     error = json.loads(done.stdout)

@@ -103,7 +103,7 @@ def test_a_changed_series_under_the_same_label_is_refused_until_the_label_is_rai
     assert data["error"].startswith("wheel 0.5.9+sm120.7 of target t would have other content")
     assert (root / "dist" / WHEEL).read_bytes() == first  # nothing written
     assert json.loads(lock.read_text())["wheel"]["t"] == recorded
-    check = run_cli("lock", "--check", "--json", cwd=root, cache=cache)
+    check = run_cli("lock", "--verify", "--json", cwd=root, cache=cache)
     refused(check, "1 version(s) differ", "next-label --target t")
 
     # The fix the message names.
@@ -121,7 +121,7 @@ def test_a_changed_series_under_the_same_label_is_refused_until_the_label_is_rai
     # Stable: recording nothing new rewrites nothing, and the file is sorted JSON.
     text = lock.read_text()
     ok(run_cli("lock", "--json", cwd=root))
-    ok(run_cli("lock", "--check", "--json", cwd=root))
+    ok(run_cli("lock", "--verify", "--json", cwd=root))
     assert lock.read_text() == text
     assert text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n"
 
@@ -141,13 +141,13 @@ def test_the_lock_refuses_kernel_and_image_versions_with_other_content(
     (root / "versions.lock").write_text(json.dumps({
         "schema": 1, "wheel": {}, "kernels": {"t": {"0.6.3+sm120.7.cu129": other}},
         "image": {}}))
-    done = run_cli("kernels", "--target", "t", "--modules", "norm", "--json", cwd=root,
+    done = run_cli("kernels", "build", "--target", "t", "--modules", "norm", "--json", cwd=root,
                    cache=cache)
     refused(done, "kernels 0.6.3+sm120.7.cu129 of target t", "next-label --target t")
     # Without the conflicting record the same command gets past the lock (and stops at
     # the toolchain: this machine has no CUDA 12.9 nvcc).
     (root / "versions.lock").unlink()
-    done = run_cli("kernels", "--target", "t", "--modules", "norm", "--json", cwd=root,
+    done = run_cli("kernels", "build", "--target", "t", "--modules", "norm", "--json", cwd=root,
                    cache=cache)
     data = refused(done, "no nvcc for CUDA 12.9")
     assert "would have other content" not in data["error"]
@@ -162,7 +162,7 @@ def test_the_lock_refuses_to_publish_an_image_tag_with_other_content(
     tag = f"{registry.host}/journeys:0.5.9-sm120.7"
     lock = {"schema": 1, "wheel": {}, "kernels": {}, "image": {"t": {tag: "0" * 64}}}
     (root / "versions.lock").write_text(json.dumps(lock))
-    done = run_cli("release", "--base-image", debian_base_image.reference, "--registry",
+    done = run_cli("release", "image", "--base-image", debian_base_image.reference, "--registry",
                    registry.host, "--repository", "journeys", "--gate", "static",
                    "--repository-url", "http://127.0.0.1:9/", "--docker-host",
                    docker_engine.host, "--json", cwd=root, cache=cache)
@@ -333,7 +333,7 @@ def _publish_wheels_without_docker(sdists: dict[str, Path], cache: Path, tmp_pat
     env = {**package_index.env(), "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
 
     def publish(*extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "builder", "release", "--wheels-only",
+        return subprocess.run([sys.executable, "-m", "builder", "release", "wheels",
                                "--repository-url", package_index.url, "--json", *extra],
                               cwd=root, env={**os.environ, **env,
                                              "SGLANG_SM120_CACHE": str(cache)},
@@ -362,7 +362,7 @@ def _publish_wheels_without_docker(sdists: dict[str, Path], cache: Path, tmp_pat
     try:
         shutil.copy(REPO / "README.md", other.packages / WHEEL)
         done = subprocess.run(
-            [sys.executable, "-m", "builder", "release", "--wheels-only", "--repository-url",
+            [sys.executable, "-m", "builder", "release", "wheels", "--repository-url",
              other.url, "--gate", "build", "--json"], cwd=root,
             env={**os.environ, **other.env(), "SGLANG_SM120_CACHE": str(cache)},
             capture_output=True, text=True, timeout=900)

@@ -32,7 +32,7 @@ TORCH = ["--build-torch", "torch==2.13.0"]
 
 def _kernels(*args: str, env: dict[str, str] | None = None):
     # A process per build, as a user runs it (and as the container mode does).
-    result = run_cli_process("kernels", *TARGET, *TORCH, "--modules", "norm", *args, "--json",
+    result = run_cli_process("kernels", "build", *TARGET, *TORCH, "--modules", "norm", *args, "--json",
                              env=env)
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
     return json.loads(result.stdout)
@@ -152,7 +152,7 @@ def test_kernel_wheel_layout_is_flashinfers(kernel_cache, tmp_path):
 
 def test_unknown_module_group_is_refused_before_any_work(kernel_cache, tmp_path):
     start = time.monotonic()
-    result = run_cli("kernels", *TARGET, *TORCH, "--mode", "host", "--modules", "norm,nrom",
+    result = run_cli("kernels", "build", *TARGET, *TORCH, "--modules", "norm,nrom",
                      "--cache-dir", str(tmp_path / "cache"), "--dist", str(tmp_path / "dist"))
     assert result.returncode == 2
     assert "unknown module group 'nrom'" in result.stderr and "Traceback" not in result.stderr
@@ -162,11 +162,11 @@ def test_unknown_module_group_is_refused_before_any_work(kernel_cache, tmp_path)
 
 
 def test_plain_12_0_and_a_foreign_lane_are_refused(tmp_path):
-    plain = run_cli("kernels", *TARGET, "--arch-list", "12.0", "--save-request",
+    plain = run_cli("kernels", "plan", *TARGET, "--arch-list", "12.0", "--output",
                     str(tmp_path / "r.json"))
     assert plain.returncode == 2 and "breaks FlashInfer's FP4 code" in plain.stderr
-    lane = run_cli("kernels", "--target", "sglang-0.5.9", "--cuda-lane", "12.8",
-                   "--save-request", str(tmp_path / "r.json"))
+    lane = run_cli("kernels", "plan", "--target", "sglang-0.5.9", "--cuda-lane", "12.8",
+                   "--output", str(tmp_path / "r.json"))
     assert lane.returncode == 2 and "not 12.8" in lane.stderr
     assert not (tmp_path / "r.json").exists()
 
@@ -178,11 +178,11 @@ def test_container_build_with_pypi_toolkit_is_found_by_flashinfer(docker_engine,
     """The CI path of the issue: norm for 12.0a inside the build container made from PyPI's
     CUDA wheels on a local Debian base, packed, installed into a fresh venv, and found by
     FlashInfer itself as AOT with sm_120a SASS; then an unchanged rebuild is cached."""
-    args = ("--mode", "container", "--toolkit", "pypi", "--base-image",
+    args = ("--toolkit", "pypi", "--base-image",
             kernel_base_image.name, "--docker-host", docker_engine.host,
             "--cache-dir", str(kernel_cache))
     shutil.rmtree(kernel_cache / "kernels", ignore_errors=True)
-    done = run_cli("kernels", *TARGET, *TORCH, "--modules", "norm", *args, "--dist",
+    done = run_cli("kernels", "container", *TARGET, *TORCH, "--modules", "norm", *args, "--dist",
                    str(tmp_path / "dist"))
     assert done.returncode == 0, done.stderr[-3000:]
     # The build log streamed out of the container while it ran (not only at the end).

@@ -194,8 +194,8 @@ def _check_provider_pair(built: dict, tmp_path: Path, build_python: Path) -> dic
 def test_0_5_23_norm_host_mode_found_through_the_provider_contract(shared_cache, tmp_path):
     """The done-when of issue 14 part 3, host mode: norm for 12.0f with FlashInfer 0.7.2 on
     this GPU-less machine, packed as shim + sm120f provider, found by FlashInfer as AOT."""
-    done = run_cli("kernels", "--target", "sglang-0.5.23", "--build-torch", TORCH,
-                   "--modules", "norm", "--mode", "host", "--cache-dir", str(shared_cache),
+    done = run_cli("kernels", "build", "--target", "sglang-0.5.23", "--build-torch", TORCH,
+                   "--modules", "norm", "--cache-dir", str(shared_cache),
                    "--dist", str(tmp_path / "dist"), "--json")
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
     built = json.loads(done.stdout)
@@ -209,8 +209,8 @@ def test_0_5_23_norm_container_mode_found_through_the_provider_contract(
         docker_engine, kernel_base_image, shared_cache, tmp_path):
     """The same in the CUDA build container (PyPI's CUDA 13.0 wheels on a Debian base, no
     network inside, no GPU)."""
-    done = run_cli("kernels", "--target", "sglang-0.5.23", "--build-torch", TORCH,
-                   "--modules", "norm", "--mode", "container", "--toolkit", "pypi",
+    done = run_cli("kernels", "container", "--target", "sglang-0.5.23", "--build-torch",
+                   TORCH, "--modules", "norm", "--toolkit", "pypi",
                    "--base-image", kernel_base_image.name, "--docker-host",
                    docker_engine.host, "--cache-dir", str(shared_cache),
                    "--dist", str(tmp_path / "dist"), "--json")
@@ -222,8 +222,8 @@ def test_0_5_23_norm_container_mode_found_through_the_provider_contract(
 
 
 def test_a_0_7_build_for_two_archs_is_refused_before_any_work(tmp_path):
-    done = run_cli("kernels", "--target", "sglang-0.5.23", "--arch-list", "9.0a,12.0f",
-                   "--save-request", str(tmp_path / "r.json"))
+    done = run_cli("kernels", "plan", "--target", "sglang-0.5.23", "--arch-list",
+                   "9.0a,12.0f", "--output", str(tmp_path / "r.json"))
     assert done.returncode == 2 and "one provider wheel per arch" in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "r.json").exists()
 

@@ -27,7 +27,7 @@ TARGET = ["--target", "sglang-0.5.9", "--cuda-lane", "13.0", "--arch-list", "9.0
 
 
 def _save(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_cli("kernels", *TARGET, *args, "--save-request", str(tmp_path / "r.json"))
+    return run_cli("kernels", "plan", *TARGET, *args, "--output", str(tmp_path / "r.json"))
 
 
 def test_a_fast_build_has_its_own_version_and_says_so(tmp_path: Path,
@@ -120,7 +120,7 @@ def _request(tmp_path: Path, shared_cache: Path,
         else:
             data[key] = value
     (tmp_path / "edited.json").write_text(json.dumps(data))
-    return run_cli("kernels", "--request", str(tmp_path / "edited.json"), "--cache-dir",
+    return run_cli("kernels", "build", "--request", str(tmp_path / "edited.json"), "--cache-dir",
                    str(tmp_path / "cache"), "--dist", str(tmp_path / "dist"))
 
 

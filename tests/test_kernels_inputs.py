@@ -32,7 +32,7 @@ SOURCE_ONLY = re.compile(r"^(git|remotezip|builder\.source)(\.|$)")
 
 
 def _request(tmp_path: Path) -> Path:
-    """A saved request as ``--save-request`` writes it (sglang-0.5.9's pins, ``norm``)."""
+    """A saved request as ``kernels plan`` writes it (sglang-0.5.9's pins, ``norm``)."""
     pins = KernelPins(Version("0.6.3"), Version("0.6.3"), ("sgl-kernel", "0.3.21"),
                       "torch==2.9.1", "cuda-python==12.9")
     request = KernelRequest("sglang-0.5.9", pins, "0.6.3+sm120.1.cu129", ("12.0a",), "12.9",
@@ -51,7 +51,7 @@ def _imported(stderr: str) -> set[str]:
 def test_a_saved_request_imports_no_source_stage(tmp_path: Path) -> None:
     request = _request(tmp_path)
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", "builder", "kernels",
-                           "--request", str(request), "--save-request",
+                           "plan", "--request", str(request), "--output",
                            str(tmp_path / "again.json"), "--cache-dir", str(tmp_path / "c")],
                           cwd=REPO, capture_output=True, text=True, check=False, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -102,7 +102,7 @@ def test_shard_digits_are_ascii() -> None:
 
 
 def test_an_absurd_shard_count_is_refused_by_the_cli_with_exit_2(tmp_path: Path) -> None:
-    done = run_cli("kernels", "--request", str(_request(tmp_path)), "--sccache",
+    done = run_cli("kernels", "build", "--request", str(_request(tmp_path)), "--sccache",
                    "--shard", f"1/{10 ** 12}", "--cache-dir", str(tmp_path / "c"))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "is not I/N" in done.stderr
@@ -143,7 +143,7 @@ def test_a_costs_file_with_a_bad_jobs_count_is_refused(tmp_path: Path, jobs: obj
 def test_a_nan_step_costs_file_is_refused_by_the_cli_before_any_work(tmp_path: Path) -> None:
     costs = tmp_path / "costs.json"
     costs.write_text('{"steps": {"norm/norm.cuda.o": NaN}, "links": {}}')
-    done = run_cli("kernels", "--request", str(_request(tmp_path)), "--sccache",
+    done = run_cli("kernels", "build", "--request", str(_request(tmp_path)), "--sccache",
                    "--shard", "1/2", "--step-costs", str(costs),
                    "--cache-dir", str(tmp_path / "c"))
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]

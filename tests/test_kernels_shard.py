@@ -96,12 +96,12 @@ def test_seed_costs_are_the_x2_measurement():
 
 
 def test_shard_without_sccache_and_a_bad_shard_are_refused(tmp_path):
-    bad = run_cli("kernels", *TARGET, "--shard", "3/2", "--save-request",
+    bad = run_cli("kernels", "build", *TARGET, "--shard", "3/2", "--dist",
                   str(tmp_path / "r.json"))
     assert bad.returncode == 2 and "is not I/N" in bad.stderr
     request = tmp_path / "r.json"
-    assert run_cli("kernels", *TARGET, *MODULES, "--save-request", str(request)).returncode == 0
-    alone = run_cli("kernels", "--request", str(request), "--shard", "1/2",
+    assert run_cli("kernels", "plan", *TARGET, *MODULES, "--output", str(request)).returncode == 0
+    alone = run_cli("kernels", "build", "--request", str(request), "--shard", "1/2",
                     "--cache-dir", str(tmp_path / "cache"))
     assert alone.returncode == 2 and "Traceback" not in alone.stderr  # the flags
     assert "a shard without --sccache" in alone.stderr and "add --sccache" in alone.stderr
@@ -136,8 +136,8 @@ def _start_shard(shard: str, cache: Path, request: Path, env: dict[str, str],
     work = cache / "kernels-work"
     work.mkdir(parents=True, exist_ok=True)
     private.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "builder", "kernels", "--request", str(request),
-               *TORCH, "--mode", "host", "--sccache", "--shard", shard, "--jobs", "1",
+    command = [sys.executable, "-m", "builder", "kernels", "build", "--request", str(request),
+               *TORCH, "--sccache", "--shard", shard, "--jobs", "1",
                "--cache-dir", str(cache), "--json", "--progress"]
     script = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
     return subprocess.Popen([unshare, "--mount", "sh", "-c", script, "sh", str(private),
@@ -148,7 +148,7 @@ def _start_shard(shard: str, cache: Path, request: Path, env: dict[str, str],
 
 
 def _final(cache: Path, request: Path, dist: Path, env: dict[str, str]) -> dict:
-    done = run_cli("kernels", "--request", str(request), *TORCH, "--mode", "host",
+    done = run_cli("kernels", "build", "--request", str(request), *TORCH,
                    "--sccache", "--cache-dir", str(cache), "--dist", str(dist), "--json",
                    env=env)
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
@@ -175,7 +175,7 @@ def test_two_shards_then_the_final_build_gets_every_object_and_the_unsharded_byt
     env = {"SCCACHE_REDIS_ENDPOINT": redis_server, "SCCACHE_BUCKET": ""}
     kernel_cache = _private_cache(kernel_cache, tmp_path / "cache")
     request = tmp_path / "request.json"
-    saved = run_cli("kernels", *TARGET, *MODULES, "--save-request", str(request),
+    saved = run_cli("kernels", "plan", *TARGET, *MODULES, "--output", str(request),
                     "--cache-dir", str(kernel_cache))
     assert saved.returncode == 0, saved.stderr
     shutil.rmtree(kernel_cache / "kernels", ignore_errors=True)

@@ -82,7 +82,7 @@ def test_plain_registry_pins_both_kinds_and_keeps_comments(
     assert loaded.kernel_base("12.9").reference == f"{registry.host}/pin/kernel:12.9@{kernel}"
     # Nothing moved: --check passes and the file stays byte for byte.
     before = pins.read_bytes()
-    check = pin(pins, "--check", env={"DOCKER_CONFIG": str(docker_config)})
+    check = pin(pins, "--verify", env={"DOCKER_CONFIG": str(docker_config)})
     assert check.returncode == 0, check.stdout + check.stderr
     assert "unchanged" in check.stdout and pins.read_bytes() == before
 
@@ -127,7 +127,7 @@ def test_moved_tag_is_reported_by_check_then_repinned(
     second, _ = push_synthetic_image(registry.host, "pin/moving", "v1", content="two")
     assert second != first
     before = pins.read_bytes()
-    check = pin(pins, "--check", "--json", env=env)
+    check = pin(pins, "--verify", "--json", env=env)
     assert check.returncode == 1
     error = json.loads(check.stdout)
     assert error["error"] == ("1 base image pin(s) no longer match their tag: "

@@ -71,8 +71,8 @@ def kernel_wheel(folder: Path, groups: tuple[str, ...] | None = None,
 def release(project: Path, engine: DockerEngine, registry: str, index: str,
             base: BaseImage, *extra: str, env: dict[str, str] | None = None,
             repository: str = "sglang-sm120") -> subprocess.CompletedProcess[str]:
-    """``python -m builder release --json`` in ``project``."""
-    return run_cli("release", "--json", "--gate", "static", "--cache-dir", str(project / "cache"),
+    """``python -m builder release image --json`` in ``project``."""
+    return run_cli("release", "image", "--json", "--gate", "static", "--cache-dir", str(project / "cache"),
                    "--registry", registry, "--repository", repository,
                    "--base-image", base.reference, "--repository-url", index, *extra,
                    cwd=project, env={**engine.env, **(env or {})})
@@ -378,7 +378,7 @@ def test_release_on_a_runner_without_gpu_publishes_nothing(runtime_project: Path
                                                            ) -> None:
     """The default gate is the smoke test on the runner's GPU: this engine has no NVIDIA
     runtime, so the smoke test fails (a misconfigured runner) and nothing is published."""
-    done = run_cli("release", "--json", "--cache-dir", str(runtime_project / "cache"),
+    done = run_cli("release", "image", "--json", "--cache-dir", str(runtime_project / "cache"),
                    "--registry", fresh_registry.host, "--base-image",
                    debian_base_image.reference, "--repository-url", fresh_index.url,
                    cwd=runtime_project, env={**docker_engine.env, **fresh_index.env()})

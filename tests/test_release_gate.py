@@ -123,7 +123,7 @@ def test_any_report_is_read_or_refused_and_opens_the_gate_only_when_proven(
 
 def test_publish_wheels_refuses_a_malformed_report_before_building(tmp_path: Path) -> None:
     (tmp_path / "r.json").write_text(json.dumps(MALFORMED["required is a string"][0]))
-    done = run_cli("publish-wheels", "--repository-url", "http://127.0.0.1:9/",
+    done = run_cli("release", "wheels", "--repository-url", "http://127.0.0.1:9/",
                    "--gate", "smoke", "--smoke-report", str(tmp_path / "r.json"),
                    cwd=REPO, cache=tmp_path / "cache")
     assert done.returncode == 2, done.stdout + done.stderr
@@ -135,7 +135,7 @@ def test_publish_wheels_refuses_a_malformed_report_before_building(tmp_path: Pat
 def test_a_release_stopped_by_a_stage_keeps_that_stages_status(tmp_path: Path) -> None:
     # An unknown target is the user's input (2), not a publishing fault (7); the summary
     # still says what was not published and why.
-    done = run_cli("release", "--wheels-only", "--repository-url", "http://127.0.0.1:9/",
+    done = run_cli("release", "wheels", "--repository-url", "http://127.0.0.1:9/",
                    "--gate", "build", "--target", "nope", "--json", cwd=REPO,
                    cache=tmp_path / "cache")
     error = json.loads(done.stdout)
@@ -158,7 +158,7 @@ def test_a_release_stopped_by_a_stage_keeps_that_stages_status(tmp_path: Path) -
 ])
 def test_a_release_refuses_its_flags_before_any_build(tmp_path: Path, args: list[str],
                                                       message: str) -> None:
-    done = run_cli("release", "--wheels-only", *args, "--dist", str(tmp_path / "dist"),
+    done = run_cli("release", "wheels", *args, "--dist", str(tmp_path / "dist"),
                    "--json", cwd=REPO, cache=tmp_path / "cache")
     error = json.loads(done.stdout)
     assert (done.returncode, error["kind"]) == (2, "configuration error"), done.stdout

@@ -1,4 +1,4 @@
-"""``release --wheels-only --kernel-wheel``: the kernel stage's real 0.7.2 wheel pair (the
+"""``release wheels --kernel-wheel``: the kernel stage's real 0.7.2 wheel pair (the
 sm120f provider and the shim, from the test cache's kernel entries) published with the
 0.5.23 sglang wheel to a real pypiserver, through the gates the sglang wheel goes through:
 nothing uploaded before every check passed, the same name with other bytes refused, the
@@ -23,8 +23,8 @@ SGLANG = "sglang-0.5.23+sm120.1-cp311-cp311-manylinux_2_34_x86_64.whl"
 def _kernel_pair(shared_cache: Path, folder: Path) -> tuple[Path, Path]:
     """The provider and shim the kernel stage makes for 0.5.23's ``norm`` (a cache hit when
     tests/test_kernels_current.py built them already; built now otherwise)."""
-    done = run_cli_process("kernels", "--target", "sglang-0.5.23", "--build-torch",
-                           "torch==2.13.0", "--modules", "norm", "--mode", "host",
+    done = run_cli_process("kernels", "build", "--target", "sglang-0.5.23", "--build-torch",
+                           "torch==2.13.0", "--modules", "norm",
                            "--cache-dir", str(shared_cache), "--dist", str(folder), "--json")
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
     provider, shim = folder / PROVIDER, folder / SHIM
@@ -42,7 +42,7 @@ def _norm_target(project: Path) -> Path:
 
 
 def _publish(project: Path, cache: Path, index: PackageIndex, *args: str):
-    return run_cli("release", "--wheels-only", "--repository-url", index.url, "--json", *args,
+    return run_cli("release", "wheels", "--repository-url", index.url, "--json", *args,
                    cwd=project, cache=cache, env=index.env())
 
 

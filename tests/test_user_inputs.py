@@ -39,9 +39,9 @@ def test_a_named_pipe_as_an_input_is_refused_at_once(tmp_path: Path, case: str) 
     elif case == "lock":
         (project / "versions.lock").unlink(missing_ok=True)
         os.mkfifo(project / "versions.lock")
-        args = ("lock", "--check")
+        args = ("lock", "--verify")
     elif case == "request":
-        args = ("kernels", "--request", str(fifo), "--dist", str(tmp_path / "dist"))
+        args = ("kernels", "build", "--request", str(fifo), "--dist", str(tmp_path / "dist"))
     else:
         (project / "patches" / "series.toml").unlink()
         os.mkfifo(project / "patches" / "series.toml")
@@ -57,7 +57,7 @@ def test_a_named_pipe_as_an_input_is_refused_at_once(tmp_path: Path, case: str) 
 def test_a_lock_nested_past_the_recursion_limit_is_one_error(tmp_path: Path) -> None:
     project = write_project(tmp_path / "p")
     (project / "versions.lock").write_text("[" * 100_000)
-    done = run_cli("lock", "--check", "--json", cwd=project, cache=tmp_path / "cache")
+    done = run_cli("lock", "--verify", "--json", cwd=project, cache=tmp_path / "cache")
     assert done.returncode == 2, done.stdout + done.stderr
     assert "nests too deeply" in json.loads(done.stdout)["error"]
     assert "Traceback" not in done.stderr
@@ -207,7 +207,7 @@ def test_a_target_name_is_a_plain_name(tmp_path: Path, name: str) -> None:
 def test_a_lock_whose_schema_is_true_is_not_schema_1(tmp_path: Path) -> None:
     project = write_project(tmp_path / "p")
     (project / "versions.lock").write_text('{"schema": true}\n')
-    done = run_cli("lock", "--check", "--json", cwd=project, cache=tmp_path / "cache")
+    done = run_cli("lock", "--verify", "--json", cwd=project, cache=tmp_path / "cache")
     assert done.returncode == 2, done.stdout + done.stderr
     assert "is not a schema-1 version lock" in json.loads(done.stdout)["error"]
 

@@ -1,6 +1,6 @@
 """The repository's own versions.lock is up to date for every pinned target: a change to a
 target's series, pins or builder that changes its wheel's content must raise its label (or,
-for a version never published, replace the entry) in the same change, as `lock --check`
+for a version never published, replace the entry) in the same change, as `lock --verify`
 tells a user. Otherwise `wheel --target T` on a clean clone stops with "one version must
 always mean one content"."""
 
@@ -18,5 +18,5 @@ TARGETS = sorted(load_targets(REPO / "targets.toml").targets)
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_the_repository_lock_records_every_target_as_it_is_built_now(target: str) -> None:
-    done = run_cli("lock", "--check", "--target", target, "--json")
+    done = run_cli("lock", "--verify", "--target", target, "--json")
     assert done.returncode == 0, json.loads(done.stdout).get("error", done.stdout)
