@@ -41,7 +41,7 @@ def release(session: nox.Session) -> None:
     what got published.
     """
     session.install(".")
-    session.run("python", "-m", "builder", "release", *session.posargs)
+    session.run("python", "-m", "builder", "release", "image", *session.posargs)
 
 
 @nox.session
@@ -190,7 +190,8 @@ def propose(session: nox.Session) -> None:
 def kernels(session: nox.Session) -> None:
     """FlashInfer kernels for the target as a flashinfer_jit_cache wheel in dist/, compiled
     in the CUDA build container (``nox -s kernels -- --target NAME --modules norm``; the
-    default module set with no --modules; ``-- --mode host`` for this machine's toolkit)."""
+    default module set with no --modules; ``python -m builder kernels build`` compiles with
+    this machine's toolkit)."""
     session.install(".")
     session.run("python", "-m", "builder", "kernels", "container", *session.posargs)
 

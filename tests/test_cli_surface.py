@@ -10,7 +10,6 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import write_project
 
 from builder.cli.main import GROUPS, _print_error, build_parser, main
 from builder.core.errors import BuilderError, ConfigurationError, PatchError

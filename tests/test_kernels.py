@@ -107,8 +107,8 @@ def test_the_lock_digest_changes_with_the_packer_and_the_build_scheme(tmp_path: 
     from builder.kernels.run import kernel_content_digest
 
     saved = tmp_path / "request.json"
-    done = run_cli("kernels", "--target", "sglang-0.5.9", "--modules", "norm",
-                   "--save-request", str(saved))
+    done = run_cli("kernels", "plan", "--target", "sglang-0.5.9", "--modules", "norm",
+                   "--output", str(saved))
     assert done.returncode == 0, done.stderr
     request = KernelRequest.from_json(json.loads(saved.read_text()))
     before = kernel_content_digest(request)
@@ -141,8 +141,8 @@ def test_save_request_never_replaces_a_link_a_folder_or_a_special_file(
     out = tmp_path / "request.json"
     {"fifo": lambda: os.mkfifo(out), "link": lambda: out.symlink_to(target),
      "folder": out.mkdir}[kind]()
-    done = run_cli("kernels", "--target", "sglang-0.5.9", "--modules", "norm",
-                   "--save-request", str(out), "--json")
+    done = run_cli("kernels", "plan", "--target", "sglang-0.5.9", "--modules", "norm",
+                   "--output", str(out), "--json")
     assert done.returncode == 2, done.stdout + done.stderr
     assert json.loads(done.stdout)["error"].startswith(f"{out} is a")
     assert {"fifo": stat.S_ISFIFO, "link": stat.S_ISLNK, "folder": stat.S_ISDIR}[kind](

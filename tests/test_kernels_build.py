@@ -32,8 +32,8 @@ TORCH = ["--build-torch", "torch==2.13.0"]
 
 def _kernels(*args: str, env: dict[str, str] | None = None):
     # A process per build, as a user runs it (and as the container mode does).
-    result = run_cli_process("kernels", "build", *TARGET, *TORCH, "--modules", "norm", *args, "--json",
-                             env=env)
+    result = run_cli_process("kernels", "build", *TARGET, *TORCH, "--modules", "norm", *args,
+                             "--json", env=env)
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
     return json.loads(result.stdout)
 

@@ -72,7 +72,8 @@ def release(project: Path, engine: DockerEngine, registry: str, index: str,
             base: BaseImage, *extra: str, env: dict[str, str] | None = None,
             repository: str = "sglang-sm120") -> subprocess.CompletedProcess[str]:
     """``python -m builder release image --json`` in ``project``."""
-    return run_cli("release", "image", "--json", "--gate", "static", "--cache-dir", str(project / "cache"),
+    return run_cli("release", "image", "--json", "--gate", "static", "--cache-dir",
+                   str(project / "cache"),
                    "--registry", registry, "--repository", repository,
                    "--base-image", base.reference, "--repository-url", index, *extra,
                    cwd=project, env={**engine.env, **(env or {})})

@@ -22,6 +22,7 @@ from builder.core.errors import BuilderError, MissingToolError
 
 if TYPE_CHECKING:
     from builder.core.progress import Reporter
+    from builder.kernels.request import KernelOptions
 
 
 def add_commands(commands: Any) -> None:
@@ -143,6 +144,8 @@ def _kernels_parser(commands: Any) -> None:
                     "network); compiles nothing.",
         epilog=_KERNELS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     _request_args(plan)
+    plan.add_argument("--request", type=Path, metavar="FILE",
+                      help="read a saved request instead of resolving the target")
     plan.add_argument("--output", type=Path, required=True, metavar="FILE",
                       help="where the request's JSON goes")
     plan.set_defaults(handler=_cmd_kernels_plan)
@@ -266,7 +269,8 @@ def _cmd_kernels_plan(args: argparse.Namespace, reporter: Reporter) -> dict[str,
     from builder.kernels.request import KernelOptions, kernel_request
 
     kernel = KernelOptions(lane=args.cuda_lane, groups=args.modules, head_dims=args.head_dims,
-                           arch_list=args.arch_list, fast_build=args.fast_build)
+                           arch_list=args.arch_list, fast_build=args.fast_build,
+                           request_file=args.request)
     request = kernel_request(options(args, reporter), kernel)
     atomic_write_bytes(args.output, (json.dumps(request.describe(), indent=2) + "\n").encode())
     reporter.result(f"{request.target}: flashinfer_jit_cache {request.version}, "
@@ -275,7 +279,8 @@ def _cmd_kernels_plan(args: argparse.Namespace, reporter: Reporter) -> dict[str,
     return request.describe()
 
 
-def _build(args: argparse.Namespace, reporter: Reporter, kernel: Any) -> dict[str, Any]:
+def _build(args: argparse.Namespace, reporter: Reporter, kernel: KernelOptions
+           ) -> dict[str, Any]:
     """Run ``kernel``'s build and print its result (both modes)."""
     from rich.table import Table
 

@@ -143,7 +143,7 @@ class KernelRequest:
         if not isinstance(fast, bool):
             raise ConfigurationError(f"not a kernel request (fast_build is {fast!r}, not true or "
                                      "false)", "write it with `python -m builder kernels "
-                                     "--save-request`")
+                                     "plan --output FILE`")
         try:
             pins = data["pins"]
             request = cls(data["target"], KernelPins(
@@ -157,17 +157,19 @@ class KernelRequest:
             what = f"no field {error}" if isinstance(error, KeyError) else str(error)
             raise ConfigurationError(
                 f"not a kernel request ({what})",
-                "write it with `python -m builder kernels --save-request`") from None
+                "write it with `python -m builder kernels plan --output FILE`") from None
         # A fast build must never pass for a full one, nor the other way round.
         if is_fast_build_version(request.version) != fast:
             raise ConfigurationError(
                 f"the request's version {request.version} and its fast_build "
                 f"({str(fast).lower()}) disagree",
-                "write it again with `python -m builder kernels --save-request`, not by hand")
+                "write it again with `python -m builder kernels plan --output FILE`, not by "
+                "hand")
         if fast and not has_fused_moe(request.groups):
             raise ConfigurationError(
                 "the request is a fast build without a fused_moe_smNN group",
-                "write it again with `python -m builder kernels --save-request`, not by hand")
+                "write it again with `python -m builder kernels plan --output FILE`, not by "
+                "hand")
         return request
 
 

@@ -1,6 +1,6 @@
 """The kernel stage in a CUDA build container, through the Docker Engine (docker-py).
 
-The container runs the same code as host mode: ``python -m builder kernels --request``
+The container runs the same code as host mode: ``python -m builder kernels build --request``
 with a request resolved here (:class:`builder.kernels.build.KernelRequest`), the cache folder
 mounted at ``/cache`` and the output folder at ``/dist``. The image
 (``images/kernels-build.Dockerfile``) is its base plus a venv with the builder; the CUDA

@@ -168,7 +168,7 @@ def image_content_digest(image: ImageResult, dockerfile: Path) -> str:
 def refuse_unreleased_kernels(wheels: Sequence[ExtraWheel], target: Target) -> None:
     """Refuse every kernel wheel that is not ``target``'s released kernel set.
 
-    The one rule both release paths (the image and ``--wheels-only``) apply. Refused:
+    The one rule both release paths (``release image`` and ``release wheels``) apply. Refused:
 
     - a fast build (``kernels --fast-build``: its fused MoE keeps one of the TMA
       warp-specialised tile shapes, for smoke tests), known by its local label segment
@@ -213,7 +213,7 @@ def refuse_unreleased_kernels(wheels: Sequence[ExtraWheel], target: Target) -> N
             raise PublishError(f"{wheel.path.name} is a trial build of {target.name}, not its "
                                "kernels: " + "; ".join(wrong),
                                f"build the target's own set: python -m builder kernels "
-                               f"--target {target.name} (no --modules, --head-dims, "
+                               f"build --target {target.name} (no --modules, --head-dims, "
                                "--arch-list or --fast-build)")
 
 

@@ -13,7 +13,7 @@ The gate:
   tested exactly this wheel (its provenance digest, :func:`builder.smoke.gpu.require_passed`).
   Only the wheels it covered are published.
 * ``build``: the build's own checks alone (every patch applied within its fuzz policy,
-  every intent check held, the version lock): chosen explicitly, like ``release --gate
+  every intent check held, the version lock): chosen explicitly, like ``release image --gate
   static``, for an index that does not need proof from a GPU.
 
 Kernel wheels (``--kernel-wheel``, what the kernel stage wrote: FlashInfer >= 0.7's
@@ -101,7 +101,7 @@ def kernel_wheels_for(paths: tuple[Path, ...], target: Target,
             raise PublishError(f"{wheel.path.name} is not a kernel wheel of this target "
                                f"(local version {local or 'none'}, the target's label is "
                                f"{label})", "pass the wheels `python -m builder kernels "
-                               "--target NAME` wrote for this target")
+                               "build --target NAME` wrote for this target")
     refuse_unreleased_kernels(wheels, target)
     manifests = [w for w in wheels if w.manifest is not None]
     if wheels and not manifests:
