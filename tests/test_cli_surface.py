@@ -59,7 +59,7 @@ def test_an_old_spelling_is_refused(old: list[str], capsys: pytest.CaptureFixtur
 @pytest.mark.parametrize(("argv", "message", "command"), [
     (["targets", "--json", "extra"], "unrecognized arguments: extra", "targets"),
     (["wheel", "--json", "--taget", "X"], "unrecognized arguments: --taget X", "wheel"),
-    (["--target", "t", "targets"], "unrecognized arguments: --target t", "targets"),
+    (["--target", "t", "targets", "--json"], "unrecognized arguments: --target t", "targets"),
     (["patch", "--max-fuzz", "abc", "--json"], "argument --max-fuzz: 'abc' is not a whole "
      "number", "patch"),
     (["pin-images", "--verify", "--platform", "banana", "--json"], "argument --platform: "
