@@ -521,7 +521,7 @@ def test_default_index_follows_pip_configuration(tmp_path: Path, serve: object,
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout)["index"] == {"url": f"{server.url}/simple",
                                                 "origin": origin}
-    helped = run_cli("fetch", "--help", cwd=case, env=env)
+    helped = run_cli("--help", cwd=case, env=env)  # --index-url is a shared option
     assert f"{server.url}/simple (from {origin})" in " ".join(helped.stdout.split())
 
 

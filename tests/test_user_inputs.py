@@ -220,7 +220,7 @@ def test_a_smoke_report_nested_too_deep_or_a_pipe_is_one_error_before_any_build(
         report.write_text("[" * 100_000)
     else:
         os.mkfifo(report)
-    done = _run("publish-wheels", "--repository-url", "http://127.0.0.1:9/", "--gate",
+    done = _run("release", "wheels", "--repository-url", "http://127.0.0.1:9/", "--gate",
                 "smoke", "--smoke-report", str(report), "--json", cwd=REPO,
                 cache=tmp_path / "cache")
     assert done.returncode == 2, done.stdout + done.stderr
