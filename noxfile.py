@@ -199,7 +199,7 @@ def kernels(session: nox.Session) -> None:
 # --- smoke (issue 6) -------------------------------------------------------------------
 @nox.session(venv_backend="none")
 def smoke(session: nox.Session) -> None:
-    """Smoke-test the artifacts on a GPU runner (``nox -s smoke -- --mode host --json``).
+    """Smoke-test the artifacts on a GPU runner (``nox -s smoke -- host --json``).
 
     Runs in the current environment (no virtualenv): host mode tests the Python
     environment that has the wheels installed; image mode needs only docker-py here.

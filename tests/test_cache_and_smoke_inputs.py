@@ -1,4 +1,4 @@
-"""Hostile inputs to ``cache clean``/``prune``, ``warm-cache`` and ``smoke --probe-output``:
+"""Hostile inputs to ``cache clean``/``prune``, ``warm-cache`` and ``smoke host --probe-output``:
 another program's cache, a linked lock file, a folder or a named pipe where a file is
 meant, and probe outputs of every malformed shape. Each is one refusal (exit 2) or the
 documented outcome, never a traceback, never a wait, and nothing is written or deleted.
@@ -213,7 +213,7 @@ def _write_probe(path: Path, results: list[dict[str, Any]]) -> Path:
 
 
 def _smoke(probe: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return run_cli("smoke", "--json", "--probe-output", str(probe), *extra)
+    return run_cli("smoke", "host", "--json", "--probe-output", str(probe), *extra)
 
 
 def _report(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -351,7 +351,7 @@ def test_no_mutated_probe_output_gives_a_traceback(tmp_path: Path, results: list
                                                    as_json: bool) -> None:
     probe = _write_probe(tmp_path / "probe.out", results)
     if not as_json:  # the table people read: every detail as the probe wrote it
-        shown = run_cli("smoke", "--probe-output", str(probe))
+        shown = run_cli("smoke", "host", "--probe-output", str(probe))
         assert shown.returncode in (0, 1, 2) and "Traceback" not in shown.stderr, \
             shown.stderr[-2000:]
         return

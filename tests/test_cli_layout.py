@@ -35,6 +35,8 @@ EQUIVALENTS: dict[tuple[str, ...], str] = {
     ("kernels", "container"): "builder.kernels.run:run_kernels",  # mode "container"
     ("kernels", "plan"): "builder.kernels.request:kernel_request",
     ("release", "image"): "builder.release.run:run_release",
+    ("smoke", "host"): "builder.smoke.gpu:run_smoke",  # mode "host"
+    ("smoke", "image"): "builder.smoke.gpu:run_smoke",  # mode "image"
     # the cache belongs to the core: every stage writes it
     ("cache", "list"): "builder.core.cache:cache_entries",
     ("cache", "prune"): "builder.core.cache:prune_cache",
@@ -203,7 +205,7 @@ def test_shared_options_work_after_the_command_and_are_refused_where_unread(
     assert main(["--json", "cache", "list", f"--cache-dir={tmp_path}"]) == 0
     capsys.readouterr()
     with pytest.raises(SystemExit) as done:
-        main(["smoke", "--cache-dir", str(tmp_path)])
+        main(["smoke", "host", "--cache-dir", str(tmp_path)])
     assert done.value.code == 2
     assert f"unrecognized arguments: --cache-dir {tmp_path}" in capsys.readouterr().err
     with pytest.raises(SystemExit) as done:  # a mode's flag in the other mode

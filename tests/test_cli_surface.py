@@ -43,7 +43,7 @@ def test_help_lists_each_command_once_by_group(capsys: pytest.CaptureFixture[str
     ["add-target", "0.5.9", "--latest"], ["add-target", "0.5.9", "--pre"],
     ["release", "--wheels-only"], ["kernels", "--mode", "container"],
     ["kernels", "plan", "--save-request", "r.json"], ["pin-images", "--check"],
-    ["lock", "--check"],
+    ["lock", "--check"], ["smoke", "--mode", "host"], ["smoke", "--image", "x"],
 ])
 def test_an_old_spelling_is_refused(old: list[str], capsys: pytest.CaptureFixture[str]
                                     ) -> None:
@@ -66,10 +66,10 @@ def test_an_old_spelling_is_refused(old: list[str], capsys: pytest.CaptureFixtur
      "'banana' is not OS/ARCH[/VARIANT] (e.g. linux/amd64, linux/arm64/v8)", "pin-images"),
     (["kernels", "build", "--jobs", "0", "--json"], "argument --jobs: must be from 1 to 1024",
      "kernels build"),
-    (["smoke", "--timeout", "-5", "--json"], "argument --timeout: '-5': give seconds above "
-     "0, at most 604800", "smoke"),
-    (["smoke", "--server-timeout", "nan", "--json"], "argument --server-timeout: 'nan': give "
-     "seconds above 0, at most 604800", "smoke"),
+    (["smoke", "host", "--timeout", "-5", "--json"], "argument --timeout: '-5': give seconds "
+     "above 0, at most 604800", "smoke host"),
+    (["smoke", "host", "--server-timeout", "nan", "--json"], "argument --server-timeout: "
+     "'nan': give seconds above 0, at most 604800", "smoke host"),
 ])
 def test_a_usage_error_is_the_commands_own_and_json_with_json(
         argv: list[str], message: str, command: str,
@@ -111,9 +111,11 @@ def test_a_command_validates_its_own_flags(argv: list[str], message: str, tmp_pa
 
 
 def test_smoke_refuses_an_image_it_would_not_test(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["smoke", "--image", "sglang-sm120:x", "--json"]) == 2  # host mode: ignored
+    with pytest.raises(SystemExit) as stopped:  # host mode has no --image
+        main(["smoke", "host", "--image", "sglang-sm120:x", "--json"])
+    assert stopped.value.code == 2
     assert json.loads(capsys.readouterr().out)["error"] == \
-        "--image applies with --mode image only"
+        "unrecognized arguments: --image sglang-sm120:x"
 
 
 def test_a_cache_that_is_a_file_is_refused(tmp_path: Path,

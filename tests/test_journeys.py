@@ -345,7 +345,7 @@ def _publish_wheels_without_docker(sdists: dict[str, Path], cache: Path, tmp_pat
     # A real report from this machine (no GPU): it failed, so nothing is published.
     ok(run_cli("wheel", "--json", cwd=root, cache=cache))
     report = tmp_path / "smoke.json"
-    smoked = run_cli("smoke", "--mode", "host", "--sglang-wheel", str(root / "dist" / WHEEL),
+    smoked = run_cli("smoke", "host", "--sglang-wheel", str(root / "dist" / WHEEL),
                      "--series", str(root / "patches/series.toml"), "--output", str(report),
                      "--json", cwd=root)
     assert smoked.returncode == 1 and report.is_file()

@@ -66,14 +66,14 @@ def test_sccache_redis_second_clean_build_gets_only_hits(kernel_cache, redis_ser
     runs no compiler at all (a recording nvcc wrapper proves it)."""
     env = {"SCCACHE_REDIS_ENDPOINT": redis_server, "SCCACHE_BUCKET": ""}
     shutil.rmtree(kernel_cache / "kernels", ignore_errors=True)
-    first = _kernels("--mode", "host", "--sccache", "--cache-dir", str(kernel_cache),
+    first = _kernels("--sccache", "--cache-dir", str(kernel_cache),
                      "--dist", str(tmp_path / "a"), env=env)
     assert first["cached"] is False
     assert first["sccache"]["misses"] > 0 and first["sccache"]["errors"] == 0
     assert [m["sass"] for m in first["manifest"]["modules"]] == [["sm_120a"]]
 
     shutil.rmtree(kernel_cache / "kernels")  # a clean build folder, same shared cache
-    second = _kernels("--mode", "host", "--sccache", "--cache-dir",
+    second = _kernels("--sccache", "--cache-dir",
                       str(kernel_cache), "--dist", str(tmp_path / "b"), env=env)
     assert second["cached"] is False
     stats = second["sccache"]
@@ -87,7 +87,7 @@ def test_sccache_redis_second_clean_build_gets_only_hits(kernel_cache, redis_ser
     wrapper.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexec {nvcc} "$@"\n')
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
     start = time.monotonic()
-    third = _kernels("--mode", "host", "--sccache", "--nvcc", str(wrapper),
+    third = _kernels("--sccache", "--nvcc", str(wrapper),
                      "--cache-dir", str(kernel_cache), "--dist", str(tmp_path / "c"), env=env)
     assert third["cached"] is True and third["sha256"] == second["sha256"]
     assert time.monotonic() - start < 60
@@ -136,7 +136,7 @@ def install_and_check_aot(wheel: Path, wheelhouse: Path, tmp_path: Path) -> dict
 
 def test_kernel_wheel_layout_is_flashinfers(kernel_cache, tmp_path):
     """The wheel FlashInfer reads: package, version prefix, NAME/NAME.so, manifest."""
-    built = _kernels("--mode", "host", "--cache-dir", str(kernel_cache),
+    built = _kernels("--cache-dir", str(kernel_cache),
                      "--dist", str(tmp_path))
     wheel = Path(built["wheel"])
     assert wheel.name.startswith("flashinfer_jit_cache-0.6.3+sm120.1.cu130-")
@@ -211,7 +211,7 @@ def test_same_request_same_bytes_whatever_the_paths_and_jobs(kernel_cache, tmp_p
     """Issue 29: norm built with FlashInfer installed at two paths (the build environment
     at another place in a second cache folder) and two job counts gives one wheel, and no
     library names a folder of the build machine (strings and cuobjdump's ELF dump)."""
-    first = _kernels("--mode", "host", "--cache-dir", str(kernel_cache), "--jobs", "1",
+    first = _kernels("--cache-dir", str(kernel_cache), "--jobs", "1",
                      "--dist", str(tmp_path / "a"))
     other = tmp_path / "other-cache"
     for name in ("source", "downloads"):  # the pinned sdist, not fetched again
@@ -222,7 +222,7 @@ def test_same_request_same_bytes_whatever_the_paths_and_jobs(kernel_cache, tmp_p
         if entry.is_dir() and any(entry.glob("venv/lib/python3*/site-packages/"
                                              "flashinfer_python-0.6.3.dist-info")):
             hardlink_tree(entry, other / "kernel-env" / entry.name)
-    second = _kernels("--mode", "host", "--cache-dir", str(other), "--jobs", "2",
+    second = _kernels("--cache-dir", str(other), "--jobs", "2",
                       "--dist", str(tmp_path / "b"))
     assert not second["cached"]  # a cache of its own: compiled again
     log = Path(second["log"]).read_text()

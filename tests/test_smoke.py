@@ -583,14 +583,14 @@ def test_a_malformed_saved_probe_output_is_refused(tmp_path: Path) -> None:
                        match=r"^line 2 of the probe's output: Unterminated string"):
         ProbeResults.from_output("noise\n" + RESULT_PREFIX + '{"name": "runner", "sta')
     (tmp_path / "probe.out").write_text(RESULT_PREFIX + '{"name": "runner"}\n')
-    done = run_cli("smoke", "--probe-output", str(tmp_path / "probe.out"))
+    done = run_cli("smoke", "host", "--probe-output", str(tmp_path / "probe.out"))
     assert done.returncode == 2, done.stderr
     assert "probe.out is not the probe's output: line 1 of the probe's output: probe " \
         "result 'runner': needs a string name and detail" in done.stderr
     assert "Traceback" not in done.stderr
     for garbage in ("", "not the probe\n", '{"a": 1}\n'):  # no result line: no probe ran
         (tmp_path / "probe.out").write_text(garbage)
-        done = run_cli("smoke", "--probe-output", str(tmp_path / "probe.out"))
+        done = run_cli("smoke", "host", "--probe-output", str(tmp_path / "probe.out"))
         assert done.returncode == 2, done.stderr
         assert "probe.out is not the probe's output: it has no line starting" in done.stderr
 
@@ -700,7 +700,7 @@ def installed(sdists: dict[str, Path], shared_cache: Path,
 
 
 def _smoke(python: Path, tmp_path: Path, *args: str) -> tuple[int, dict[str, object]]:
-    done = run_cli("smoke", "--mode", "host", "--python", str(python), "--json",
+    done = run_cli("smoke", "host", "--python", str(python), "--json",
                    "--output", str(tmp_path / "report.json"), *args)
     written = json.loads((tmp_path / "report.json").read_text())
     printed = json.loads(done.stdout)
@@ -858,12 +858,13 @@ def test_intent_patterns_map_repository_paths_to_installed_ones() -> None:
 
 
 def test_bad_input_is_refused_before_anything_runs(tmp_path: Path) -> None:
-    done = run_cli("smoke", "--mode", "image")
-    assert done.returncode == 2 and "--mode image needs --image REF" in done.stderr
-    done = run_cli("smoke", "--series", str(tmp_path / "none.toml"))
+    done = run_cli("smoke", "image")
+    assert done.returncode == 2 and "the following arguments are required: --image" in \
+        done.stderr
+    done = run_cli("smoke", "host", "--series", str(tmp_path / "none.toml"))
     assert done.returncode == 2 and "none.toml" in done.stderr
     (tmp_path / "not.whl").write_text("no zip")
-    done = run_cli("smoke", "--sglang-wheel", str(tmp_path / "not.whl"))
+    done = run_cli("smoke", "host", "--sglang-wheel", str(tmp_path / "not.whl"))
     assert done.returncode == 2 and "cannot read the wheel" in done.stderr
 
 
@@ -905,7 +906,7 @@ def test_engine_errors_are_classified() -> None:
 
 
 def test_no_engine_is_a_misconfigured_runner(tmp_path: Path) -> None:
-    done = run_cli("smoke", "--mode", "image", "--image", "sglang-sm120:test", "--json",
+    done = run_cli("smoke", "image", "--image", "sglang-sm120:test", "--json",
                    "--output", str(tmp_path / "r.json"),
                    env={"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"})
     assert done.returncode == 3, done.stdout + done.stderr
@@ -921,7 +922,7 @@ def test_engine_without_nvidia_runtime_is_a_misconfigured_runner(docker_engine,
                                                                  tmp_path: Path) -> None:
     """A real Docker Engine with no NVIDIA runtime, asked for a GPU: exit 3, reported as
     the runner's fault (not the image's), and no container left behind."""
-    done = run_cli("smoke", "--mode", "image", "--image", kernel_base_image.name, "--json",
+    done = run_cli("smoke", "image", "--image", kernel_base_image.name, "--json",
                    "--output", str(tmp_path / "r.json"), env=docker_engine.env)
     assert done.returncode == 3, done.stdout + done.stderr
     report = json.loads((tmp_path / "r.json").read_text())

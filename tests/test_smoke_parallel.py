@@ -153,10 +153,10 @@ def test_checks_6_and_7_serve_one_tiny_model_written_once(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (("--parallel",), "--parallel needs a model to serve"),
-    (("--parallel", "--mode", "image", "--image", "sglang-sm120:x", "--tiny-model"),
-     "--parallel: check 7 starts SGLang in this environment (host mode only"),
-    (("--parallel", "--tiny-model", "--server-arg=--tp-size=2"),
+    (("host", "--parallel"), "--parallel needs a model to serve"),
+    (("image", "--image", "sglang-sm120:x", "--parallel"),
+     "unrecognized arguments: --parallel"),
+    (("host", "--parallel", "--tiny-model", "--server-arg=--tp-size=2"),
      "--server-arg --tp-size=2 would override them"),
 ], ids=["no-model", "image-mode", "tp-size-arg"])
 def test_the_cli_refuses_parallel_where_it_cannot_run(args: tuple[str, ...],

@@ -125,7 +125,8 @@ def _count(shape: tuple[int, ...]) -> int:
 def test_without_a_gpu_check_6_fails_as_such_and_writes_no_model(tmp_path: Path) -> None:
     # This machine has no GPU: the probe says so, and check 6 says the same instead of
     # writing a model and starting a server that can only crash.
-    done = subprocess.run([sys.executable, "-m", "builder", "smoke", "--tiny-model", "--json"],
+    done = subprocess.run([sys.executable, "-m", "builder", "smoke", "host", "--tiny-model",
+                           "--json"],
                           capture_output=True, text=True, check=False, timeout=300,
                           env={**os.environ, "TMPDIR": str(tmp_path)})
     assert done.returncode == 1, done.stderr
@@ -136,8 +137,8 @@ def test_without_a_gpu_check_6_fails_as_such_and_writes_no_model(tmp_path: Path)
     assert not list(tmp_path.glob("sm120-tiny-model-*"))
 
 
-@pytest.mark.parametrize("args", [["--mode", "image", "--image", "sglang-sm120:x"],
-                                  ["--probe-output", "probe.out"]])
+@pytest.mark.parametrize("args", [["image", "--image", "sglang-sm120:x"],
+                                  ["host", "--probe-output", "probe.out"]])
 def test_check_6_where_it_cannot_run_is_refused_up_front(tmp_path: Path,
                                                          args: list[str]) -> None:
     (tmp_path / "probe.out").write_text("")
@@ -146,7 +147,8 @@ def test_check_6_where_it_cannot_run_is_refused_up_front(tmp_path: Path,
                           cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 2, done.stderr
     assert "--tiny-model" in done.stderr and "Traceback" not in done.stderr
-    assert ("host mode only" in done.stderr) == (args[0] == "--mode")
+    # image mode has no --tiny-model: argparse refuses it there
+    assert ("unrecognized arguments: --tiny-model" in done.stderr) == (args[0] == "image")
 
 
 def test_set_and_tokenizer_give_a_real_models_widths_and_a_round_trip_tokenizer(

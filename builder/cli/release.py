@@ -23,7 +23,7 @@ from builder.core.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from builder.core.progress import Reporter
-    from builder.smoke.gpu import SmokeReport
+    from builder.smoke.gpu import SmokeOptions, SmokeReport
 
 _SMOKE_EPILOG = """\
 checks: runner, sglang, lockstep, kernels, moe-autotune, server, parallel. 1-4 always
@@ -34,16 +34,16 @@ the same tokens; not-run, which fails, where fewer than 2 GPUs are visible). A c
 needs a GPU and finds none fails ("no CUDA device").
 
 examples:
-  python -m builder smoke --mode host --sglang-wheel dist/sglang-0.5.9+sm120.1-py3-none-any.whl
-  python -m builder smoke --mode host --moe --json --output reports/smoke.json
-  python -m builder smoke --mode image --image sglang-sm120:0.5.9
-  python -m builder smoke --moe --model /models/small --server-arg=--tp-size=2
-  python -m builder smoke --moe --tiny-model --server-arg=--attention-backend=triton
-  python -m builder smoke --tiny-model --parallel  # on 2 GPUs
+  python -m builder smoke host --sglang-wheel dist/sglang-0.5.9+sm120.1-py3-none-any.whl
+  python -m builder smoke host --moe --json --output reports/smoke.json
+  python -m builder smoke image --image sglang-sm120:0.5.9
+  python -m builder smoke host --moe --model /models/small --server-arg=--tp-size=2
+  python -m builder smoke host --moe --tiny-model --server-arg=--attention-backend=triton
+  python -m builder smoke host --tiny-model --parallel  # on 2 GPUs
   # where only torch and FlashInfer are installed, run the probe alone, judge it elsewhere:
   cp -rL builder/smoke/script DIR  # the probe and the two files it loads beside it
   python DIR/smoke_probe.py --sglang-pattern 'sglang/srt/model_executor/*.py' > probe.out
-  python -m builder smoke --probe-output probe.out --sglang-wheel dist/sglang-….whl
+  python -m builder smoke host --probe-output probe.out --sglang-wheel dist/sglang-….whl
 
 exit status: 0 passed, 1 failed, 2 bad input (a flag, a wheel or report that cannot be
 read), 3 misconfigured runner (the engine cannot give a container a GPU: no NVIDIA
@@ -75,52 +75,43 @@ def add_commands(commands: Any) -> None:
     smoke = add_command(
         commands, "smoke", reads=("json",),
         help="smoke-test the artifacts on a GPU runner (JSON report + summary)",
-        description="Run the smoke checks in this Python environment (--mode host) or in a "
-                    "built image with every GPU attached (--mode image). Runs with "
+        description="Run the smoke checks in this Python environment (host) or in a built "
+                    "image with every GPU attached (image). Runs with "
                     "FLASHINFER_DISABLE_JIT=1: a kernel missing from the kernel wheel fails, "
                     "it is never compiled.",
         epilog=_SMOKE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    smoke.add_argument("--mode", choices=("host", "image"), default="host",
-                       help="host: this environment; image: a container (default: %(default)s)")
-    smoke.add_argument("--image", metavar="REF",
-                       help="the image to test (--mode image); @FILE reads the image ID from "
-                            "the JSON that `image --json` printed into FILE")
-    smoke.add_argument("--python", metavar="PY",
-                       help="interpreter of the tested environment (default: this one; in "
-                            "an image: python3)")
-    which = smoke.add_mutually_exclusive_group()
-    which.add_argument("--sglang-wheel", type=Path, metavar="WHEEL",
-                       help="the sglang wheel being released: the installed one must be it")
-    which.add_argument("--expect-provenance", type=Path, metavar="FILE",
-                       help="compare the installed sglang's sm120-provenance.json with this")
-    smoke.add_argument("--series", type=Path, default=Path("patches/series.toml"),
-                       metavar="FILE", help="series whose intent checks must hold in the "
-                                            "installed sglang (default: %(default)s)")
-    smoke.add_argument("--moe", action="store_true",
-                       help="count check 5 (fused MoE autotune) even when it cannot run")
-    served = smoke.add_mutually_exclusive_group()
+    modes = smoke.add_subparsers(dest="smoke_mode", required=True, metavar="MODE")
+    host = add_command(
+        modes, "host", reads=("json",), help="test this Python environment (checks 1-7)",
+        epilog=_SMOKE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _smoke_args(host)
+    served = host.add_mutually_exclusive_group()
     served.add_argument("--model", type=Path, metavar="PATH",
                         help="a model folder: also launch SGLang and ask it for text (check 6)")
     served.add_argument("--tiny-model", action="store_true",
                         help="check 6 on a tiny Qwen3-MoE with random weights written by the "
                              "tested Python (torch + safetensors; no download, no tokenizer: "
                              "--skip-tokenizer-init and token ids)")
-    smoke.add_argument("--parallel", action="store_true",
-                       help="check 7: serve the model (--model or --tiny-model) at TP 1, TP 2 "
-                            "EP 1 and TP 2 EP 2 and compare their greedy tokens (needs 2 "
-                            "GPUs; host mode)")
-    smoke.add_argument("--server-arg", action="append", default=[], metavar="ARG",
-                       help="extra argument for sglang.launch_server (repeatable)")
-    smoke.add_argument("--probe-output", type=Path, metavar="FILE",
-                       help="judge this saved output of builder/smoke/script/smoke_probe.py (run "
-                            "by hand where the builder is not installed) instead of running it")
-    smoke.add_argument("--timeout", type=seconds, default=3600.0, metavar="SECONDS",
-                       help="limit for the probe, checks 1-5 (default: %(default)s)")
-    smoke.add_argument("--server-timeout", type=seconds, default=1800.0, metavar="SECONDS",
-                       help="limit for the server to become ready (default: %(default)s)")
-    smoke.add_argument("--output", type=Path, metavar="FILE",
-                       help="also write the JSON report here (written when it fails too)")
-    smoke.set_defaults(handler=_cmd_smoke)
+    host.add_argument("--parallel", action="store_true",
+                      help="check 7: serve the model (--model or --tiny-model) at TP 1, TP 2 "
+                           "EP 1 and TP 2 EP 2 and compare their greedy tokens (needs 2 GPUs)")
+    host.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                      help="extra argument for sglang.launch_server (repeatable)")
+    host.add_argument("--probe-output", type=Path, metavar="FILE",
+                      help="judge this saved output of builder/smoke/script/smoke_probe.py (run "
+                           "by hand where the builder is not installed) instead of running it")
+    host.add_argument("--server-timeout", type=seconds, default=1800.0, metavar="SECONDS",
+                      help="limit for the server to become ready (default: %(default)s)")
+    host.set_defaults(handler=_cmd_smoke_host)
+    image = add_command(
+        modes, "image", reads=("json",),
+        help="test a built image in a container with every GPU (checks 1-5)",
+        epilog=_SMOKE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    image.add_argument("--image", metavar="REF", required=True,
+                       help="the image to test; @FILE reads the image ID from the JSON that "
+                            "`image --json` printed into FILE")
+    _smoke_args(image)
+    image.set_defaults(handler=_cmd_smoke_image)
     _add_warm_cache(commands)
     _add_release(commands)
 
@@ -138,25 +129,58 @@ def _render_smoke(report: SmokeReport, reporter: Reporter) -> None:
     reporter.result(report.summary()[-1], style="bold")
 
 
-def _cmd_smoke(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
-    from builder.smoke.gpu import SmokeFailed, SmokeOptions, run_smoke, write_report
+def _smoke_args(parser: argparse.ArgumentParser) -> None:
+    """The flags both modes of ``smoke`` read."""
+    parser.add_argument("--python", metavar="PY",
+                        help="interpreter of the tested environment (default: this one; in "
+                             "an image: python3)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--sglang-wheel", type=Path, metavar="WHEEL",
+                       help="the sglang wheel being released: the installed one must be it")
+    which.add_argument("--expect-provenance", type=Path, metavar="FILE",
+                       help="compare the installed sglang's sm120-provenance.json with this")
+    parser.add_argument("--series", type=Path, default=Path("patches/series.toml"),
+                        metavar="FILE", help="series whose intent checks must hold in the "
+                                             "installed sglang (default: %(default)s)")
+    parser.add_argument("--moe", action="store_true",
+                        help="count check 5 (fused MoE autotune) even when it cannot run")
+    parser.add_argument("--timeout", type=seconds, default=3600.0, metavar="SECONDS",
+                        help="limit for the probe, checks 1-5 (default: %(default)s)")
+    parser.add_argument("--output", type=Path, metavar="FILE",
+                        help="also write the JSON report here (written when it fails too)")
 
-    if args.image and args.image.startswith("@"):
-        args.image = image_id_from(Path(args.image[1:]))
-    if args.mode == "image" and not args.image:
-        raise ConfigurationError("--mode image needs --image REF", "name the image to test")
-    if args.mode == "host" and args.image:
-        raise ConfigurationError("--image applies with --mode image only",
-                                 "add --mode image, or drop --image to test this environment")
-    if args.probe_output is not None and args.mode == "image":
-        raise ConfigurationError("--probe-output judges a host-mode probe", "drop --mode image")
-    report = run_smoke(SmokeOptions(
-        mode=args.mode, image=args.image, python=args.python, series=args.series,
+
+def _cmd_smoke_host(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.smoke.gpu import SmokeOptions
+
+    return _smoke(args, reporter, SmokeOptions(
+        mode="host", python=args.python, series=args.series,
         sglang_wheel=args.sglang_wheel, expect_provenance=args.expect_provenance,
         model=args.model, tiny_model=args.tiny_model, moe=args.moe, parallel=args.parallel,
-        server_args=tuple(args.server_arg),
-        probe_output=args.probe_output, probe_timeout=args.timeout,
-        server_timeout=args.server_timeout, reporter=reporter))
+        server_args=tuple(args.server_arg), probe_output=args.probe_output,
+        probe_timeout=args.timeout, server_timeout=args.server_timeout, reporter=reporter))
+
+
+def _cmd_smoke_image(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.smoke.gpu import SmokeOptions
+
+    image = image_id_from(Path(args.image[1:])) if args.image.startswith("@") else args.image
+    return _smoke(args, reporter, SmokeOptions(
+        mode="image", image=image, python=args.python, series=args.series,
+        sglang_wheel=args.sglang_wheel, expect_provenance=args.expect_provenance,
+        moe=args.moe, probe_timeout=args.timeout, reporter=reporter))
+
+
+def _smoke(args: argparse.Namespace, reporter: Reporter, smoke: SmokeOptions
+           ) -> dict[str, Any]:
+    """Run the smoke test, write and print its report (both modes).
+
+    Raises:
+        SmokeFailed: the smoke test failed (exit 1, or 3 on a misconfigured runner).
+    """
+    from builder.smoke.gpu import SmokeFailed, run_smoke, write_report
+
+    report = run_smoke(smoke)
     if args.output is not None:
         write_report(report, args.output)
     _render_smoke(report, reporter)
@@ -281,8 +305,8 @@ def _add_release(commands: Any) -> None:
                         help="smoke (default; a passed --smoke-report for this wheel) or "
                              "build (the build's own checks alone)")
     wheels.add_argument("--smoke-report", type=Path, metavar="FILE",
-                        help="--gate smoke: the report of `smoke --mode host --sglang-wheel "
-                             "WHEEL --output FILE` run on a GPU runner")
+                        help="--gate smoke: the report of `smoke host --sglang-wheel WHEEL "
+                             "--output FILE` run on a GPU runner")
     wheels.set_defaults(handler=_cmd_release_wheels, validate=_validate_wheels, series=None,
                         patch=None, strip=1, max_fuzz=0)
 
@@ -322,7 +346,7 @@ examples:
   # release wheels: on the GPU runner: build, install, smoke-test the wheel, keep the report
   python -m builder wheel --target sglang-0.5.9
   pip install dist/sglang-0.5.9+sm120.1-py3-none-any.whl
-  python -m builder smoke --mode host --sglang-wheel dist/sglang-0.5.9+sm120.1-py3-none-any.whl \\
+  python -m builder smoke host --sglang-wheel dist/sglang-0.5.9+sm120.1-py3-none-any.whl \\
       --output smoke.json
   # then publish exactly that wheel
   TWINE_USERNAME=... TWINE_PASSWORD=... python -m builder release \\

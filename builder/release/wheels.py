@@ -9,7 +9,7 @@ list each file with our sha256.
 The gate:
 
 * ``smoke`` (the default): the smoke test's report from a GPU runner, written by
-  ``smoke --mode host --sglang-wheel WHEEL --output FILE`` there; it must have passed and
+  ``smoke host --sglang-wheel WHEEL --output FILE`` there; it must have passed and
   tested exactly this wheel (its provenance digest, :func:`builder.smoke.gpu.require_passed`).
   Only the wheels it covered are published.
 * ``build``: the build's own checks alone (every patch applied within its fuzz policy,
@@ -54,7 +54,7 @@ def _report(gate: WheelGate, smoke_report: Path | None) -> SmokeReport | None:
     if smoke_report is None:
         raise ConfigurationError(
             "the smoke gate needs the smoke test's report from a GPU runner",
-            "there: python -m builder smoke --mode host --sglang-wheel WHEEL --output "
+            "there: python -m builder smoke host --sglang-wheel WHEEL --output "
             "smoke.json, then --smoke-report smoke.json; or --gate build to publish on the "
             "build's own checks alone")
     return load_report(smoke_report)

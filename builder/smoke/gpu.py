@@ -976,7 +976,7 @@ def run_smoke(options: SmokeOptions) -> SmokeReport:
         given = "--model" if options.model is not None else "--tiny-model"
         if options.mode == "image":
             raise ConfigurationError(f"{given}: the server check runs in host mode only",
-                                     "run `smoke --mode host` inside the image for check 6, or "
+                                     "run `smoke host` inside the image for check 6, or "
                                      f"leave {given} out")
         if options.probe_output is not None:
             raise ConfigurationError(f"{given} with --probe-output would start SGLang here, not "
@@ -1035,7 +1035,7 @@ def _parallel_rules(options: SmokeOptions) -> None:
     if options.mode == "image" or options.probe_output is not None:
         raise ConfigurationError("--parallel: check 7 starts SGLang in this environment (host "
                                  "mode only, without --probe-output)",
-                                 "run `smoke --mode host --parallel --tiny-model` inside the "
+                                 "run `smoke host --parallel --tiny-model` inside the "
                                  "image, or leave --parallel out")
     if options.model is None and not options.tiny_model:
         raise ConfigurationError("--parallel needs a model to serve",
