@@ -299,7 +299,7 @@ def test_smoke_never_waits_on_a_named_pipe(tmp_path: Path) -> None:
     probe = _write_probe(tmp_path / "probe.out", _valid_results())
     for args in (("--probe-output", str(fifo)),
                  ("--probe-output", str(probe), "--expect-provenance", str(fifo))):
-        done = _run_bounded("smoke", *args)
+        done = _run_bounded("smoke", "host", *args)
         assert done.returncode == 2 and f"{fifo} is a named pipe" in done.stderr, done.stderr
 
 
