@@ -25,7 +25,7 @@ def _project(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def _bump(root: Path, path: Path, cache: Path):
-    return run_cli("label", "--target", "t", "--bump", "--targets-file", str(path),
+    return run_cli("next-label", "--target", "t", "--targets-file", str(path),
                    cwd=root, cache=cache)
 
 
