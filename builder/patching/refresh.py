@@ -17,6 +17,7 @@ import difflib
 import hashlib
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,24 @@ class FuzzedHunk:
                 "after": self.after}
 
 
+class RefreshStatus(StrEnum):
+    """What a refresh did to one patch (``status`` in ``refresh --json``).
+
+    ``refreshed`` (rewritten), ``unchanged`` (already exact), ``kept`` (another patch was
+    selected with ``--patch``), or why it was left alone, as
+    :class:`~builder.patching.status.PatchStatus` names it. The values are a contract with
+    users of ``refresh --json``, never renamed.
+    """
+
+    REFRESHED = "refreshed"
+    UNCHANGED = "unchanged"
+    KEPT = "kept"
+    ALREADY_APPLIED = "already-applied"
+    OBSOLETE = "obsolete"
+    NOT_APPLICABLE = "not-applicable"
+    NOT_REACHED = "not-reached"
+
+
 @dataclass(frozen=True)
 class RefreshedPatch:
     """One patch's refresh.
@@ -71,7 +90,7 @@ class RefreshedPatch:
     """
 
     name: str
-    status: str
+    status: RefreshStatus
     written: Path | None
     old_sha256: str
     new_sha256: str
@@ -79,7 +98,7 @@ class RefreshedPatch:
 
     def to_json(self) -> dict[str, Any]:
         """Return JSON-ready data."""
-        return {"name": self.name, "status": self.status,
+        return {"name": self.name, "status": str(self.status),
                 "written": str(self.written) if self.written else None,
                 "old_sha256": self.old_sha256, "new_sha256": self.new_sha256,
                 "fuzzed": [f.to_json() for f in self.fuzzed]}
@@ -267,12 +286,13 @@ def refresh_series(source: SourceResult, series: Series, *, accept_fuzz: bool = 
     pins: list[tuple[str, str]] = []
     for step in steps:
         if not isinstance(step, PatchStep):
-            results.append(RefreshedPatch(step.name, str(step.status), None, step.sha256,
+            results.append(RefreshedPatch(step.name, RefreshStatus(step.status), None,
+                                          step.sha256,
                                           step.sha256))
             continue
         outcome = step.outcome
         if only is not None and outcome.name != only and outcome.status == PatchStatus.APPLIED:
-            results.append(RefreshedPatch(outcome.name, "kept", None, outcome.sha256,
+            results.append(RefreshedPatch(outcome.name, RefreshStatus.KEPT, None, outcome.sha256,
                                           outcome.sha256))
             continue
         if outcome.status == PatchStatus.FAILED:
@@ -282,7 +302,7 @@ def refresh_series(source: SourceResult, series: Series, *, accept_fuzz: bool = 
                     if needs and not accept_fuzz else "fix the patch by hand")
             raise PatchError(f"cannot refresh {outcome.name}: {outcome.message}", hint)
         if outcome.status != PatchStatus.APPLIED:
-            results.append(RefreshedPatch(outcome.name, str(outcome.status), None,
+            results.append(RefreshedPatch(outcome.name, RefreshStatus(outcome.status), None,
                                           outcome.sha256, outcome.sha256))
             continue
         fuzzy = [f"{f.path} hunk #{h.hunk} (fuzz {h.fuzz})" for f in outcome.files
@@ -309,7 +329,8 @@ def refresh_series(source: SourceResult, series: Series, *, accept_fuzz: bool = 
             writes.append((destination, data))
             if output_dir is None:
                 pins.append((outcome.sha256, new_sha))
-        results.append(RefreshedPatch(outcome.name, "refreshed" if changed else "unchanged",
+        results.append(RefreshedPatch(outcome.name, RefreshStatus.REFRESHED if changed
+                                      else RefreshStatus.UNCHANGED,
                                       None if dry_run or not (changed or output_dir)
                                       else destination,
                                       outcome.sha256, new_sha, _fuzzed(step, text)))
@@ -366,7 +387,7 @@ def run_refresh(options: Options, *, accept_fuzz: bool = False,
     if dry_run:
         return planned
     if output_dir is None:
-        rewritten = {p.name for p in planned if p.status == "refreshed"}
+        rewritten = {p.name for p in planned if p.status == RefreshStatus.REFRESHED}
         for entry in series.entries:
             if entry.name not in rewritten:
                 continue
