@@ -32,7 +32,7 @@ from builder.patching.apply import (
 )
 from builder.patching.hunks import HunkStatus
 from builder.patching.patchfile import Operation, quote_path
-from builder.patching.series import Series, select_series
+from builder.patching.series import Series, repin_entries, select_series
 from builder.patching.status import PatchStatus
 from builder.source.fetch import (
     SourceResult,
@@ -338,10 +338,7 @@ def refresh_series(source: SourceResult, series: Series, *, accept_fuzz: bool = 
         for destination, data in writes:
             rewrite_user_file(destination, data)
         if pins and series.path is not None:
-            data = series.path.read_bytes()  # bytes: its line endings stay as they are
-            for old, new in pins:
-                data = data.replace(old.encode(), new.encode())
-            rewrite_user_file(series.path, data)
+            rewrite_user_file(series.path, repin_entries(series.path, pins))
     return tuple(results)
 
 
