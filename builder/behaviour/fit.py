@@ -16,17 +16,15 @@ import os
 import re
 import shutil
 import subprocess
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from packaging.requirements import Requirement
 
 from builder.behaviour.env import BehaviourEnv
 from builder.core.cache import Cache, sha256_file, sha256_json
 from builder.core.errors import BuildError, MissingToolError, PatchError
 from builder.core.progress import Reporter
+from builder.core.wheelmeta import requires_dist, wheel_metadata
 from builder.patching.series import KernelFit, Series, SeriesEntry
 
 SCRIPT = Path(__file__).parent / "script" / "kernel_fit.py"
@@ -233,15 +231,10 @@ def tilelang_pin(wheel: Path) -> str:
         PatchError: the release requires no pinned tilelang (its kernels cannot be lowered
             as the release lowers them).
     """
-    with zipfile.ZipFile(wheel) as archive:
-        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-        metadata = archive.read(name).decode()
-    for line in metadata.splitlines():
-        if line.startswith("Requires-Dist:"):
-            requirement = Requirement(line.split(":", 1)[1].strip())
-            if requirement.name.lower() == "tilelang" and \
-                    re.fullmatch(r"==[\w.+!-]+", str(requirement.specifier)):
-                return f"tilelang{requirement.specifier}"
+    for requirement in requires_dist(wheel_metadata(wheel), wheel.name):
+        if requirement.name.lower() == "tilelang" and \
+                re.fullmatch(r"==[\w.+!-]+", str(requirement.specifier)):
+            return f"tilelang{requirement.specifier}"
     raise PatchError(f"{wheel.name} pins no tilelang version",
                      "a kernel-fit declaration needs the release's own tilelang")
 

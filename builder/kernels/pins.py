@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import email.parser
 import tomllib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,7 @@ from packaging.version import InvalidVersion, Version
 
 from builder.core.arch import sm120_arch as _sm120_arch
 from builder.core.errors import ConfigurationError
+from builder.core.wheelmeta import parse_metadata, requires_dist
 
 if TYPE_CHECKING:  # an annotation only: a saved request's build never imports the source stage
     from builder.source.fetch import SourceResult
@@ -64,8 +64,8 @@ def _requirements(source: SourceResult) -> list[str]:
             deps = tomllib.load(handle).get("project", {}).get("dependencies", [])
         return [str(d) for d in deps]
     for metadata in source.tree.glob("*.dist-info/METADATA"):
-        message = email.parser.BytesParser().parsebytes(metadata.read_bytes())
-        return [str(r) for r in message.get_all("Requires-Dist") or []]
+        return [str(r) for r in requires_dist(parse_metadata(metadata.read_bytes()),
+                                              str(metadata))]
     raise ConfigurationError(f"{source.tree} has neither pyproject.toml nor a wheel's METADATA",
                              "the kernel pins are read from the upstream source itself")
 
