@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.behaviour.env import BehaviourEnv
+from builder.core.arch import SM120 as SM120_TEXT
 from builder.core.cache import Cache, sha256_file, sha256_json
 from builder.core.errors import BuildError, MissingToolError, PatchError
 from builder.core.progress import Reporter
@@ -288,7 +289,7 @@ def _clean_env() -> dict[str, str]:
 def _run_script(env: BehaviourEnv, fits: list[dict[str, Any]], overlay: Path | None,
                 tilelang: Path, nvcc: Path) -> list[dict[str, Any]]:
     environ = _clean_env()
-    environ["SM120_CAPABILITY"] = "12.0"
+    environ["SM120_CAPABILITY"] = SM120_TEXT
     environ["PYTHONDONTWRITEBYTECODE"] = "1"  # the overlay is a cache entry (run.py)
     environ["PYTHONPATH"] = os.pathsep.join([*([str(overlay)] if overlay else []),
                                              str(tilelang)])

@@ -18,6 +18,7 @@ import tomlkit.exceptions
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from builder.core.arch import SM120
 from builder.core.config import (
     SHA256,
     Target,
@@ -166,7 +167,7 @@ def _parse_behaviour(table: dict[str, Any], where: str) -> Behaviour:
             case = BehaviourCase(model, tuple(chosen.items()))
             if case not in cases:  # tp 1 with ep [1, "tp"] names one case twice
                 cases.append(case)
-    raw = table.get("capability", "12.0")
+    raw = table.get("capability", SM120)
     capabilities = tuple(_capability(c, where) for c in (raw if isinstance(raw, list) else [raw]))
     expect = table.get("expect", {})
     unchanged = table.get("unchanged", [])
