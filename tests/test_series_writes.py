@@ -16,11 +16,9 @@ def test_a_new_entry_is_added_at_the_end_and_the_rest_is_kept(tmp_path: Path) ->
     shutil.copy(REPO / "patches" / "series.toml", series)
     before = series.read_bytes()
     (tmp_path / 'x "y".patch').write_text("")
-    data = append_entry(series, {"file": 'x "y".patch', "sha256": "a" * 64,
-                                 "description": 'quotes " and é', "strip": 1,
-                                 "versions": ">=0.5.9"})
-    assert data.startswith(before.rstrip(b"\n"))
-    series.write_bytes(data)
+    append_entry(series, {"file": 'x "y".patch', "sha256": "a" * 64,
+                           "description": 'quotes " and é', "strip": 1, "versions": ">=0.5.9"})
+    assert series.read_bytes().startswith(before.rstrip(b"\n"))
     assert load_series(series).entries[-1].description == 'quotes " and é'
 
 
@@ -30,5 +28,6 @@ def test_a_repin_changes_only_the_pins_and_keeps_crlf(tmp_path: Path) -> None:
     series.write_bytes(original)
     first, last = (e.sha256 for e in (load_series(REPO / "patches" / "series.toml").entries[0],
                                       load_series(REPO / "patches" / "series.toml").entries[-1]))
-    data = repin_entries(series, [(first, "b" * 64), (last, "c" * 64)])
-    assert data == original.replace(first.encode(), b"b" * 64).replace(last.encode(), b"c" * 64)
+    repin_entries(series, [(first, "b" * 64), (last, "c" * 64)])
+    assert series.read_bytes() == original.replace(first.encode(), b"b" * 64).replace(
+        last.encode(), b"c" * 64)

@@ -221,18 +221,14 @@ def add_to_series(series_file: Path, patch: Path, *, versions: str, description:
                                  "or refresh the existing patch instead")
     if not description.strip():
         raise ConfigurationError("a patch needs a description", "pass --description TEXT")
-    original = series_file.read_bytes()  # restored byte for byte if the result fails
     # Reads the patch (read_input: a named pipe or a folder refused) before writing stored.
     found = canonical_patch(patch, strip, layout, stored)
     digest = sha256_file(stored)
-    try:
-        rewrite_user_file(series_file, append_entry(
-            series_file, {"file": stored.name, "sha256": digest,
-                          "description": description.strip(), "strip": strip,
-                          "versions": versions}))
-        load_series(series_file)
+    try:  # the series is left as it was when the entry does not load
+        append_entry(series_file, {"file": stored.name, "sha256": digest,
+                                   "description": description.strip(), "strip": strip,
+                                   "versions": versions})
     except BaseException:
-        rewrite_user_file(series_file, original)
         stored.unlink(missing_ok=True)
         raise
     return stored, found, digest

@@ -338,7 +338,7 @@ def refresh_series(source: SourceResult, series: Series, *, accept_fuzz: bool = 
         for destination, data in writes:
             rewrite_user_file(destination, data)
         if pins and series.path is not None:
-            rewrite_user_file(series.path, repin_entries(series.path, pins))
+            repin_entries(series.path, pins)
     return tuple(results)
 
 

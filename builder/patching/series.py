@@ -486,8 +486,8 @@ def _read_series_document(path: Path) -> tuple[bytes, tomlkit.TOMLDocument]:
         raise ConfigurationError(f"{path}: {exc}", "fix the series file") from None
 
 
-def append_entry(path: Path, entry: dict[str, Any]) -> bytes:
-    """The series file with one ``[[patch]]`` table added at its end, rendered by tomlkit
+def append_entry(path: Path, entry: dict[str, Any]) -> None:
+    """Add one ``[[patch]]`` table at the end of the series file, rendered by tomlkit
     (the rest of the file byte for byte: tomlkit would regroup the ``[[patch]]`` tables the
     series interleaves with ``[[behaviour]]`` ones if the table went into the document).
     Every writer of a series file renders it with tomlkit (``tests/test_architecture.py``).
@@ -496,13 +496,11 @@ def append_entry(path: Path, entry: dict[str, Any]) -> bytes:
         path: the series file.
         entry: the entry's keys (``file``, ``sha256``, ``description`` ...), in order.
 
-    Returns:
-        The new bytes to write.
-
     Raises:
-        BuilderError: the file cannot be read or is not TOML.
+        BuilderError: the file cannot be read or is not TOML, or does not load as a series
+            with the entry (then it is left as it was).
     """
-    from builder.core.userfiles import with_line_endings_of
+    from builder.core.userfiles import rewrite_user_file, with_line_endings_of
 
     original, _ = _read_series_document(path)
     table = tomlkit.table()
@@ -512,11 +510,16 @@ def append_entry(path: Path, entry: dict[str, Any]) -> bytes:
     patches.append(table)
     added = tomlkit.dumps({"patch": patches})
     text = original.decode("utf-8").rstrip("\r\n") + "\n\n" + added
-    return with_line_endings_of(original, text)
+    rewrite_user_file(path, with_line_endings_of(original, text))
+    try:
+        load_series(path)
+    except BaseException:
+        rewrite_user_file(path, original)  # the untouched bytes back
+        raise
 
 
-def repin_entries(path: Path, pins: list[tuple[str, str]]) -> bytes:
-    """The series file with each entry's ``sha256`` moved from an old to a new value.
+def repin_entries(path: Path, pins: list[tuple[str, str]]) -> None:
+    """Move each entry's ``sha256`` in the series file from an old to a new value.
 
     The new value is rendered by tomlkit and put in place of the old one at its entry's
     ``sha256`` key; the rest of the file stays byte for byte. (tomlkit 0.15 cannot write
@@ -527,13 +530,12 @@ def repin_entries(path: Path, pins: list[tuple[str, str]]) -> bytes:
         path: the series file.
         pins: ``(old sha256, new sha256)`` pairs.
 
-    Returns:
-        The new bytes to write.
-
     Raises:
         BuilderError: the file cannot be read or is not TOML, or an old value is the
             ``sha256`` of no entry.
     """
+    from builder.core.userfiles import rewrite_user_file
+
     original, document = _read_series_document(path)
     text = original.decode("utf-8")
     entries = [str(t.get("sha256", "")) for t in document.get("patch", [])]
@@ -544,4 +546,4 @@ def repin_entries(path: Path, pins: list[tuple[str, str]]) -> bytes:
                                      "entry", "write each pin as sha256 = \"HEX\"")
         value = tomlkit.string(new).as_string()
         text = key.sub(lambda match, value=value: match[1] + value, text)
-    return text.encode("utf-8")
+    rewrite_user_file(path, text.encode("utf-8"))
