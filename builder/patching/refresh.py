@@ -26,6 +26,7 @@ from builder.core.errors import ConfigurationError, PatchError
 from builder.core.options import Options
 from builder.core.userfiles import rewrite_user_file
 from builder.patching.apply import (
+    PatchOutcome,
     PatchStep,
     read_series,
     replay_series,
@@ -255,6 +256,59 @@ def _covers(hunk_text: str, line: int) -> bool:
     return start <= line < start + length
 
 
+def _left_alone(step: PatchStep | PatchOutcome, only: str | None,
+                accept_fuzz: bool) -> RefreshedPatch | None:
+    """The entry of a patch a refresh leaves alone (not applicable, obsolete, already
+    applied, or not the ``only`` one); ``None`` for a patch to refresh.
+
+    Raises:
+        PatchError: the patch failed, or needs fuzz without ``accept_fuzz``.
+    """
+    if not isinstance(step, PatchStep):
+        return RefreshedPatch(step.name, RefreshStatus(step.status), None, step.sha256,
+                              step.sha256)
+    outcome = step.outcome
+    if only is not None and outcome.name != only and outcome.status == PatchStatus.APPLIED:
+        return RefreshedPatch(outcome.name, RefreshStatus.KEPT, None, outcome.sha256,
+                              outcome.sha256)
+    if outcome.status == PatchStatus.FAILED:
+        needs = [h for f in outcome.files for h in f.hunks if h.fuzz and
+                 h.status == HunkStatus.FAILED and "needs fuzz" in h.note]
+        hint = ("pass --accept-fuzz, then review every hunk shown before and after"
+                if needs and not accept_fuzz else "fix the patch by hand")
+        raise PatchError(f"cannot refresh {outcome.name}: {outcome.message}", hint)
+    if outcome.status != PatchStatus.APPLIED:
+        return RefreshedPatch(outcome.name, RefreshStatus(outcome.status), None,
+                              outcome.sha256, outcome.sha256)
+    fuzzy = [f"{f.path} hunk #{h.hunk} (fuzz {h.fuzz})" for f in outcome.files
+             for h in f.hunks if h.status == HunkStatus.FUZZ]
+    if fuzzy and not accept_fuzz:  # even where the series allows it: review first
+        raise PatchError(f"cannot refresh {outcome.name} without review: "
+                         f"{', '.join(fuzzy)} needed fuzz",
+                         "pass --accept-fuzz, then review every hunk shown before "
+                         "and after")
+    return None
+
+
+def _destination(step: PatchStep, series: Series, output_dir: Path | None) -> Path:
+    """Where a refreshed patch goes: ``output_dir``, else over itself.
+
+    Raises:
+        ConfigurationError: in place, the patch lies outside the series' folder.
+    """
+    name = step.outcome.name
+    destination = (output_dir / name) if output_dir else step.entry.path
+    if output_dir is None and series.path is not None and \
+            not destination.is_relative_to(series.path.parent.resolve()):
+        # An absolute series entry may read a patch kept elsewhere, never rewrite it.
+        raise ConfigurationError(
+            f"{name} is {destination}, outside the series folder "
+            f"{series.path.parent.resolve()}: refresh rewrites patches in place only "
+            "there", "refresh a copy with --output-dir DIR, or move the patch into the "
+            "series folder")
+    return destination
+
+
 def refresh_series(source: SourceResult, series: Series, *, accept_fuzz: bool = False,
                    output_dir: Path | None = None, dry_run: bool = False,
                    only: str | None = None) -> tuple[RefreshedPatch, ...]:
@@ -285,46 +339,17 @@ def refresh_series(source: SourceResult, series: Series, *, accept_fuzz: bool = 
     writes: list[tuple[Path, bytes]] = []
     pins: list[tuple[str, str]] = []
     for step in steps:
-        if not isinstance(step, PatchStep):
-            results.append(RefreshedPatch(step.name, RefreshStatus(step.status), None,
-                                          step.sha256,
-                                          step.sha256))
+        left = _left_alone(step, only, accept_fuzz)
+        if left is not None:
+            results.append(left)
             continue
+        assert isinstance(step, PatchStep)
         outcome = step.outcome
-        if only is not None and outcome.name != only and outcome.status == PatchStatus.APPLIED:
-            results.append(RefreshedPatch(outcome.name, RefreshStatus.KEPT, None, outcome.sha256,
-                                          outcome.sha256))
-            continue
-        if outcome.status == PatchStatus.FAILED:
-            needs = [h for f in outcome.files for h in f.hunks if h.fuzz and
-                     h.status == HunkStatus.FAILED and "needs fuzz" in h.note]
-            hint = ("pass --accept-fuzz, then review every hunk shown before and after"
-                    if needs and not accept_fuzz else "fix the patch by hand")
-            raise PatchError(f"cannot refresh {outcome.name}: {outcome.message}", hint)
-        if outcome.status != PatchStatus.APPLIED:
-            results.append(RefreshedPatch(outcome.name, RefreshStatus(outcome.status), None,
-                                          outcome.sha256, outcome.sha256))
-            continue
-        fuzzy = [f"{f.path} hunk #{h.hunk} (fuzz {h.fuzz})" for f in outcome.files
-                 for h in f.hunks if h.status == HunkStatus.FUZZ]
-        if fuzzy and not accept_fuzz:  # even where the series allows it: review first
-            raise PatchError(f"cannot refresh {outcome.name} without review: "
-                             f"{', '.join(fuzzy)} needed fuzz",
-                             "pass --accept-fuzz, then review every hunk shown before "
-                             "and after")
         text = _new_text(step)
         data = text.encode("utf-8", "surrogateescape")
         new_sha = hashlib.sha256(data).hexdigest()
         changed = new_sha != outcome.sha256
-        destination = (output_dir / outcome.name) if output_dir else step.entry.path
-        if output_dir is None and series.path is not None and \
-                not destination.is_relative_to(series.path.parent.resolve()):
-            # An absolute series entry may read a patch kept elsewhere, never rewrite it.
-            raise ConfigurationError(
-                f"{outcome.name} is {destination}, outside the series folder "
-                f"{series.path.parent.resolve()}: refresh rewrites patches in place only "
-                "there", "refresh a copy with --output-dir DIR, or move the patch into the "
-                "series folder")
+        destination = _destination(step, series, output_dir)
         if changed or output_dir:
             writes.append((destination, data))
             if output_dir is None:
