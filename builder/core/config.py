@@ -12,7 +12,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -481,7 +481,7 @@ def _identity(table: dict[str, Any], where: str) -> tuple[str, Version, str, str
 
 
 def _target_sources(table: dict[str, Any], upstream: Version, where: str
-                    ) -> tuple[tuple[Pin, ...], str]:
+                    ) -> tuple[tuple[Pin, ...], SourceKind]:
     """The target's sources and the preferred kind.
 
     Raises:
@@ -500,7 +500,7 @@ def _target_sources(table: dict[str, Any], upstream: Version, where: str
         if not isinstance(pin, GitPin) and Version(pin.version) != upstream:
             raise ConfigurationError(f"{where}: {pin.kind} version {pin.version} differs from "
                                      f"upstream_version {upstream}", "make them agree")
-    return sources, prefer
+    return sources, cast(SourceKind, prefer)
 
 
 def _arch_and_lanes(table: dict[str, Any], where: str) -> tuple[tuple[str, ...], list[str]]:

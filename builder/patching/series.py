@@ -544,6 +544,7 @@ def repin_entries(path: Path, pins: list[tuple[str, str]]) -> None:
         if old not in entries or not key.search(text):
             raise ConfigurationError(f"{path}: sha256 {old} is the pin of no [[patch]] "
                                      "entry", "write each pin as sha256 = \"HEX\"")
-        value = tomlkit.string(new).as_string()
-        text = key.sub(lambda match, value=value: match[1] + value, text)
+        # The value as tomlkit renders it, its backslashes doubled: sub reads escapes.
+        value = tomlkit.string(new).as_string().replace("\\", "\\\\")
+        text = key.sub(rf"\g<1>{value}", text)
     rewrite_user_file(path, text.encode("utf-8"))
