@@ -87,7 +87,7 @@ def test_new_file_exists_identical_is_already_applied(tmp_path: Path) -> None:
     result = apply_series(local_source(tree, "1.0"), series_of(tmp_path, CREATE), dry_run=True)
     (patch,) = result.report.patches
     assert patch.status == PatchStatus.ALREADY_APPLIED
-    assert patch.files[0].hunks[0].status == FileStatus.NEW_FILE_EXISTS
+    assert patch.files[0].hunks[0].decided_by == FileStatus.NEW_FILE_EXISTS
     assert "identical" in patch.files[0].note
 
 
@@ -96,7 +96,7 @@ def test_new_file_exists_different_is_refused_not_deleted(tmp_path: Path) -> Non
     tree = make_tree(tmp_path / "t", {"docs/new.txt": "somebody else's file\n"})
     error = refused(tree, series_of(tmp_path, CREATE), "0001-case.patch", "docs/new.txt",
                     "new-file-exists", "different content")
-    assert file_report(error).hunks[0].status == FileStatus.NEW_FILE_EXISTS
+    assert file_report(error).hunks[0].decided_by == FileStatus.NEW_FILE_EXISTS
 
 
 def test_delete_file(tmp_path: Path) -> None:
@@ -120,7 +120,7 @@ def test_missing_file_says_where_it_moved(tmp_path: Path) -> None:
     error = refused(tree, series_of(tmp_path, patch), "missing-file",
                     "python/pkg/util.py does not exist",
                     "matching content is at python/pkg/new_home/util.py (moved?)")
-    assert file_report(error).hunks[0].status == FileStatus.MISSING_FILE
+    assert file_report(error).hunks[0].decided_by == FileStatus.MISSING_FILE
 
 
 @pytest.mark.parametrize(("file_eol", "patch_eol"), [("\r\n", "\n"), ("\n", "\r\n")])
@@ -134,7 +134,8 @@ def test_line_ending_mismatch_is_reported_never_converted(tmp_path: Path, file_e
     patch = f"--- a/win.txt\n+++ b/win.txt\n@@ -4,7 +4,7 @@\n{body}"
     error = refused(tree, series_of(tmp_path, patch), "eol-mismatch")
     hunk = file_report(error).hunks[0]
-    assert hunk.status == FileStatus.EOL_MISMATCH and "not converting" in hunk.note
+    assert hunk.decided_by == FileStatus.EOL_MISMATCH and "not converting" in hunk.note
+    assert hunk.status == HunkStatus.FAILED and hunk.to_json()["status"] == "eol-mismatch"
 
 
 def test_binary_patch_is_refused(tmp_path: Path) -> None:

@@ -143,17 +143,19 @@ class PipIndexDefault:
 
 
 def _index_url(text: str) -> str:
-    """A simple index's URL: ``http(s)://`` with a host, or ``file://`` (pip takes both).
+    """A simple index's URL: ``http(s)://`` with a host, or ``file://`` (pip takes both);
+    :func:`builder.core.address.parse_url`'s rule.
 
     Raises:
         argparse.ArgumentTypeError: any other text.
     """
-    import urllib.parse
+    from builder.core.address import parse_url
 
-    parts = urllib.parse.urlsplit(text)
-    if not ((parts.scheme in ("http", "https") and parts.hostname) or parts.scheme == "file"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not an http(s):// or file:// URL")
-    return text
+    try:
+        return parse_url(text, ("http", "https", "file"), noun="an http(s):// or file:// URL",
+                         hint="").text
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(exc.cause) from None
 
 
 def index_url_arg(parser: argparse.ArgumentParser) -> None:

@@ -189,7 +189,7 @@ def _report_rows(report: PatchReport) -> list[tuple[str, ...]]:
                 note = hunk.note
                 if hunk.status == HunkStatus.FUZZ:
                     note = f"allowed up to fuzz {patch.max_fuzz} (reason below)"
-                rows.append((patch.name, file.path, str(hunk.hunk), str(hunk.status),
+                rows.append((patch.name, file.path, str(hunk.hunk), hunk.label,
                              "" if hunk.line is None else str(hunk.line),
                              "" if hunk.offset is None else str(hunk.offset),
                              "" if hunk.fuzz is None else str(hunk.fuzz), note))

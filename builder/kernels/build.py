@@ -31,6 +31,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from builder.core.arch import SM120_FAMILY
 from builder.core.cache import Cache, legacy_entry, sha256_file, sha256_json
 from builder.core.errors import BuilderError, BuildError, ConfigurationError
 from builder.core.progress import Reporter
@@ -864,7 +865,7 @@ def sm120_path_modules(env: PythonEnv, lane: str) -> dict[str, Any]:
     """
     done = subprocess.run([str(env.python), str(_DRIVER), json.dumps({"paths": lane})],
                           capture_output=True, text=True, check=False, timeout=600,
-                          env={**os.environ, "FLASHINFER_CUDA_ARCH_LIST": "12.0f"})
+                          env={**os.environ, "FLASHINFER_CUDA_ARCH_LIST": SM120_FAMILY})
     try:
         data: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])["paths"]
     except (IndexError, ValueError, KeyError):

@@ -13,7 +13,6 @@ import glob
 import hashlib
 import os
 import shutil
-import urllib.parse
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from builder.core.address import file_name
 from builder.core.cache import Cache, legacy_entry, sha256_file, sha256_tree
 from builder.core.config import GitPin, Pin, SdistPin, SourceKind, Target, WheelPin
 from builder.core.errors import BuilderError, ConfigurationError, SourceError, VerificationError
@@ -463,7 +463,7 @@ def remote_wheel_metadata(url: str, filename: str | None = None) -> email.messag
     import requests
     from remotezip import RemoteZip, RemoteZipError
 
-    name = filename or urllib.parse.unquote(urllib.parse.urlparse(url).path.rsplit("/", 1)[-1])
+    name = filename or file_name(url)
     try:
         project, version = parse_wheel_filename(name)[:2]
     except (InvalidWheelFilename, InvalidVersion):

@@ -35,6 +35,7 @@ from builder.core.errors import BuilderError, ConfigurationError, SourceError
 from builder.core.options import Options
 from builder.core.pipconfig import resolve_index
 from builder.core.userfiles import rewrite_user_file, temporary_beside, with_line_endings_of
+from builder.core.wheelmeta import requires_dist
 from builder.image.profile import PROFILES_DIR
 from builder.kernels.pins import exact_torch, read_pins, sm120_arch, torch_cuda_lane
 from builder.patching.matrix import Matrix, run_matrix
@@ -214,7 +215,7 @@ def _cuda_lane(torch: Version, index_url: str) -> str:
         raise SourceError(f"{index_url} lists no Linux x86_64 wheel of torch {torch}",
                           "pass --cuda-lane X.Y (the CUDA of that torch build)")
     metadata = remote_wheel_metadata(linux[0][1], linux[0][0])
-    lane = torch_cuda_lane([str(r) for r in metadata.get_all("Requires-Dist") or []])
+    lane = torch_cuda_lane([str(r) for r in requires_dist(metadata, linux[0][0])])
     if lane is None:
         raise SourceError(f"{linux[0][0]} pins no NVIDIA CUDA runtime (a CPU build?)",
                           "pass --cuda-lane X.Y")
