@@ -46,7 +46,6 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.metadata import parse_email
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -98,6 +97,8 @@ def read_metadata(data: bytes, where: str) -> ArchiveMetadata:
         BuilderError: no single ``Name`` or ``Version`` field, or a version that is not
             PEP 440.
     """
+    from packaging.metadata import parse_email  # here: email's parser costs ~10 ms to import
+
     raw, unparsed = parse_email(data)
     for field in ("name", "version"):
         if field in unparsed or field not in raw:
