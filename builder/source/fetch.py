@@ -40,6 +40,7 @@ from builder.source.archive import (
     unpack_sdist,
     unzip_wheel,
 )
+
 # The network modules (builder.source.download and .index: urllib.request, http.client,
 # ssl) and gitpython, requests and remotezip are imported where they are used: a build
 # from the cache needs none of them (about 25 ms of a no-op rebuild's start, measured
