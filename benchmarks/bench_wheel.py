@@ -80,7 +80,7 @@ def run_process(cmd: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any
 
 def median(runs: list[dict[str, Any]], field: str) -> float:
     """The median of ``field`` over ``runs``."""
-    return statistics.median(run[field] for run in runs)
+    return float(statistics.median(float(run[field]) for run in runs))
 
 
 def measure(target: str | None, rounds: int, noop_runs: int, work: Path,

@@ -135,7 +135,9 @@ def repack_wheel(original: Path, tree: Path, version: str, provenance_name: str,
         new_info = f"{dist}-{version}.dist-info"
         old_data, new_data = old_info[:-len(".dist-info")] + ".data", f"{dist}-{version}.data"
         destination = out_dir / f"{dist}-{version}-{'-'.join(tags)}.whl"
-        changed, removed, seen = [], [], set()
+        changed: list[str] = []
+        removed: list[str] = []
+        seen: set[str] = set()
         # The .dist-info entries go last and are small; every other entry is written as it
         # is read, so the whole wheel is never held in memory (peak: one entry).
         metadata_entries: list[tuple[zipfile.ZipInfo, bytes]] = []
