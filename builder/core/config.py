@@ -12,14 +12,16 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import ConfigurationError
 from builder.core.userfiles import read_input
+
+if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
 
 SourceKind = Literal["sdist", "wheel", "git"]
 SOURCE_KINDS: tuple[SourceKind, ...] = ("sdist", "wheel", "git")
@@ -331,6 +333,9 @@ def specifier(text: str, where: str) -> SpecifierSet:
     if not text.strip() or not all(clauses):
         raise ConfigurationError(f"{where}: version range {text!r} is empty or has an empty clause",
                                  "write it like '>=0.5.7,<0.5.11'")
+    # here, not at the top: `targets` and a no-op rebuild never parse a range (~3 ms)
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
     try:
         return SpecifierSet(text)
     except InvalidSpecifier:
