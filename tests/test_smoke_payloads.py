@@ -84,6 +84,9 @@ def test_what_the_probe_writes_the_host_reads_back() -> None:
     assert SglangData.read(results.sglang_data) == SGLANG
     assert VersionsData.read(results.versions_data) == VERSIONS
     assert results.runner is not None and results.runner.status is Status.PASSED
+    assert SglangData.from_json({**SGLANG.to_json(), "trace": "kept, not read"}) == SGLANG
+    with pytest.raises(ProbeOutputError, match="SglangData needs the data key 'version'"):
+        SglangData.from_json({"provenance": None})
     # the wire keys, in the order the probe has always written them
     assert list(SGLANG.to_json()) == ["version", "provenance", "requires", "record",
                                       "mismatched", "missing", "texts"]

@@ -232,9 +232,24 @@ class ProbeData:
                                        f"{check.data[f.name]!r:.60}")
 
     @classmethod
+    def from_json(cls: type[_Data], data: Mapping[str, Any]) -> _Data:
+        """Build the payload from its JSON object (keys that are no field are left out;
+        the values are taken as they are: :meth:`check` judges them).
+
+        Raises:
+            ProbeOutputError: a field without a default has no key.
+        """
+        names = {f.name for f in fields(cls)}
+        absent = [f.name for f in fields(cls) if f.default is MISSING and
+                  f.default_factory is MISSING and f.name not in data]
+        if absent:
+            raise ProbeOutputError(f"{cls.__name__} needs the data key {absent[0]!r}")
+        return cls(**{key: value for key, value in data.items() if key in names})
+
+    @classmethod
     def read(cls: type[_Data], check: ProbeCheck | None) -> _Data | None:
-        """The payload of ``check`` (``None``: no result, or it lacks a field without a
-        default, as a failed one does).
+        """The payload of ``check``, checked (``None``: no result, or it lacks a field
+        without a default, as a failed one does).
 
         Raises:
             ProbeOutputError: as :meth:`check`.
@@ -242,11 +257,10 @@ class ProbeData:
         if check is None:
             return None
         cls.check(check)
-        names = {f.name for f in fields(cls)}
-        if any(f.default is MISSING and f.default_factory is MISSING and
-               f.name not in check.data for f in fields(cls)):
+        try:
+            return cls.from_json(check.data)
+        except ProbeOutputError:
             return None
-        return cls(**{key: value for key, value in check.data.items() if key in names})
 
 
 @dataclass(frozen=True)
