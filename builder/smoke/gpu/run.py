@@ -43,38 +43,16 @@ def run_smoke(options: SmokeOptions) -> SmokeReport:
     """
     if options.parallel:
         parallel_rules(options)
-    if options.model is not None or options.tiny_model:
-        given = "--model" if options.model is not None else "--tiny-model"
-        if options.mode == "image":
-            raise ConfigurationError(f"{given}: the server check runs in host mode only",
-                                     "run `smoke --mode host` inside the image for check 6, or "
-                                     f"leave {given} out")
-        if options.probe_output is not None:
-            raise ConfigurationError(f"{given} with --probe-output would start SGLang here, not "
-                                     "where the probe ran", f"leave {given} out, or run the smoke "
-                                     "in the tested environment")
+    _model_rules(options)
     series = load_series(options.series)
     expected, expected_record = _expected(options)
     args = probe_arguments(intent_patterns(series), options.moe)
     artifacts: dict[str, Any] = {}
     if options.mode == "image":
-        from builder.smoke.container import EngineRefused, docker_client, run_in_image
-
-        if not options.image:
-            raise ConfigurationError("image mode needs --image REF", "name a built image")
-        options.reporter.info(f"Running the probe in {options.image} with every GPU ...")
-        try:
-            container = run_in_image(
-                options.image, [options.python or "python3",
-                                "/sm120-smoke/smoke_probe.py", *args],
-                files={f"sm120-smoke/{name}": data for name, data in probe_files().items()},
-                environment={"FLASHINFER_DISABLE_JIT": "1"}, timeout=options.probe_timeout,
-                client=docker_client(options.docker_host))
-        except EngineRefused as exc:
-            return _refused(str(exc), exc.fault, options.image)
-        artifacts["image"] = {"ref": options.image, "id": container.image_id}
-        run = ProbeRun(parse_probe_output(container.stdout), container.exit_code,
-                       tail(container.stderr))
+        got = _run_in_image(options, args)
+        if isinstance(got, SmokeReport):
+            return got
+        run, artifacts["image"] = got
     elif options.probe_output is not None:
         # A named pipe or a folder is refused at once (read_input), never waited on.
         text = read_input(options.probe_output, "the probe output",
@@ -94,13 +72,63 @@ def run_smoke(options: SmokeOptions) -> SmokeReport:
                     parallel=parallel)
 
 
+def _model_rules(options: SmokeOptions) -> None:
+    """Refuse a model (checks 6 and 7 serve it here) where SGLang would not start beside
+    the probe's results.
+
+    Raises:
+        ConfigurationError: ``--model`` or ``--tiny-model`` in image mode or with
+            ``--probe-output``.
+    """
+    if options.model is None and not options.tiny_model:
+        return
+    given = "--model" if options.model is not None else "--tiny-model"
+    if options.mode == "image":
+        raise ConfigurationError(f"{given}: the server check runs in host mode only",
+                                 "run `smoke --mode host` inside the image for check 6, or "
+                                 f"leave {given} out")
+    if options.probe_output is not None:
+        raise ConfigurationError(f"{given} with --probe-output would start SGLang here, not "
+                                 "where the probe ran", f"leave {given} out, or run the smoke "
+                                 "in the tested environment")
+
+
+def _run_in_image(options: SmokeOptions, args: list[str]
+                  ) -> tuple[ProbeRun, dict[str, Any]] | SmokeReport:
+    """Run the probe in ``options.image`` with every GPU.
+
+    Returns:
+        The run and the image tested (ref and id), or the report when the engine would not
+        start the container.
+
+    Raises:
+        BuilderError: no ``--image``, or an image the engine does not have.
+    """
+    from builder.smoke.container import EngineRefused, docker_client, run_in_image
+
+    if not options.image:
+        raise ConfigurationError("image mode needs --image REF", "name a built image")
+    options.reporter.info(f"Running the probe in {options.image} with every GPU ...")
+    try:
+        container = run_in_image(
+            options.image, [options.python or "python3", "/sm120-smoke/smoke_probe.py", *args],
+            files={f"sm120-smoke/{name}": data for name, data in probe_files().items()},
+            environment={"FLASHINFER_DISABLE_JIT": "1"}, timeout=options.probe_timeout,
+            client=docker_client(options.docker_host))
+    except EngineRefused as exc:
+        return _refused(str(exc), exc.fault, options.image)
+    run = ProbeRun(parse_probe_output(container.stdout), container.exit_code,
+                   tail(container.stderr))
+    return run, {"ref": options.image, "id": container.image_id}
+
+
 def _refused(message: str, fault: str, image: str) -> SmokeReport:
     """The report when the engine would not start the container."""
     misconfigured = fault == "misconfigured-runner"
     reason = "the runner could not start the container" if misconfigured else \
         "the image could not start"
     runner = CheckResult("runner", Status.FAILED, ("misconfigured runner: " if misconfigured
-                                            else "broken image: ") + message,
+                                                   else "broken image: ") + message,
                          data={"engine_error": message, "fault": fault})
     rest = tuple(CheckResult(name, Status.NOT_RUN, reason,
                              name not in ("moe-autotune", "server", "parallel"))
