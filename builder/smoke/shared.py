@@ -39,8 +39,9 @@ MANIFEST_FILE: Final = "sm120-manifest.json"
 class Status(str, enum.Enum):  # noqa: UP042 (StrEnum is 3.11+: see below)
     """A check's outcome, the one list of them: the probe prints it, the report records it.
 
-    A ``str`` enum (not ``enum.StrEnum``, Python 3.11) because the probe also runs in older
-    tested interpreters; it compares equal to its text and is written as it in JSON.
+    A ``str`` enum, not ``enum.StrEnum`` (new in Python 3.11): this file runs in the tested
+    interpreter, the image's, which the builder's own floor does not bind. It compares
+    equal to its text and JSON writes it as that text.
     """
 
     #: the check held.
