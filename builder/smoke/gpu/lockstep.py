@@ -68,12 +68,29 @@ def check_lockstep(versions: ProbeCheck | None,
     flashinfer, cubin = found["flashinfer-python"], found["flashinfer-cubin"]
     jit_cache = found["flashinfer-jit-cache"]
     data: dict[str, Any] = {"installed": info.versions, "torch_cuda": info.torch_cuda}
-    problems = []
+    problems: list[str] = []
     wanted = {p: _pin(sglang_requires, p) for p in ("flashinfer_python", "flashinfer_cubin")}
     data["sglang_pins"] = {k: str(v) if v else None for k, v in wanted.items()}
     if flashinfer is None:
         return CheckResult(name, Status.FAILED, "flashinfer_python is not installed",
                            data=data)
+    problems += _package_problems(flashinfer, cubin, jit_cache, wanted)
+    if jit_cache is not None and info.manifest is None:
+        problems.append(f"the kernel wheel's manifest: {info.manifest_error}")
+    elif info.manifest is not None:
+        problems += _manifest_problems(info, flashinfer, jit_cache, data)
+    if problems:
+        return CheckResult(name, Status.FAILED, "; ".join(problems), data=data)
+    return CheckResult(name, Status.PASSED, f"flashinfer_python {flashinfer}, "
+                       f"flashinfer_cubin {cubin or 'not installed (not pinned)'}, "
+                       f"flashinfer_jit_cache {jit_cache}", data=data)
+
+
+def _package_problems(flashinfer: Version, cubin: Version | None, jit_cache: Version | None,
+                      wanted: dict[str, Version | None]) -> list[str]:
+    """What FlashInfer's three packages say against each other and sglang's pins
+    (``wanted``, by project)."""
+    problems = []
     if wanted["flashinfer_python"] and flashinfer != wanted["flashinfer_python"]:
         problems.append(f"flashinfer_python {flashinfer} but sglang pins "
                         f"{wanted['flashinfer_python']}")
@@ -89,15 +106,7 @@ def check_lockstep(versions: ProbeCheck | None,
     elif Version(jit_cache.public) != flashinfer or not jit_cache.local:
         problems.append(f"flashinfer_jit_cache {jit_cache} is not flashinfer_python "
                         f"{flashinfer} plus a local label")
-    if jit_cache is not None and info.manifest is None:
-        problems.append(f"the kernel wheel's manifest: {info.manifest_error}")
-    elif info.manifest is not None:
-        problems += _manifest_problems(info, flashinfer, jit_cache, data)
-    if problems:
-        return CheckResult(name, Status.FAILED, "; ".join(problems), data=data)
-    return CheckResult(name, Status.PASSED, f"flashinfer_python {flashinfer}, "
-                       f"flashinfer_cubin {cubin or 'not installed (not pinned)'}, "
-                       f"flashinfer_jit_cache {jit_cache}", data=data)
+    return problems
 
 
 def _manifest_problems(info: VersionsData, flashinfer: Version, jit_cache: Version | None,
