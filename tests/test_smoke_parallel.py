@@ -12,15 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
-from builder.smoke.gpu import (
-    PROMPT_IDS,
-    CheckResult,
-    SmokeOptions,
-    SmokeReport,
-    _Model,
-    _parallel_check,
-    _server_check,
-)
+from builder.smoke.gpu import PROMPT_IDS, CheckResult, SmokeOptions, SmokeReport
+from builder.smoke.gpu.serving import ServedModel, parallel_check, server_check
 from builder.smoke.parallel import LEGS, PARALLEL_ENV, ParallelOutcome, run_parallel_check
 from builder.smoke.server import server_env
 from builder.smoke.shared import ProbeCheck
@@ -126,7 +119,7 @@ def test_the_cli_path_counts_gpus_from_the_probe_and_reads_the_made_model(
     # counted one GPU, so the TP 2 legs are not started.
     runner = ProbeCheck("runner", "passed", "", {"devices": 1})
     options = SmokeOptions(tiny_model=True, python=sys.executable, server_timeout=60.0)
-    result = _parallel_check(options, runner, _Model(options, tmp_path))
+    result = parallel_check(options, runner, ServedModel(options, tmp_path))
     assert result.status == "failed"
     assert result.detail.startswith("TP 1: the server exited with code 1 before it was ready")
     assert result.data["experts"] == 8 and result.data["gpus"] == 1
@@ -140,11 +133,11 @@ def test_checks_6_and_7_serve_one_tiny_model_written_once(tmp_path: Path) -> Non
     # tiny_model.py refuses a folder that is not empty, so a second write into the shared
     # folder would fail check 7; a write elsewhere would change the path.
     options = SmokeOptions(tiny_model=True, python=sys.executable, server_timeout=60.0)
-    served = _Model(options, tmp_path)
-    server = _server_check(options, None, served)
+    served = ServedModel(options, tmp_path)
+    server = server_check(options, None, served)
     config = tmp_path / "tiny-moe" / "config.json"
     written = config.stat().st_mtime_ns
-    parallel = _parallel_check(options, ProbeCheck("runner", "passed", "", {"devices": 1}),
+    parallel = parallel_check(options, ProbeCheck("runner", "passed", "", {"devices": 1}),
                                served)
     assert parallel.detail.startswith("TP 1: the server exited"), parallel.detail
     assert parallel.data["tiny_model"] == server.data["tiny_model"]

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.smoke.gpu import TINY_MODEL_PATH, SmokeOptions, _Model, _server_check
+from builder.smoke.gpu import TINY_MODEL_PATH, SmokeOptions
+from builder.smoke.gpu.serving import ServedModel, server_check
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = TINY_MODEL_PATH
@@ -105,7 +106,7 @@ def test_the_server_check_serves_the_tiny_model_without_a_tokenizer(tmp_path: Pa
     # No SGLang here: the check writes the model with this interpreter, starts the server
     # command, which fails at once, and reports that with the model it wrote.
     options = SmokeOptions(tiny_model=True, python=sys.executable, server_timeout=60.0)
-    result = _server_check(options, None, _Model(options, tmp_path))
+    result = server_check(options, None, ServedModel(options, tmp_path))
     assert result.status == "failed"
     assert result.detail.startswith("the server exited with code 1 before it was ready")
     command = result.data["command"]
