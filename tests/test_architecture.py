@@ -552,12 +552,6 @@ OVERSIZED_ALLOWED: dict[str, str] = {
                                       "helper (issue 35)",
     "builder/release/run.py:run_release": "release modes become subcommands (release "
                                           "image|wheels) in the CLI helper's rewrite",
-    "builder/smoke/gpu.py:check_sglang": "smoke/gpu.py is being split by check (probe helper)",
-    "builder/smoke/gpu.py:check_lockstep": "smoke/gpu.py is being split by check (probe "
-                                           "helper)",
-    "builder/smoke/script/smoke_probe.py:check_kernels": "the probe's script side is "
-                                                         "reshaped with the typed payloads "
-                                                         "(probe helper)",
 }
 MAX_LINES = 100
 
