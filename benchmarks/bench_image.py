@@ -1,7 +1,7 @@
 """Benchmark the runtime image: the layer we add against what it carries, and a rebuild.
 
 Measured in one run on one machine, on a private Docker Engine and registry started here
-(tests/services.py) and the tests' Debian base (debootstrap, cached in .cache/tests):
+(tests/helpers/services.py) and the tests' Debian base (debootstrap, cached in .cache/tests):
 
 * layer ratio: the one layer the build adds (the engine's size, and the compressed blob
   the registry stores) against the installed size of the wheels it carries (every file
@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from services import (  # noqa: E402
+from helpers.services import (  # noqa: E402
     DEBIAN_SUITE,
     debian_rootfs,
     import_image,

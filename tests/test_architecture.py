@@ -16,10 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO
 
 import builder
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 STAGES = ["source", "patching", "wheel", "behaviour", "kernels", "image", "smoke", "release"]
 
 

@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from helpers.cli import run_cli
+from helpers.paths import TESTS
 
-CASE = Path(__file__).resolve().parent / "cases" / "refresh-new-file-mode"
+CASE = TESTS / "cases" / "refresh-new-file-mode"
 PATCH = """\
 --- a/python/sglang/base.py
 +++ b/python/sglang/base.py

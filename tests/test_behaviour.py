@@ -15,7 +15,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO, UpstreamRelease, run_cli
+from helpers.cli import run_cli
+from helpers.paths import REPO
+from helpers.releases import UpstreamRelease
 
 from builder.behaviour.preconditions import PreconditionResult, check_precondition
 from builder.behaviour.run import (

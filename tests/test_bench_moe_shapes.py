@@ -10,12 +10,12 @@ import json
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
+from helpers.paths import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 SCRIPT = ROOT / "benchmarks" / "bench_moe_shapes.py"
 REPORT = ROOT / "reports" / "2026-12-01-h200-moe-shapes"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli
+from helpers.cli import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, run_cli
+from helpers.cli import run_cli
+from helpers.paths import REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -8,7 +8,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import RELEASES, REPO, patch_sha, run_cli, write_project
+from helpers.cli import run_cli
+from helpers.paths import REPO
+from helpers.project import patch_sha, write_project
+from helpers.releases import RELEASES
 
 from builder.core.errors import (
     BuildError,

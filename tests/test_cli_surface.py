@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import write_project
+from helpers.project import write_project
 
 from builder.cli.main import STAGES, _print_error, build_parser, main
 from builder.core.errors import BuilderError, ConfigurationError, PatchError

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from helpers.paths import REPO
 
 from builder import BuilderError, ConfigurationError, load_targets
 from builder.core.config import WheelPin

@@ -18,10 +18,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO
 
 from builder.cli.main import build_parser
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 
 # a Markdown link's target: [text](target) or [text](target "title"); images too
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")

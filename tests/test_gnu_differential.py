@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import MODEL_RUNNER, REPO
-from oracles import Entry, oracle_tree, tree_state
+from helpers.oracles import Entry, oracle_tree, tree_state
+from helpers.paths import MODEL_RUNNER, REPO
 from packaging.specifiers import SpecifierSet
 
 from builder import BuilderError

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-from conftest import REPO
+from helpers.paths import REPO
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -9,9 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli
+from helpers.cli import run_cli
+from helpers.paths import REPO
+from helpers.services import DockerEngine, Registry
 from packaging.version import Version
-from services import DockerEngine, Registry
 
 from builder import Options
 from builder.core.config import load_targets

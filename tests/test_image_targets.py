@@ -5,18 +5,19 @@ one clear error naming ``pin-images`` (before any engine is asked), and ``image
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TEST_CACHE, hardlink_tree, run_cli
-from services import DockerEngine, Registry
+from helpers.cli import run_cli
+from helpers.files import hardlink_tree
+from helpers.paths import REPO
+from helpers.project import project_0_5_23 as _project_0_5_23
+from helpers.services import DockerEngine, Registry
 
 from builder.core.basepins import load_base_pins
 from builder.core.config import load_targets
 from builder.image.build import OCI, BaseImage
 
-WHEEL = "sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl"
 CURRENT = ("sglang-0.5.16", "sglang-0.5.20", "sglang-0.5.23")
 
 
@@ -39,25 +40,6 @@ def test_an_unresolved_digest_is_one_clear_error_before_the_engine(tmp_path: Pat
     assert "python -m builder pin-images" in text and "--base-image" in text
     assert "Traceback" not in done.stderr
     assert not any(tmp_path.iterdir())  # nothing fetched or built
-
-
-def _project_0_5_23(root: Path) -> Path:
-    """The repo's 0.5.23 target with its cp311 wheel only (the stand-in's Python), read from
-    the test cache's copy when it is there (verified by its sha256 either way), else from
-    the index; the repo's patches and images."""
-    root.mkdir()
-    shutil.copytree(REPO / "patches", root / "patches")
-    shutil.copytree(REPO / "images", root / "images")
-    text = (REPO / "targets.toml").read_text()
-    start = text.rindex("[[target]]", 0, text.index('name = "sglang-0.5.23"'))
-    block = text[start:text.index("[[target]]", start + 1)]
-    source = block.index("[[target.source]]")
-    cp312 = block.index("[[target.source]]", source + 1)
-    copy = TEST_CACHE / "sdists" / WHEEL
-    url = f'url = "{copy.as_uri()}"\n' if copy.is_file() else ""
-    (root / "targets.toml").write_text('default = "sglang-0.5.23"\n\n'
-                                       + block[:cp312].rstrip("\n") + "\n" + url)
-    return root
 
 
 def test_image_for_0_5_23_on_a_local_stand_in_base(

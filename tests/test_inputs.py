@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
-from input_cases import (
+from helpers.cli import run_cli
+from helpers.input_cases import (
     MOD_BEFORE,
     PATCH,
     make_archive_version_mismatch,
@@ -619,7 +619,7 @@ def test_unpack_digest_equals_the_trees(tmp_path: Path, sdists: dict[str, Path])
 
 @pytest.mark.parametrize("which", ["targets", "series", "pins"])
 def test_a_toml_file_that_is_not_utf8_is_one_clear_error(tmp_path: Path, which: str) -> None:
-    from conftest import write_project
+    from helpers.project import write_project
 
     root = write_project(tmp_path / "p")
     broken = {"targets": root / "targets.toml", "series": root / "patches" / "series.toml",

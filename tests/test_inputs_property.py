@@ -11,9 +11,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from helpers.input_cases import sha256, write_wheel
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from input_cases import sha256, write_wheel
 from packaging.metadata import parse_email
 from packaging.utils import canonicalize_name
 from packaging.version import Version

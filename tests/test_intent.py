@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_patch_cases import make_tree, series_of
+from helpers.patch_trees import make_tree, series_of
 
 from builder import BuilderError
 from builder.patching.apply import PatchStatus, apply_series

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import REPO, run_cli, write_project
-from services import PackageIndex, start_package_index
+from helpers.cli import run_cli
+from helpers.paths import REPO
+from helpers.project import write_project
+from helpers.services import PackageIndex, start_package_index
 
 WHEEL = "sglang-0.5.9+sm120.7-py3-none-any.whl"
 SHIPPED = "0001-enable-flashinfer-cutlass-autotune.patch"

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import serve_directory
+from helpers.serve import serve_directory
 
 from builder.core.cache import Cache
 from builder.core.errors import MissingToolError

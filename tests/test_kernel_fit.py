@@ -13,7 +13,9 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import REPO, UpstreamRelease, run_cli
+from helpers.cli import run_cli
+from helpers.paths import REPO
+from helpers.releases import UpstreamRelease
 
 from builder.behaviour.fit import SM120, check_fits, fits_of, judge, require_fit
 from builder.core.config import load_targets

@@ -11,7 +11,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, Release, _download, run_cli
+from helpers.cli import run_cli
+from helpers.paths import REPO
+from helpers.releases import Release
+from helpers.releases import download as _download
 
 from builder import BuilderError, load_targets
 from builder.kernels.pins import check_arch_list, kernel_wheel_version, read_pins

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import stat
 import subprocess
 import time
@@ -18,16 +17,11 @@ import venv
 import zipfile
 from pathlib import Path
 
-import pytest
-from conftest import hardlink_tree, run_cli, run_cli_process
-from services import Process, need
+from helpers.cli import run_cli, run_cli_process
+from helpers.files import hardlink_tree
+from helpers.kernels import TARGET, TORCH
 
 from builder.core.cache import sha256_file
-
-TARGET = ["--target", "sglang-0.5.9", "--cuda-lane", "13.0"]
-# The CPU build of torch on this machine class's disk: enough to compile (FlashInfer
-# imports torch for its dtypes), and no multi-GB CUDA download.
-TORCH = ["--build-torch", "torch==2.13.0"]
 
 
 def _kernels(*args: str, env: dict[str, str] | None = None):
@@ -36,28 +30,6 @@ def _kernels(*args: str, env: dict[str, str] | None = None):
                              env=env)
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
     return json.loads(result.stdout)
-
-
-@pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory):
-    """A real Redis (Debian's redis-server) on 127.0.0.1, no persistence."""
-    binary = need("redis-server", "redis-server")
-    root = tmp_path_factory.mktemp("redis")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    process = Process.start("redis", [binary, "--bind", "127.0.0.1", "--port", str(port),
-                                      "--save", "", "--appendonly", "no", "--dir", str(root)],
-                            root / "redis.log")
-
-    def ready() -> bool:
-        with socket.create_connection(("127.0.0.1", port), timeout=2) as conn:
-            conn.sendall(b"PING\r\n")
-            return conn.recv(16).startswith(b"+PONG")
-
-    process.wait_until(ready, timeout=30)
-    yield f"redis://127.0.0.1:{port}"
-    process.stop()
 
 
 def test_sccache_redis_second_clean_build_gets_only_hits(kernel_cache, redis_server,
@@ -169,7 +141,6 @@ def test_plain_12_0_and_a_foreign_lane_are_refused(tmp_path):
                    "--save-request", str(tmp_path / "r.json"))
     assert lane.returncode == 2 and "not 12.8" in lane.stderr
     assert not (tmp_path / "r.json").exists()
-
 
 
 def test_container_build_with_pypi_toolkit_is_found_by_flashinfer(docker_engine,

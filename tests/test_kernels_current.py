@@ -26,7 +26,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli
+from helpers.cli import run_cli
+from helpers.paths import REPO
 
 from builder.core.cache import Cache, sha256_file
 from builder.core.options import Options

@@ -15,7 +15,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, release_refused_before_any_work, run_cli
+from helpers.cli import release_refused_before_any_work, run_cli
+from helpers.paths import REPO
 
 from builder.core.cache import Cache
 from builder.core.progress import Reporter

@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli
+from helpers.cli import run_cli
+from helpers.paths import REPO
 from hypothesis import given
 from hypothesis import strategies as st
 from packaging.version import Version

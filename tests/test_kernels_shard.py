@@ -20,9 +20,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli
-from services import need
-from test_kernels_build import TARGET, TORCH, redis_server  # noqa: F401
+from helpers.cli import run_cli
+from helpers.kernels import TARGET, TORCH
+from helpers.paths import REPO
+from helpers.services import need
 
 from builder.core.cache import Cache
 from builder.core.errors import BuilderError
@@ -168,7 +169,7 @@ def _private_cache(shared: Path, root: Path) -> Path:
 
 
 def test_two_shards_then_the_final_build_gets_every_object_and_the_unsharded_bytes(
-        kernel_cache, redis_server, tmp_path):  # noqa: F811 (fixtures)
+        kernel_cache, redis_server, tmp_path):
     """Shards 1/2 and 2/2 at once on two "machines", then the final build: 0 misses, and its
     wheel is byte-identical to an unsharded cold build's. Then shard 2 dies mid-compile: the
     final build compiles what it left out and still ships the same bytes."""

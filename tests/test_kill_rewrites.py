@@ -22,9 +22,10 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
-from conftest import REPO, run_cli, write_project
-from test_bump import index, index_root, project  # noqa: F401  (the index fixtures)
-from test_remote_answers import Hostile, hostile  # noqa: F401  (the registry fixture)
+from helpers.cli import run_cli
+from helpers.paths import REPO, TESTS
+from helpers.project import write_project
+from helpers.registry import Hostile
 
 from builder.core.basepins import load_base_pins
 from builder.core.config import load_targets
@@ -33,7 +34,7 @@ from builder.core.userfiles import SUFFIX
 from builder.patching.patchfile import parse_patch
 from builder.patching.series import load_series
 
-STOPPER = Path(__file__).with_name("stop_at_write.py")
+STOPPER = TESTS / "stop_at_write.py"
 LEFTOVER = re.compile(r"\.(.+)\.[a-z0-9_]{8}" + re.escape(SUFFIX))
 
 
@@ -139,7 +140,7 @@ def test_refresh_killed_anywhere(sdists: dict[str, Path], tmp_path: Path) -> Non
                     env={"SGLANG_SM120_CACHE": str(tmp_path / "cache")})
 
 
-def test_pin_images_killed_anywhere(tmp_path: Path, hostile: tuple[Hostile, str]  # noqa: F811
+def test_pin_images_killed_anywhere(tmp_path: Path, hostile: tuple[Hostile, str]
                                     ) -> None:
     _, name = hostile
     base = tmp_path / "base"
@@ -154,7 +155,7 @@ def test_pin_images_killed_anywhere(tmp_path: Path, hostile: tuple[Hostile, str]
                     env={"DOCKER_CONFIG": str(base / "docker")})
 
 
-def test_add_target_killed_anywhere(index: str, project: Path,  # noqa: F811
+def test_add_target_killed_anywhere(index: str, project: Path,
                                     tmp_path: Path) -> None:
     files: dict[str, Callable[[Path], object]] = {
         "targets.toml": load_targets, "images/pins.toml": load_base_pins,

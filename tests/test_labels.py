@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from helpers.paths import REPO
 
 from builder.core.config import load_targets
 from builder.core.labels import bump_label, next_label

@@ -7,7 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import MATRIX_RELEASES, RELEASES, REPO, run_cli
+from helpers.cli import run_cli
+from helpers.paths import REPO
+from helpers.releases import MATRIX_RELEASES, RELEASES
 from packaging.version import Version
 
 from builder.core.cache import Cache
@@ -103,7 +105,7 @@ def test_check_command_on_the_targets(shared_cache: Path) -> None:
 
 def test_matrix_exits_5_when_a_target_would_break(sdists: dict[str, Path],
                                                   tmp_path: Path) -> None:
-    from conftest import write_project
+    from helpers.project import write_project
 
     series = (REPO / "patches" / "series.toml").read_text().replace(
         'max_fuzz = 1\nreason', 'max_fuzz = 0\nreason')  # withdraw the 0.5.10 allowance

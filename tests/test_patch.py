@@ -6,7 +6,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import MODEL_RUNNER, REPO, UpstreamRepo, git_source, patch_sha, target_toml
+from helpers.paths import MODEL_RUNNER, REPO
+from helpers.project import git_source, patch_sha, target_toml
+from helpers.releases import UpstreamRepo
 
 from builder import BuilderError, load_targets
 from builder.core.cache import Cache

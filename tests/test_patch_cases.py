@@ -8,41 +8,21 @@ import stat
 from pathlib import Path
 
 import pytest
-from packaging.specifiers import SpecifierSet
+from helpers.patch_trees import make_tree, series_of
 
 from builder import BuilderError
 from builder.patching.apply import PatchStatus, apply_series
 from builder.patching.hunks import HunkStatus
-from builder.patching.series import Series, SeriesEntry
+from builder.patching.series import Series
 from builder.patching.status import FileStatus
 from builder.source.fetch import local_source
 
 LINES = "".join(f"line {i}\n" for i in range(1, 21))
 
 
-def make_tree(root: Path, files: dict[str, bytes | str]) -> Path:
-    """A git-layout tree (python/pyproject.toml) holding ``files`` (repository paths)."""
-    (root / "python").mkdir(parents=True)
-    (root / "python" / "pyproject.toml").write_text("[project]\nname = 'x'\n")
-    for path, data in files.items():
-        target = root / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data.encode() if isinstance(data, str) else data)
-    return root
-
-
 def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
     return {p.relative_to(root).as_posix(): (p.read_bytes(), p.stat().st_mode)
             for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def series_of(tmp_path: Path, *patches: str, strip: int = 1) -> Series:
-    entries = []
-    for number, text in enumerate(patches, 1):
-        path = tmp_path / f"{number:04d}-case.patch"
-        path.write_bytes(text.encode())
-        entries.append(SeriesEntry(path=path, sha256=None, strip=strip, versions=SpecifierSet()))
-    return Series(path=None, entries=tuple(entries))
 
 
 def apply(tree: Path, series: Series):  # type: ignore[no-untyped-def]

@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
-from oracles import oracle_tree
+from helpers.cli import run_cli
+from helpers.oracles import oracle_tree
+from helpers.paths import TESTS
 from packaging.version import Version
 
 from builder import BuilderError
@@ -23,7 +24,7 @@ from builder.patching.apply import apply_series
 from builder.patching.patchfile import parse_patch, quote_path, unquote_path
 from builder.source.fetch import local_source
 
-CASES = Path(__file__).resolve().parent / "cases"
+CASES = TESTS / "cases"
 
 
 def copy_case(name: str, tmp_path: Path) -> Path:

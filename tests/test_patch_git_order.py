@@ -4,7 +4,7 @@ its files; the builder's tree is ``git apply``'s (and GNU patch's where the two 
 The patches are real git output (``git diff --cached -M -C --find-copies-harder`` of
 edits made with git in a tree built here), their files also reversed, and hand-made
 orders git does not write (modify, then rename the same file). Both oracles run on
-copies of the same tree (tests/oracles.py).
+copies of the same tree (tests/helpers/oracles.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from oracles import oracle_tree, tree_state
+from helpers.oracles import oracle_tree, tree_state
 from packaging.specifiers import SpecifierSet
 
 from builder import BuilderError
@@ -152,7 +152,7 @@ DEGENERATE = {
 @pytest.mark.parametrize("name", list(DEGENERATE))
 def test_a_hunk_that_changes_nothing_is_malformed_as_both_oracles_say(
         tmp_path: Path, name: str) -> None:
-    from conftest import run_cli
+    from helpers.cli import run_cli
 
     base = _base(tmp_path / "base")
     patch = tmp_path / "p.patch"

@@ -17,10 +17,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from helpers.paths import TESTS
+
 from builder.patching.hunks import HunkStatus
 from builder.patching.status import FileStatus, PatchStatus
 
-TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 CASE_FILES = ("test_patch_cases.py", "test_patch_forms.py", "test_intent.py")
 

@@ -2,7 +2,7 @@
 without authentication, with htpasswd, with token authentication (a small token service
 here), a multi-platform index pushed with the registry's API, a tag that moved, a tag
 that does not exist, and a registry that is down. Images are pushed with the registry's
-own API (tests/services.py), so no engine is needed."""
+own API (tests/helpers/services.py), so no engine is needed."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli
-from services import (
+from helpers.cli import run_cli
+from helpers.paths import REPO
+from helpers.services import (
     Registry,
     TokenServer,
     dead_registry,
@@ -260,7 +261,7 @@ def test_kernel_build_container_is_built_from_the_pinned_digest(
         tmp_path: Path, docker_config: Path) -> None:
     """The kernel stage's default base, pinned by pin-images, is what the build container's
     image is built FROM (images/kernels-build.Dockerfile has no default base any more)."""
-    from services import push_image
+    from helpers.services import push_image
 
     from builder.core.cache import Cache
     from builder.core.progress import Reporter

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import REPO, run_cli, sdist_source, target_toml, write_project
+from helpers.cli import run_cli
+from helpers.paths import REPO
+from helpers.project import sdist_source, target_toml, write_project
 
 from builder import load_targets
 

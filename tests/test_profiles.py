@@ -15,7 +15,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import FILES, MATRIX_RELEASES, RELEASES, REPO, Release, _download
+from helpers.paths import REPO
+from helpers.releases import FILES, MATRIX_RELEASES, RELEASES, Release
+from helpers.releases import download as _download
 
 from builder.core.config import load_targets
 from builder.core.errors import BuilderError
@@ -51,7 +53,8 @@ def server_args_sources(version: str) -> tuple[str, ...]:
     """``server_args.py`` and ``arg_groups/**.py`` of the release, from its pinned sdist or
     wheel (cached); ``server_args.py`` first."""
     release = {**RELEASES, **MATRIX_RELEASES, **PROFILE_RELEASES}.get(version)
-    assert release is not None, f"add sglang {version}'s sdist or wheel to tests/conftest.py"
+    assert release is not None, \
+        f"add sglang {version}'s sdist or wheel to tests/helpers/releases.py"
     archive = _download(release)
     texts: dict[str, str] = {}
     if archive.name.endswith(".whl"):

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import release_refused_before_any_work, run_cli
-from services import (
+from helpers.cli import release_refused_before_any_work, run_cli
+from helpers.services import (
     DockerEngine,
     PackageIndex,
     Registry,

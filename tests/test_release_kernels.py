@@ -11,9 +11,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli, run_cli_process
-from services import PackageIndex, start_package_index
-from test_image_targets import _project_0_5_23
+from helpers.cli import run_cli, run_cli_process
+from helpers.paths import REPO
+from helpers.project import project_0_5_23 as _project_0_5_23
+from helpers.services import PackageIndex, start_package_index
 
 PROVIDER = "flashinfer_jit_cache_sm120f-0.7.2+sm120.1.cu130-py3-none-manylinux_2_28_x86_64.whl"
 SHIM = "flashinfer_jit_cache-0.7.2+sm120.1.cu130-py3-none-manylinux_2_28_x86_64.whl"

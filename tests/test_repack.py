@@ -10,7 +10,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import MATRIX_RELEASES, MODEL_RUNNER, run_cli, write_project
+from helpers.cli import run_cli
+from helpers.paths import MODEL_RUNNER
+from helpers.project import write_project
+from helpers.releases import MATRIX_RELEASES
 from packaging.metadata import Metadata
 from wheel.wheelfile import WheelFile
 

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli
+from helpers.cli import run_cli
+from helpers.paths import REPO
 
 from builder.core.cache import Cache
 from builder.core.config import load_targets

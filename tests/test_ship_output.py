@@ -8,7 +8,9 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli_process, serve_directory
+from helpers.cli import run_cli_process
+from helpers.paths import REPO
+from helpers.serve import serve_directory
 
 from builder.core.config import load_targets
 from builder.core.progress import Reporter

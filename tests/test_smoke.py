@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, TEST_CACHE, run_cli, write_project
+from helpers.cli import run_cli
+from helpers.paths import REPO, TEST_CACHE
+from helpers.project import write_project
 from packaging.version import Version
 from wheel.wheelfile import WheelFile
 

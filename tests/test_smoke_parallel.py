@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from helpers.cli import run_cli
+from helpers.paths import TESTS
 
 from builder.smoke.gpu import (
     PROMPT_IDS,
@@ -25,7 +26,7 @@ from builder.smoke.parallel import LEGS, PARALLEL_ENV, ParallelOutcome, run_para
 from builder.smoke.server import server_env
 from builder.smoke.shared import ProbeCheck
 
-FAKE = Path(__file__).resolve().parent / "fake_sglang_server.py"
+FAKE = TESTS / "fake_sglang_server.py"
 
 
 def _run(tmp_path: Path, gpus: int, *, experts: int | None = 8,

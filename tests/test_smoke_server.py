@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.paths import TESTS
 
 from builder.smoke.server import (
     SERVER_ENV,
@@ -22,7 +23,7 @@ from builder.smoke.server import (
     sglang_command,
 )
 
-FAKE = Path(__file__).resolve().parent / "fake_sglang_server.py"
+FAKE = TESTS / "fake_sglang_server.py"
 
 
 def _run(tmp_path: Path, mode: str, *, env: dict[str, str] | None = None,

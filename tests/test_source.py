@@ -14,7 +14,8 @@ from pathlib import Path
 
 import git
 import pytest
-from conftest import RELEASES, UpstreamRepo, git_source, target_toml
+from helpers.project import git_source, target_toml
+from helpers.releases import RELEASES, UpstreamRepo
 
 from builder import (
     BuilderError,
@@ -233,7 +234,7 @@ def test_source_dir_that_is_not_sglang(tmp_path: Path) -> None:
 
 def test_released_wheel_is_read_as_an_sdist_layout_tree(matrix_files: dict[str, Path],
                                                         tmp_path: Path) -> None:
-    from conftest import MATRIX_RELEASES
+    from helpers.releases import MATRIX_RELEASES
 
     from builder.core.config import WheelPin
 

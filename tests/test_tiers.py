@@ -1,4 +1,4 @@
-"""The test tiers and the in-process CLI runner of tests/conftest.py."""
+"""The test tiers and the in-process CLI runner of tests/helpers/cli.py."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO, run_cli, run_cli_process
+from helpers.cli import run_cli, run_cli_process
+from helpers.paths import REPO
 
 
 def _collect(*args: str) -> subprocess.CompletedProcess[str]:

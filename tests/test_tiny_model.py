@@ -17,10 +17,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO
 
 from builder.smoke.gpu import TINY_MODEL_PATH, SmokeOptions, _Model, _server_check
 
-REPO = Path(__file__).resolve().parent.parent
 SCRIPT = TINY_MODEL_PATH
 assert SCRIPT.name == "tiny_model.py" and SCRIPT.parent.name == "script"
 # Loaded by path, as the tested interpreter runs it (the builder never imports it).

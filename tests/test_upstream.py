@@ -9,14 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import (
-    MATRIX_RELEASES,
-    RELEASES,
-    REPO,
-    run_cli,
-    serve_directory,
-    target_toml,
-)
+from helpers.cli import run_cli
+from helpers.paths import REPO
+from helpers.project import target_toml
+from helpers.releases import MATRIX_RELEASES, RELEASES
+from helpers.serve import serve_directory
 from packaging.version import Version
 
 from builder.ci.upstream import Skipped, newer_releases

@@ -12,8 +12,9 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import run_cli, write_project
-from test_remote_answers import Hostile, hostile  # noqa: F401  (the registry fixture)
+from helpers.cli import run_cli
+from helpers.project import write_project
+from helpers.registry import Hostile
 
 
 def _project(tmp_path: Path) -> tuple[Path, Path]:
@@ -61,7 +62,7 @@ def test_a_hardlinked_targets_file_is_refused_and_both_names_kept(tmp_path: Path
 
 @pytest.mark.parametrize("linked", [False, True])
 def test_pin_images_keeps_line_endings_mode_and_link(
-        tmp_path: Path, hostile: tuple[Hostile, str], linked: bool) -> None:  # noqa: F811
+        tmp_path: Path, hostile: tuple[Hostile, str], linked: bool) -> None:
     _, name = hostile
     real = tmp_path / "real-pins.toml"
     real.write_bytes(f'# mine\r\n[[kernel_base]]\r\ncuda_lane = "13.0"\r\nname = "{name}"'

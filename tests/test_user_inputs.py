@@ -13,7 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli, target_toml, write_project
+from helpers.cli import run_cli
+from helpers.paths import REPO
+from helpers.project import target_toml, write_project
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from helpers.paths import REPO
 
 from builder.core.errors import ConfigurationError
 from builder.core.lock import VersionLock

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import REPO, run_cli
+from helpers.cli import run_cli
+from helpers.paths import REPO
 
 from builder import load_targets
 

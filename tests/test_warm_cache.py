@@ -11,11 +11,12 @@ import logging
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO
 
 from builder.core.errors import ConfigurationError
 from builder.smoke.warm_cache import WarmCacheKey, capture, restore, write_artifact
 
-H200_FILE = (Path(__file__).resolve().parent.parent / "reports" / "2026-12-01-h200-moe-shapes"
+H200_FILE = (REPO / "reports" / "2026-12-01-h200-moe-shapes"
              / "autotune-cache-pass2.json")
 KEY = WarmCacheKey(gpu_name="NVIDIA H200", compute_capability="9.0",
                    flashinfer_version="0.6.14", release="sglang-0.5.16", hidden=7168,

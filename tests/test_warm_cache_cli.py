@@ -9,9 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_cli, run_cli_process
+from helpers.cli import run_cli, run_cli_process
+from helpers.paths import REPO
 
-REPORT_FILE = (Path(__file__).resolve().parent.parent / "reports"
+REPORT_FILE = (REPO / "reports"
                / "2026-12-01-h200-cold-start" / "sglang-autotune-cache.json")
 # Where SGLang 0.5.16 put it: flashinfer_autotune_cache_path, under SGLANG_CACHE_DIR.
 RELATIVE = Path("flashinfer/autotune/0.6.14/sm90/d4e4eb6f01a747dc/rank_tp0_pp0_dp0.json")

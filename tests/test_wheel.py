@@ -12,15 +12,9 @@ from pathlib import Path
 
 import git
 import pytest
-from conftest import (
-    MODEL_RUNNER,
-    RELEASES,
-    REPO,
-    UpstreamRepo,
-    git_source,
-    target_toml,
-    write_project,
-)
+from helpers.paths import MODEL_RUNNER, REPO
+from helpers.project import git_source, target_toml, write_project
+from helpers.releases import RELEASES, UpstreamRepo
 
 from builder import Options
 from builder.patching.series import load_series

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO
+from helpers.paths import REPO
 
 from builder import load_targets
 

@@ -706,3 +706,11 @@ def push_image(engine: DockerEngine, image: str, reference: str,
     if digest is None:
         raise RuntimeError(f"push of {reference} gave no digest")
     return digest
+
+
+@dataclass(frozen=True)
+class LocalImage:
+    """An image imported into the test engine."""
+
+    name: str
+    image_id: str
