@@ -143,7 +143,7 @@ def test_a_refusal_is_judged_by_its_message_when_the_behaviour_names_it() -> Non
     assert not _result(answer, [served], [other]).proven
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="downloads each release's sgl-deep-gemm wheel")
 @pytest.mark.parametrize("target", CURRENT)
 def test_the_deep_gemm_precondition_is_read_in_the_pinned_wheel(target: str,
                                                                 shared_cache: Path) -> None:
@@ -198,7 +198,8 @@ def test_an_sdist_target_is_refused_for_behaviour_checks() -> None:
         wheel_for_interpreter(targets.targets["sglang-0.5.9"])
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="installs each release's environment, runs its matrix and kernel fit",
+                  group="behaviour")
 @pytest.mark.parametrize("target", CURRENT)
 def test_every_sm12x_behaviour_fails_upstream_and_holds_patched(
         target: str, shared_cache: Path, tilelang_nvcc: Path, tmp_path: Path) -> None:
@@ -219,7 +220,7 @@ def test_every_sm12x_behaviour_fails_upstream_and_holds_patched(
     assert "DSA on SM12x" in names
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="installs 0.5.16's behaviour environment")
 def test_without_the_patches_the_behaviours_are_not_proven(upstream_0_5_16: UpstreamRelease,
                                                            tmp_path: Path) -> None:
     """The failing run: the same checks with upstream's tree as the 'patched' one. The tree

@@ -35,6 +35,7 @@ def built(runtime_project: Path, docker_engine: DockerEngine, registry: Registry
     return json.loads(done.stdout)
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_image_labels_tag_and_one_layer(built: dict, docker_engine: DockerEngine,
                                         registry: Registry, debian_base_image: BaseImage,
                                         runtime_project: Path) -> None:
@@ -66,6 +67,7 @@ def test_image_labels_tag_and_one_layer(built: dict, docker_engine: DockerEngine
     assert built["layers_added"] == 1
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_layer_is_thin_and_holds_no_wheel(built: dict, runtime_project: Path,
                                           docker_engine: DockerEngine, registry: Registry,
                                           debian_base_image: BaseImage) -> None:
@@ -84,6 +86,7 @@ def test_layer_is_thin_and_holds_no_wheel(built: dict, runtime_project: Path,
     assert built["layer_size"] <= 1.05 * report.installed_size
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_rebuild_is_cached_and_same_image(built: dict, runtime_project: Path,
                                           docker_engine: DockerEngine, registry: Registry,
                                           debian_base_image: BaseImage) -> None:
@@ -103,6 +106,7 @@ def _rebuild(project: Path, engine: DockerEngine, registry: Registry, base: Base
         engine.client)
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_static_smoke_reads_provenance_and_patched_line(
         built: dict, runtime_project: Path, docker_engine: DockerEngine, registry: Registry,
         debian_base_image: BaseImage) -> None:
@@ -122,6 +126,7 @@ def test_static_smoke_reads_provenance_and_patched_line(
         "--disable-cuda-graph --model-path /sm120-smoke/model")
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_static_smoke_fails_on_an_image_without_our_wheel(
         built: dict, runtime_project: Path, docker_engine: DockerEngine, registry: Registry,
         debian_base_image: BaseImage) -> None:
@@ -135,6 +140,7 @@ def test_static_smoke_fails_on_an_image_without_our_wheel(
     assert failed["launcher"] == "/usr/local/bin/sglang-sm120-serve missing or not executable"
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_pin_images_then_image_builds_with_no_base_image(
         built: dict, runtime_project: Path, docker_engine: DockerEngine, registry: Registry,
         debian_base_image: BaseImage, tmp_path: Path) -> None:
@@ -170,6 +176,7 @@ def test_pin_images_then_image_builds_with_no_base_image(
         pins.write_text(original)
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_missing_base_image_is_one_clear_error(runtime_project: Path,
                                                docker_engine: DockerEngine,
                                                registry: Registry) -> None:

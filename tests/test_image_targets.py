@@ -42,6 +42,7 @@ def test_an_unresolved_digest_is_one_clear_error_before_the_engine(tmp_path: Pat
     assert not any(tmp_path.iterdir())  # nothing fetched or built
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_image_for_0_5_23_on_a_local_stand_in_base(
         docker_engine: DockerEngine, registry: Registry, debian_base_image: BaseImage,
         shared_cache: Path, tmp_path: Path) -> None:

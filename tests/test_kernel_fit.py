@@ -74,6 +74,7 @@ def test_the_verdict_names_each_figure_against_its_limit() -> None:
     assert not judge({**record, "error": "nvcc exit 1"}).fits
 
 
+@pytest.mark.slow(reason="lowers TileLang kernels and compiles them with nvcc")
 @pytest.mark.parametrize("target", FIT_TARGETS)
 def test_patched_kernels_fit_sm120_and_upstreams_bf16_kernel_does_not(
         target: str, shared_cache: Path, tilelang_nvcc: Path) -> None:
@@ -93,6 +94,7 @@ def test_patched_kernels_fit_sm120_and_upstreams_bf16_kernel_does_not(
     assert "sparse_attention_fwd_kernel_v2" not in {k["factory"] for k in patched}
 
 
+@pytest.mark.slow(reason="lowers TileLang kernels and compiles them with nvcc")
 def test_upstreams_code_fails_the_fit_naming_kernel_and_figure(
         upstream_0_5_16: UpstreamRelease, tilelang_nvcc: Path) -> None:
     """The failing run: upstream's tree checked as the 'patched' code (0.5.16)."""

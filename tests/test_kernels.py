@@ -69,6 +69,7 @@ def test_arch_contract(unpacked: dict[str, Path]) -> None:
     assert check_arch_list(("9.0a", "12.0a"), old) == "12.0a"
 
 
+@pytest.mark.slow(reason="compiles CUDA code with nvcc")
 def test_preflight_with_the_real_nvcc(nvcc: Path, tmp_path: Path) -> None:
     headers = tmp_path / "curand"
     with zipfile.ZipFile(_download(CURAND)) as wheel:
@@ -84,6 +85,7 @@ def test_preflight_with_the_real_nvcc(nvcc: Path, tmp_path: Path) -> None:
     assert "install nvidia-cublas for CUDA 13.0" in checks["cublas_v2.h"].detail
 
 
+@pytest.mark.slow(reason="compiles CUDA code with nvcc")
 def test_preflight_refuses_another_lane_and_an_unknown_arch(nvcc: Path) -> None:
     checks = {c.name: c for c in preflight(nvcc=nvcc, lane="12.9", arches=["99.0a"],
                                            include_dirs=[])}

@@ -17,6 +17,7 @@ import venv
 import zipfile
 from pathlib import Path
 
+import pytest
 from helpers.cli import run_cli, run_cli_process
 from helpers.files import hardlink_tree
 from helpers.kernels import TARGET, TORCH
@@ -32,6 +33,7 @@ def _kernels(*args: str, env: dict[str, str] | None = None):
     return json.loads(result.stdout)
 
 
+@pytest.mark.slow(reason="starts redis-server")
 def test_sccache_redis_second_clean_build_gets_only_hits(kernel_cache, redis_server,
                                                          tmp_path):
     """Two builds in clean build folders share objects through Redis; a third, unchanged,
@@ -106,6 +108,7 @@ def install_and_check_aot(wheel: Path, wheelhouse: Path, tmp_path: Path) -> dict
     return found
 
 
+@pytest.mark.slow(reason="builds FlashInfer kernels in a build environment of several GB")
 def test_kernel_wheel_layout_is_flashinfers(kernel_cache, tmp_path):
     """The wheel FlashInfer reads: package, version prefix, NAME/NAME.so, manifest."""
     built = _kernels("--mode", "host", "--cache-dir", str(kernel_cache),
@@ -122,6 +125,7 @@ def test_kernel_wheel_layout_is_flashinfers(kernel_cache, tmp_path):
     assert len(manifest["flags_sha256"]) == 64 and manifest["nvcc_version"].startswith("13.0.")
 
 
+@pytest.mark.slow(reason="builds FlashInfer kernels in a build environment of several GB")
 def test_unknown_module_group_is_refused_before_any_work(kernel_cache, tmp_path):
     start = time.monotonic()
     result = run_cli("kernels", *TARGET, *TORCH, "--mode", "host", "--modules", "norm,nrom",
@@ -143,6 +147,7 @@ def test_plain_12_0_and_a_foreign_lane_are_refused(tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_container_build_with_pypi_toolkit_is_found_by_flashinfer(docker_engine,
                                                                   kernel_base_image,
                                                                   kernel_cache, tmp_path):
@@ -178,6 +183,7 @@ def test_container_build_with_pypi_toolkit_is_found_by_flashinfer(docker_engine,
         (tmp_path / "again" / Path(built["wheel"]).name).read_bytes()
 
 
+@pytest.mark.slow(reason="builds FlashInfer kernels in a build environment of several GB")
 def test_same_request_same_bytes_whatever_the_paths_and_jobs(kernel_cache, tmp_path):
     """Issue 29: norm built with FlashInfer installed at two paths (the build environment
     at another place in a second cache folder) and two job counts gives one wheel, and no

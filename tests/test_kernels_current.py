@@ -53,6 +53,8 @@ def _environment(cache: Path, target: str):
     return request, env
 
 
+@pytest.mark.slow(reason="builds a FlashInfer build environment (torch, CUDA wheels)",
+                  group="services")
 @pytest.mark.parametrize("target", ["sglang-0.5.16", "sglang-0.5.23"])
 def test_default_set_holds_every_module_flashinfers_sm120_paths_load(shared_cache, target):
     """FlashInfer's own loaders (MoE runner, FP4 quantization, FP4 GEMM, autotuner), run for
@@ -77,6 +79,8 @@ def test_default_set_holds_every_module_flashinfers_sm120_paths_load(shared_cach
         "fp4_gemm": "fp4_gemm_cutlass_sm120", "autotune": "trtllm_utils"}
 
 
+@pytest.mark.slow(reason="builds a FlashInfer build environment (torch, CUDA wheels)",
+                  group="services")
 def test_flashinfer_0_6_14_import_needs_a_gpu_the_driver_does_not(shared_cache):
     """The failure this part fixes: ``import flashinfer`` (0.6.14, the 0.5.16 target) dies
     on a machine without a GPU; the kernel driver still lists the modules."""
@@ -192,6 +196,8 @@ def _check_provider_pair(built: dict, tmp_path: Path, build_python: Path) -> dic
     return found
 
 
+@pytest.mark.slow(reason="builds a FlashInfer build environment (torch, CUDA wheels)",
+                  group="services")
 def test_0_5_23_norm_host_mode_found_through_the_provider_contract(shared_cache, tmp_path):
     """The done-when of issue 14 part 3, host mode: norm for 12.0f with FlashInfer 0.7.2 on
     this GPU-less machine, packed as shim + sm120f provider, found by FlashInfer as AOT."""
@@ -206,6 +212,7 @@ def test_0_5_23_norm_host_mode_found_through_the_provider_contract(shared_cache,
     _check_provider_pair(built, tmp_path, env.python)
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_0_5_23_norm_container_mode_found_through_the_provider_contract(
         docker_engine, kernel_base_image, shared_cache, tmp_path):
     """The same in the CUDA build container (PyPI's CUDA 13.0 wheels on a Debian base, no

@@ -79,6 +79,8 @@ def _cuda_and_host_flags(env_python: Path, tmp_path: Path, fast: bool) -> tuple[
     return blocks["cuda_cflags"], blocks["cflags"]
 
 
+@pytest.mark.slow(reason="builds a FlashInfer build environment (torch, CUDA wheels)",
+                  group="services")
 def test_the_driver_puts_fast_build_into_the_cuda_flags_too(tmp_path: Path,
                                                             shared_cache: Path) -> None:
     saved = _save(tmp_path, "--modules", "fused_moe_sm90", "--fast-build",

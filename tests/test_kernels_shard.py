@@ -168,6 +168,7 @@ def _private_cache(shared: Path, root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow(reason="starts redis-server")
 def test_two_shards_then_the_final_build_gets_every_object_and_the_unsharded_bytes(
         kernel_cache, redis_server, tmp_path):
     """Shards 1/2 and 2/2 at once on two "machines", then the final build: 0 misses, and its

@@ -15,6 +15,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from packaging.specifiers import SpecifierSet
@@ -24,6 +25,8 @@ from builder.patching.apply import apply_series
 from builder.patching.refresh import refresh_series
 from builder.patching.series import Series, SeriesEntry
 from builder.source.fetch import local_source
+
+pytestmark = pytest.mark.slow(reason="hypothesis: hundreds of random patches")
 
 FILES = ["python/sglang/a.py", "python/sglang/naïve.py", "python/sglang/sp ace.py",
          "python/x.py", "python/sglang/sub/b.py"]

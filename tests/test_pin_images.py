@@ -59,6 +59,7 @@ def login(folder: Path, registry: str, user: str, password: str) -> None:
     (folder / "config.json").write_text(json.dumps({"auths": {registry: {"auth": auth}}}))
 
 
+@pytest.mark.slow(reason="starts a docker-registry")
 def test_plain_registry_pins_both_kinds_and_keeps_comments(
         registry: Registry, tmp_path: Path, docker_config: Path) -> None:
     base, _ = push_synthetic_image(registry.host, "pin/plain", "v1", content="base")
@@ -88,6 +89,7 @@ def test_plain_registry_pins_both_kinds_and_keeps_comments(
     assert "unchanged" in check.stdout and pins.read_bytes() == before
 
 
+@pytest.mark.slow(reason="starts a docker-registry")
 def test_multi_platform_index_records_index_and_amd64_manifest(
         registry: Registry, tmp_path: Path, docker_config: Path) -> None:
     amd64 = push_synthetic_image(registry.host, "pin/multi", "amd64-only", content="x86")
@@ -116,6 +118,7 @@ def test_multi_platform_index_records_index_and_amd64_manifest(
     assert pins.read_bytes() == before
 
 
+@pytest.mark.slow(reason="starts a docker-registry")
 def test_moved_tag_is_reported_by_check_then_repinned(
         registry: Registry, tmp_path: Path, docker_config: Path) -> None:
     env = {"DOCKER_CONFIG": str(docker_config)}
@@ -141,6 +144,7 @@ def test_moved_tag_is_reported_by_check_then_repinned(
     assert tomllib.loads(pins.read_text())["base"][0]["digest"] == second
 
 
+@pytest.mark.slow(reason="starts a docker-registry")
 def test_missing_tag_is_one_clear_error_and_nothing_written(
         registry: Registry, tmp_path: Path, docker_config: Path) -> None:
     push_synthetic_image(registry.host, "pin/exists", "v1", content="e")
@@ -169,6 +173,7 @@ def test_registry_down_is_one_clear_error(tmp_path: Path, docker_config: Path) -
     assert pins.read_bytes() == before and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow(reason="starts a docker-registry")
 def test_htpasswd_registry_uses_docker_login_credentials(
         tmp_path: Path, docker_config: Path) -> None:
     secured = start_registry(tmp_path / "registry", credentials=("puller", "pull-secret-2"))
@@ -206,6 +211,7 @@ def token_registry(tmp_path: Path) -> Iterator[tuple[Registry, TokenServer]]:
     tokens.stop()
 
 
+@pytest.mark.slow(reason="starts a docker-registry and a token server")
 def test_token_registry_bearer_flow(token_registry: tuple[Registry, TokenServer],
                                     tmp_path: Path, docker_config: Path) -> None:
     secured, tokens = token_registry
@@ -256,6 +262,7 @@ def test_kernel_stage_refuses_an_unpinned_default_base_naming_pin_images(
         default_base("13.0", pins)
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_kernel_build_container_is_built_from_the_pinned_digest(
         docker_engine, registry: Registry, kernel_base_image, shared_cache: Path,
         tmp_path: Path, docker_config: Path) -> None:

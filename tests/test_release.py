@@ -109,6 +109,7 @@ def second_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerEn
     engine.stop()
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_release_end_to_end(runtime_project: Path, docker_engine: DockerEngine,
                             registry: Registry, package_index: PackageIndex,
                             debian_base_image: BaseImage, second_engine: DockerEngine,
@@ -215,6 +216,7 @@ def assert_failed(done: subprocess.CompletedProcess[str], message: str) -> dict:
     return error["report"]
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_registry_down(runtime_project: Path, docker_engine: DockerEngine,
                        fresh_index: PackageIndex, debian_base_image: BaseImage) -> None:
     down = dead_registry()
@@ -226,6 +228,7 @@ def test_registry_down(runtime_project: Path, docker_engine: DockerEngine,
     assert index_files(fresh_index) == []  # checked before anything was published
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_registry_wrong_credentials(runtime_project: Path, docker_engine: DockerEngine,
                                     fresh_index: PackageIndex, debian_base_image: BaseImage,
                                     tmp_path: Path) -> None:
@@ -241,6 +244,7 @@ def test_registry_wrong_credentials(runtime_project: Path, docker_engine: Docker
     assert "wrong-pass-2" not in done.stdout + done.stderr
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_index_wrong_credentials(runtime_project: Path, docker_engine: DockerEngine,
                                  fresh_registry: Registry, debian_base_image: BaseImage,
                                  tmp_path: Path) -> None:
@@ -260,6 +264,7 @@ def test_index_wrong_credentials(runtime_project: Path, docker_engine: DockerEng
     assert not_published(summary) == [WHEEL, f"{fresh_registry.host}/sglang-sm120:{TAG}"]
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_push_rejected_mid_stream(runtime_project: Path, docker_engine: DockerEngine,
                                   fresh_index: PackageIndex, debian_base_image: BaseImage,
                                   tmp_path: Path) -> None:
@@ -277,6 +282,7 @@ def test_push_rejected_mid_stream(runtime_project: Path, docker_engine: DockerEn
     assert index_files(fresh_index) == [WHEEL]
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_tag_exists_with_another_digest(runtime_project: Path, docker_engine: DockerEngine,
                                         fresh_registry: Registry, fresh_index: PackageIndex,
                                         debian_base_image: BaseImage) -> None:
@@ -289,6 +295,7 @@ def test_tag_exists_with_another_digest(runtime_project: Path, docker_engine: Do
     assert docker_engine.api.inspect_distribution(taken)["Descriptor"]["digest"] == other
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_index_down(runtime_project: Path, docker_engine: DockerEngine,
                     fresh_registry: Registry, debian_base_image: BaseImage) -> None:
     down = dead_index()
@@ -298,6 +305,7 @@ def test_index_down(runtime_project: Path, docker_engine: DockerEngine,
     assert summary["published"] == []
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_index_rejects_the_upload(runtime_project: Path, docker_engine: DockerEngine,
                                   fresh_registry: Registry, fresh_index: PackageIndex,
                                   debian_base_image: BaseImage) -> None:
@@ -314,6 +322,7 @@ def test_index_rejects_the_upload(runtime_project: Path, docker_engine: DockerEn
     assert f"{fresh_registry.host}/sglang-sm120:{TAG}" in not_published(summary)
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_same_name_other_bytes(runtime_project: Path, docker_engine: DockerEngine,
                                fresh_registry: Registry, fresh_index: PackageIndex,
                                debian_base_image: BaseImage) -> None:
@@ -328,6 +337,7 @@ def test_same_name_other_bytes(runtime_project: Path, docker_engine: DockerEngin
     assert (fresh_index.packages / WHEEL).read_bytes() == ours.read_bytes() + b"\0"
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_missing_base_image(runtime_project: Path, docker_engine: DockerEngine,
                             fresh_registry: Registry, fresh_index: PackageIndex) -> None:
     missing = BaseImage(f"{fresh_registry.host}/sm120-test/gone:bookworm", "sha256:" + "1" * 64)
@@ -338,6 +348,7 @@ def test_missing_base_image(runtime_project: Path, docker_engine: DockerEngine,
     assert summary["not_published"]
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_a_failing_smoke_gate_publishes_nothing(runtime_project: Path,
                                                 docker_engine: DockerEngine,
                                                 fresh_registry: Registry,
@@ -370,6 +381,7 @@ def test_a_failing_smoke_gate_publishes_nothing(runtime_project: Path,
         docker_engine.api.inspect_distribution(f"{fresh_registry.host}/sglang-sm120:{TAG}")
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_release_on_a_runner_without_gpu_publishes_nothing(runtime_project: Path,
                                                            docker_engine: DockerEngine,
                                                            fresh_registry: Registry,

@@ -47,6 +47,7 @@ def _publish(project: Path, cache: Path, index: PackageIndex, *args: str):
                    cwd=project, cache=cache, env=index.env())
 
 
+@pytest.mark.slow(reason="starts a pypiserver")
 def test_kernel_wheel_pair_published_with_the_same_gates(
         package_index: PackageIndex, kernel_cache: Path, tmp_path: Path) -> None:
     provider, shim = _kernel_pair(kernel_cache, tmp_path / "kernels")
@@ -92,7 +93,7 @@ def test_kernel_wheel_pair_published_with_the_same_gates(
         "already-published"] * 3
 
 
-@pytest.mark.slow  # starts its own pypiserver
+@pytest.mark.slow(reason="starts its own pypiserver")
 def test_kernel_wheel_with_other_bytes_on_the_index_is_refused_and_nothing_uploaded(
         kernel_cache: Path, tmp_path: Path) -> None:
     provider, shim = _kernel_pair(kernel_cache, tmp_path / "kernels")

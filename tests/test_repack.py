@@ -96,6 +96,7 @@ def test_record_matches_and_only_the_patch_differs(repacked: tuple[Path, Path, P
     assert record["upstream"]["sha256"] == MATRIX_RELEASES["0.5.11"].sha256
 
 
+@pytest.mark.slow(reason="installs two wheels into fresh venvs")
 def test_installs_and_equals_upstream_but_the_patch(repacked: tuple[Path, Path, Path],
                                                     tmp_path: Path) -> None:
     upstream, wheel, _ = repacked

@@ -50,7 +50,7 @@ def launch(*args: str, profile: Path, gpu: str | None) -> subprocess.CompletedPr
                           capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="installs each current release's environment to run its parser")
 @pytest.mark.parametrize("name", CURRENT)
 def test_every_gpu_and_tp_passes_the_releases_own_parser(name: str, shared_cache: Path) -> None:
     target, profile = profile_of(name)
@@ -78,7 +78,7 @@ def test_every_gpu_and_tp_passes_the_releases_own_parser(name: str, shared_cache
             assert values["cuda_graph_max_bs_decode"] == graphs == cap
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="installs 0.5.23's environment to run its parser")
 def test_an_unknown_option_or_a_wrong_type_is_refused(tmp_path: Path,
                                                       shared_cache: Path) -> None:
     target, good = profile_of("sglang-0.5.23")
@@ -106,7 +106,7 @@ def test_an_unknown_option_or_a_wrong_type_is_refused(tmp_path: Path,
     assert check_profile(old_profile, old, cache=cache).method == "names"
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="installs 0.5.23's environment to run its parser")
 def test_serve_command_for_4x_rtx_pro_6000_and_an_nvfp4_moe(shared_cache: Path) -> None:
     done = run_cli("serve-command", "--target", "sglang-0.5.23", "--gpu", "rtx-pro-6000",
                    "--tp", "4", "--model", NVFP4_MOE, "--check", "--json", "--",

@@ -714,6 +714,7 @@ def _checks(report: dict[str, object]) -> dict[str, dict[str, object]]:
     return {c["name"]: c for c in report["checks"]}  # type: ignore[index, union-attr]
 
 
+@pytest.mark.slow(reason="a venv with the 0.5.9 wheel and FlashInfer installed")
 def test_host_smoke_on_a_cpu_machine_reports_what_it_finds(
         installed: tuple[Path, Path], tmp_path: Path) -> None:
     python, wheel = installed
@@ -742,6 +743,7 @@ def test_host_smoke_on_a_cpu_machine_reports_what_it_finds(
     assert report["artifacts"]["kernels"]["manifest_sha256"] == sha256_json(MANIFEST)  # type: ignore[index]
 
 
+@pytest.mark.slow(reason="a venv with the 0.5.9 wheel and FlashInfer installed")
 def test_an_edited_install_fails_the_sglang_check(installed: tuple[Path, Path],
                                                   tmp_path: Path) -> None:
     python, wheel = installed
@@ -764,6 +766,7 @@ def test_an_edited_install_fails_the_sglang_check(installed: tuple[Path, Path],
     assert "intent of 0001-enable-flashinfer-cutlass-autotune.patch fails" in detail
 
 
+@pytest.mark.slow(reason="a venv with the 0.5.9 wheel and FlashInfer installed")
 def test_a_probe_run_by_hand_is_judged_the_same(installed: tuple[Path, Path],
                                                 tmp_path: Path) -> None:
     python, wheel = installed
@@ -786,6 +789,7 @@ def test_a_probe_run_by_hand_is_judged_the_same(installed: tuple[Path, Path],
     assert judged["artifacts"] == direct["artifacts"]
 
 
+@pytest.mark.slow(reason="a venv with the 0.5.9 wheel and FlashInfer installed")
 def test_the_static_reader_runs_from_its_file_in_the_tested_interpreter(
         installed: tuple[Path, Path]) -> None:
     # The static smoke test's reader (builder/smoke/script/static_probe.py) run as in the
@@ -812,6 +816,7 @@ def test_the_static_reader_runs_from_its_file_in_the_tested_interpreter(
     assert (found["profile_sha256"], found["launcher"]) == (None, None)
 
 
+@pytest.mark.slow(reason="a venv with the 0.5.9 wheel and FlashInfer installed")
 def test_sglang_check_compares_provenance_with_the_artifact(
         installed: tuple[Path, Path], tmp_path: Path) -> None:
     python, wheel = installed
@@ -826,6 +831,7 @@ def test_sglang_check_compares_provenance_with_the_artifact(
         sglang["detail"]
 
 
+@pytest.mark.slow(reason="a venv with the 0.5.9 wheel and FlashInfer installed")
 def test_release_gate_refuses_failed_or_other_artifacts(installed: tuple[Path, Path],
                                                          tmp_path: Path) -> None:
     python, wheel = installed
@@ -918,6 +924,7 @@ def test_no_engine_is_a_misconfigured_runner(tmp_path: Path) -> None:
     assert _checks(report)["kernels"]["status"] == "not-run"
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_engine_without_nvidia_runtime_is_a_misconfigured_runner(docker_engine,
                                                                  kernel_base_image,
                                                                  tmp_path: Path) -> None:

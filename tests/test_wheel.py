@@ -20,6 +20,8 @@ from builder import Options
 from builder.patching.series import load_series
 from builder.wheel.build import PROVENANCE_FILE, run_wheel
 
+pytestmark = pytest.mark.slow(reason="builds the 0.5.9 wheel from scratch four times")
+
 WHEEL = "sglang-0.5.9+sm120.7-py3-none-any.whl"
 
 
@@ -66,6 +68,7 @@ def test_record_covers_the_provenance_file(two_builds: tuple[Path, Path, Path]) 
     assert f"sglang-0.5.9+sm120.7.dist-info/{PROVENANCE_FILE},sha256=" in record
 
 
+@pytest.mark.slow(reason="installs the wheel into a fresh venv")
 def test_installed_wheel_reports_provenance_and_patched_line(
         two_builds: tuple[Path, Path, Path], tmp_path: Path) -> None:
     _, wheel, _ = two_builds
