@@ -22,9 +22,13 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))  # the tests package (tests.helpers.services)
 
-from helpers.services import (  # noqa: E402
+from builder import Options, run_wheels  # noqa: E402
+from builder.image.build import BaseImage  # noqa: E402
+from builder.image.run import ImageOptions, run_image  # noqa: E402
+from builder.smoke.static import static_smoke  # noqa: E402
+from tests.helpers.services import (  # noqa: E402
     DEBIAN_SUITE,
     debian_rootfs,
     import_image,
@@ -32,11 +36,6 @@ from helpers.services import (  # noqa: E402
     start_docker_engine,
     start_registry,
 )
-
-from builder import Options, run_wheels  # noqa: E402
-from builder.image.build import BaseImage  # noqa: E402
-from builder.image.run import ImageOptions, run_image  # noqa: E402
-from builder.smoke.static import static_smoke  # noqa: E402
 
 
 def _layer_blob_size(registry: str, repository: str, digest: str) -> int:

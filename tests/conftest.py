@@ -12,10 +12,18 @@ from pathlib import Path
 
 import git
 import pytest
-from helpers.paths import REPO, TEST_CACHE
-from helpers.project import write_project
-from helpers.releases import MATRIX_RELEASES, RELEASES, UpstreamRelease, UpstreamRepo, download
-from helpers.services import (
+
+from builder.image.build import BaseImage
+from tests.helpers.paths import REPO, TEST_CACHE
+from tests.helpers.project import write_project
+from tests.helpers.releases import (
+    MATRIX_RELEASES,
+    RELEASES,
+    UpstreamRelease,
+    UpstreamRepo,
+    download,
+)
+from tests.helpers.services import (
     DEBIAN_SUITE,
     DockerEngine,
     LocalImage,
@@ -31,12 +39,10 @@ from helpers.services import (
     start_registry,
 )
 
-from builder.image.build import BaseImage
-
-# The tiers' plugin (helpers/tiers.py), and fixtures defined beside their helpers: the
-# add-target tests' index and project (helpers/index.py) and a registry serving hostile
+# The tiers' plugin (tests/helpers/tiers.py), and fixtures defined beside their helpers:
+# the add-target tests' index and project (helpers/index.py) and a registry serving hostile
 # answers (helpers/registry.py).
-pytest_plugins = ["helpers.index", "helpers.registry", "helpers.tiers"]
+pytest_plugins = ["tests.helpers.index", "tests.helpers.registry", "tests.helpers.tiers"]
 
 
 @pytest.fixture(scope="session")

@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.paths import REPO
 
 import builder
+from tests.helpers.paths import REPO
 
 ROOT = REPO
 STAGES = ["source", "patching", "wheel", "behaviour", "kernels", "image", "smoke", "release"]

@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
-from helpers.paths import TESTS
+
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import TESTS
 
 CASE = TESTS / "cases" / "refresh-new-file-mode"
 PATCH = """\

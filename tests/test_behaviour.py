@@ -15,9 +15,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
-from helpers.paths import REPO
-from helpers.releases import UpstreamRelease
 
 from builder.behaviour.preconditions import PreconditionResult, check_precondition
 from builder.behaviour.run import (
@@ -31,6 +28,9 @@ from builder.behaviour.run import (
 from builder.core.config import load_targets
 from builder.core.errors import ConfigurationError
 from builder.patching.series import Behaviour, BehaviourCase, load_series
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import REPO
+from tests.helpers.releases import UpstreamRelease
 
 SERIES = REPO / "patches" / "series.toml"
 CURRENT = ("sglang-0.5.16", "sglang-0.5.20", "sglang-0.5.23")

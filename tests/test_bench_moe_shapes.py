@@ -13,7 +13,8 @@ import sys
 from types import ModuleType
 
 import pytest
-from helpers.paths import REPO
+
+from tests.helpers.paths import REPO
 
 ROOT = REPO
 SCRIPT = ROOT / "benchmarks" / "bench_moe_shapes.py"

@@ -12,16 +12,16 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
-from helpers.index import TORCH_WHEEL
-from helpers.index import serve as _serve
-from helpers.paths import REPO
-from helpers.releases import MATRIX_RELEASES
 from packaging.version import Version
 
 from builder.core.basepins import load_base_pins
 from builder.core.config import WheelPin, load_targets
 from builder.image.profile import load_profile
+from tests.helpers.cli import run_cli
+from tests.helpers.index import TORCH_WHEEL
+from tests.helpers.index import serve as _serve
+from tests.helpers.paths import REPO
+from tests.helpers.releases import MATRIX_RELEASES
 
 
 def _bump(project: Path, cache: Path, *args: str) -> tuple[int, dict]:

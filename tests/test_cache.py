@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.cli import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,6 +28,7 @@ from builder.core.cache import (
     sha256_file,
 )
 from builder.core.errors import BuildError, ConfigurationError
+from tests.helpers.cli import run_cli
 
 
 def _dead_pid() -> int:

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.cli import run_cli
-from helpers.paths import REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from builder.core.cache import CACHEDIR_SIGNATURE, CACHEDIR_TAG, IN_USE_FILE
 from builder.smoke.shared import RESULT_PREFIX
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import REPO
 
 OTHER_TAG = CACHEDIR_SIGNATURE + b"\n# created by cargo\n"
 

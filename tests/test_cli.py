@@ -8,10 +8,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
-from helpers.paths import REPO
-from helpers.project import patch_sha, write_project
-from helpers.releases import RELEASES
 
 from builder.core.errors import (
     BuildError,
@@ -22,6 +18,10 @@ from builder.core.errors import (
     SourceError,
     VerificationError,
 )
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import REPO
+from tests.helpers.project import patch_sha, write_project
+from tests.helpers.releases import RELEASES
 
 SEED = REPO / "patches" / "0001-enable-flashinfer-cutlass-autotune.patch"
 SERIES_TEXT = (REPO / "patches" / "series.toml").read_text()

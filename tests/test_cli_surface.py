@@ -10,11 +10,11 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers.project import write_project
 
 from builder.cli.main import STAGES, _print_error, build_parser, main
 from builder.core.errors import BuilderError, ConfigurationError, PatchError
 from builder.patching.apply import PatchReport
+from tests.helpers.project import write_project
 
 
 def _commands() -> list[str]:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers.paths import REPO
 
 from builder import BuilderError, ConfigurationError, load_targets
 from builder.core.config import WheelPin
 from builder.patching.series import load_series
+from tests.helpers.paths import REPO
 
 ENTRY = '''
 [[patch]]

@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.paths import REPO
 
 from builder.cli.main import build_parser
+from tests.helpers.paths import REPO
 
 ROOT = REPO
 

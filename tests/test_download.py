@@ -17,8 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
-from helpers.input_cases import (
+from packaging.metadata import parse_email
+
+from builder import BuilderError
+from builder.core.cache import MANIFEST, Cache
+from builder.core.config import SdistPin, WheelPin
+from builder.core.pipconfig import parse_config_list
+from builder.patching.intent import live_definitions
+from builder.source.download import RESUME_ATTEMPTS, download
+from builder.source.fetch import fetch_pin, find_release
+from tests.helpers.cli import run_cli
+from tests.helpers.input_cases import (
     MOD_BEFORE,
     PATCH,
     make_archive_version_mismatch,
@@ -35,15 +44,6 @@ from helpers.input_cases import (
     write_tar,
     write_wheel,
 )
-from packaging.metadata import parse_email
-
-from builder import BuilderError
-from builder.core.cache import MANIFEST, Cache
-from builder.core.config import SdistPin, WheelPin
-from builder.core.pipconfig import parse_config_list
-from builder.patching.intent import live_definitions
-from builder.source.download import RESUME_ATTEMPTS, download
-from builder.source.fetch import fetch_pin, find_release
 
 # --- a small index server: files, PEP 691 pages, redirects and injected faults ----------
 
@@ -619,7 +619,7 @@ def test_unpack_digest_equals_the_trees(tmp_path: Path, sdists: dict[str, Path])
 
 @pytest.mark.parametrize("which", ["targets", "series", "pins"])
 def test_a_toml_file_that_is_not_utf8_is_one_clear_error(tmp_path: Path, which: str) -> None:
-    from helpers.project import write_project
+    from tests.helpers.project import write_project
 
     root = write_project(tmp_path / "p")
     broken = {"targets": root / "targets.toml", "series": root / "patches" / "series.toml",

@@ -11,7 +11,6 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from helpers.input_cases import sha256, write_wheel
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from packaging.metadata import parse_email
@@ -23,6 +22,7 @@ from builder.core.cache import MANIFEST, Cache, sha256_tree
 from builder.core.config import SdistPin, WheelPin
 from builder.source.fetch import fetch_pin
 from builder.wheel.repack import repack_wheel
+from tests.helpers.input_cases import sha256, write_wheel
 
 PROJECT = "Foo.Bar"
 SPELLINGS = ["foo_bar", "Foo-Bar", "foo.bar", "FOO__BAR", "foo_baz"]  # the last is another

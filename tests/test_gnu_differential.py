@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers.oracles import Entry, oracle_tree, tree_state
-from helpers.paths import MODEL_RUNNER, REPO
 from packaging.specifiers import SpecifierSet
 
 from builder import BuilderError
@@ -35,6 +33,8 @@ from builder.patching.patchfile import parse_patch, unquote_path
 from builder.patching.refresh import refresh_series
 from builder.patching.series import Series, SeriesEntry
 from builder.source.fetch import local_source
+from tests.helpers.oracles import Entry, oracle_tree, tree_state
+from tests.helpers.paths import MODEL_RUNNER, REPO
 
 CASES = 300
 VOCABULARY = [f"    call_{i}(x)\n" for i in range(25)] + ["\n", "    return x\n", "    pass\n"]

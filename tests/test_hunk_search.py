@@ -11,11 +11,11 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-from helpers.paths import REPO
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builder.patching.hunks import _matches, _occurrences
+from tests.helpers.paths import REPO
 
 LINES = st.lists(st.sampled_from(["a\n", "b\n", "c\n", "a"]), max_size=40)
 # Two lines only: windows that repeat and overlap themselves are common.

@@ -9,9 +9,6 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
-from helpers.paths import REPO
-from helpers.services import DockerEngine, Registry
 from packaging.version import Version
 
 from builder import Options
@@ -20,6 +17,9 @@ from builder.core.errors import BuilderError
 from builder.image.build import LABEL_NS, OCI, BaseImage, image_tags, load_base_pins
 from builder.image.run import ImageOptions, run_image
 from builder.smoke.static import static_smoke
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import REPO
+from tests.helpers.services import DockerEngine, Registry
 
 PIN_SHA = "sha256:" + "ab" * 32
 

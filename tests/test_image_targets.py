@@ -8,15 +8,15 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
-from helpers.files import hardlink_tree
-from helpers.paths import REPO
-from helpers.project import project_0_5_23 as _project_0_5_23
-from helpers.services import DockerEngine, Registry
 
 from builder.core.basepins import load_base_pins
 from builder.core.config import load_targets
 from builder.image.build import OCI, BaseImage
+from tests.helpers.cli import run_cli
+from tests.helpers.files import hardlink_tree
+from tests.helpers.paths import REPO
+from tests.helpers.project import project_0_5_23 as _project_0_5_23
+from tests.helpers.services import DockerEngine, Registry
 
 CURRENT = ("sglang-0.5.16", "sglang-0.5.20", "sglang-0.5.23")
 

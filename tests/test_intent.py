@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers.patch_trees import make_tree, series_of
 
 from builder import BuilderError
 from builder.patching.apply import PatchStatus, apply_series
 from builder.patching.intent import IntentCheck, parse_intent_check
 from builder.patching.series import Series, SeriesEntry
 from builder.source.fetch import local_source
+from tests.helpers.patch_trees import make_tree, series_of
 
 FUNC = '''
 def should_tune(args):

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 import requests
-from helpers.cli import run_cli
-from helpers.paths import REPO
-from helpers.project import write_project
-from helpers.services import PackageIndex, start_package_index
+
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import REPO
+from tests.helpers.project import write_project
+from tests.helpers.services import PackageIndex, start_package_index
 
 WHEEL = "sglang-0.5.9+sm120.7-py3-none-any.whl"
 SHIPPED = "0001-enable-flashinfer-cutlass-autotune.patch"

@@ -9,13 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.serve import serve_directory
 
 from builder.core.cache import Cache
 from builder.core.errors import MissingToolError
 from builder.core.progress import Reporter
 from builder.kernels.preflight import preflight
 from builder.kernels.toolchain import managed_environment, probe_index
+from tests.helpers.serve import serve_directory
 
 
 def _closed_port() -> int:

@@ -13,14 +13,14 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
-from helpers.paths import REPO
-from helpers.releases import UpstreamRelease
 
 from builder.behaviour.fit import SM120, check_fits, fits_of, judge, require_fit
 from builder.core.config import load_targets
 from builder.core.errors import ConfigurationError, PatchError
 from builder.patching.series import load_series
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import REPO
+from tests.helpers.releases import UpstreamRelease
 
 SERIES = REPO / "patches" / "series.toml"
 #: The current targets whose series selects a TileLang DSA kernel on SM12x (0003).

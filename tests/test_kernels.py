@@ -11,15 +11,15 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
-from helpers.paths import REPO
-from helpers.releases import Release
-from helpers.releases import download as _download
 
 from builder import BuilderError, load_targets
 from builder.kernels.pins import check_arch_list, kernel_wheel_version, read_pins
 from builder.kernels.preflight import preflight
 from builder.source.fetch import local_source
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import REPO
+from tests.helpers.releases import Release
+from tests.helpers.releases import download as _download
 
 CURAND = Release("10.4.5.25", "22bb226a857e5888fe6b54ae465fc4371296bcff13a35f79e19691bcf454f529",
                  "https://files.pythonhosted.org/packages/12/63/636e5dc9afb2959bfc0042a357d5567358df829b66c96d9fc36d77dc0596/nvidia_curand-10.4.5.25-py3-none-manylinux_2_27_x86_64.whl")

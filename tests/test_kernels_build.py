@@ -18,11 +18,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli, run_cli_process
-from helpers.files import hardlink_tree
-from helpers.kernels import TARGET, TORCH
 
 from builder.core.cache import sha256_file
+from tests.helpers.cli import run_cli, run_cli_process
+from tests.helpers.files import hardlink_tree
+from tests.helpers.kernels import TARGET, TORCH
 
 
 def _kernels(*args: str, env: dict[str, str] | None = None):

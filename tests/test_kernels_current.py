@@ -26,8 +26,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
-from helpers.paths import REPO
 
 from builder.core.cache import Cache, sha256_file
 from builder.core.options import Options
@@ -37,6 +35,8 @@ from builder.kernels.build import list_modules, sm120_path_modules
 from builder.kernels.pins import default_groups
 from builder.kernels.request import KernelOptions, kernel_request
 from builder.kernels.run import build_environment
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import REPO
 
 # The CPU torch on this machine's disk (compiling needs no CUDA torch; see test_kernels_build).
 TORCH = "torch==2.13.0"

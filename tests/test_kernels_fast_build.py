@@ -15,14 +15,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers.cli import release_refused_before_any_work, run_cli
-from helpers.paths import REPO
 
 from builder.core.cache import Cache
 from builder.core.progress import Reporter
 from builder.kernels.build import DRIVER, KernelRequest
 from builder.kernels.request import KernelOptions
 from builder.kernels.run import build_environment
+from tests.helpers.cli import release_refused_before_any_work, run_cli
+from tests.helpers.paths import REPO
 
 TARGET = ["--target", "sglang-0.5.9", "--cuda-lane", "13.0", "--arch-list", "9.0a"]
 

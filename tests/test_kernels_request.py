@@ -16,8 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
-from helpers.paths import REPO
 from hypothesis import given
 from hypothesis import strategies as st
 from packaging.version import Version
@@ -27,6 +25,8 @@ from builder.kernels.build import KernelRequest
 from builder.kernels.pins import KernelPins
 from builder.kernels.request import KernelOptions
 from builder.kernels.shard import MAX_JOBS, MAX_SHARDS, MAX_STEP_SECONDS, Shard, StepCosts
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import REPO
 
 #: What only the source stage needs; a build from a saved request needs none of it.
 SOURCE_ONLY = re.compile(r"^(git|remotezip|builder\.source)(\.|$)")

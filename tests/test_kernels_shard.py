@@ -20,15 +20,15 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
-from helpers.kernels import TARGET, TORCH
-from helpers.paths import REPO
-from helpers.services import need
 
 from builder.core.cache import Cache
 from builder.core.errors import BuilderError
 from builder.kernels.build import KernelRequest, costs_file, seed_costs
 from builder.kernels.shard import Shard, StepCosts, makespan, model_wall_time, partition
+from tests.helpers.cli import run_cli
+from tests.helpers.kernels import TARGET, TORCH
+from tests.helpers.paths import REPO
+from tests.helpers.services import need
 
 MODULES = ["--modules", "norm,activation"]  # 5 translation units, 4 modules, ~1 min cold
 

@@ -22,17 +22,16 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
-from helpers.cli import run_cli
-from helpers.paths import REPO, TESTS
-from helpers.project import write_project
-from helpers.registry import Hostile
-
 from builder.core.basepins import load_base_pins
 from builder.core.config import load_targets
 from builder.core.lock import VersionLock
 from builder.core.userfiles import SUFFIX
 from builder.patching.patchfile import parse_patch
 from builder.patching.series import load_series
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import REPO, TESTS
+from tests.helpers.project import write_project
+from tests.helpers.registry import Hostile
 
 STOPPER = TESTS / "stop_at_write.py"
 LEFTOVER = re.compile(r"\.(.+)\.[a-z0-9_]{8}" + re.escape(SUFFIX))

@@ -7,10 +7,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers.paths import REPO
 
 from builder.core.config import load_targets
 from builder.core.labels import bump_label, next_label
+from tests.helpers.paths import REPO
 
 
 def _changed_lines(before: bytes, after: bytes) -> list[tuple[bytes, bytes]]:

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.paths import REPO
 
 from builder.core.errors import ConfigurationError
 from builder.core.lock import VersionLock
+from tests.helpers.paths import REPO
 
 A, B = "a" * 64, "b" * 64
 

@@ -7,9 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
-from helpers.paths import REPO
-from helpers.releases import MATRIX_RELEASES, RELEASES
 from packaging.version import Version
 
 from builder.core.cache import Cache
@@ -17,6 +14,9 @@ from builder.core.config import SdistPin, WheelPin
 from builder.patching.matrix import Column, check_matrix
 from builder.patching.series import load_series
 from builder.source.fetch import fetch_pin
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import REPO
+from tests.helpers.releases import MATRIX_RELEASES, RELEASES
 
 SEED = "0001-enable-flashinfer-cutlass-autotune.patch"
 MOE = "0002-sm12x-nvfp4-moe-auto-flashinfer-cutlass.patch"
@@ -105,7 +105,7 @@ def test_check_command_on_the_targets(shared_cache: Path) -> None:
 
 def test_matrix_exits_5_when_a_target_would_break(sdists: dict[str, Path],
                                                   tmp_path: Path) -> None:
-    from helpers.project import write_project
+    from tests.helpers.project import write_project
 
     series = (REPO / "patches" / "series.toml").read_text().replace(
         'max_fuzz = 1\nreason', 'max_fuzz = 0\nreason')  # withdraw the 0.5.10 allowance

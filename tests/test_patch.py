@@ -6,9 +6,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers.paths import MODEL_RUNNER, REPO
-from helpers.project import git_source, patch_sha, target_toml
-from helpers.releases import UpstreamRepo
 
 from builder import BuilderError, load_targets
 from builder.core.cache import Cache
@@ -16,6 +13,9 @@ from builder.patching.apply import PatchStatus, apply_series, plan_series
 from builder.patching.hunks import HunkStatus
 from builder.patching.series import Series, load_series
 from builder.source.fetch import fetch_source, local_source
+from tests.helpers.paths import MODEL_RUNNER, REPO
+from tests.helpers.project import git_source, patch_sha, target_toml
+from tests.helpers.releases import UpstreamRepo
 
 SERIES = REPO / "patches" / "series.toml"
 SEED = REPO / "patches" / "0001-enable-flashinfer-cutlass-autotune.patch"

@@ -8,7 +8,6 @@ import stat
 from pathlib import Path
 
 import pytest
-from helpers.patch_trees import make_tree, series_of
 
 from builder import BuilderError
 from builder.patching.apply import PatchStatus, apply_series
@@ -16,6 +15,7 @@ from builder.patching.hunks import HunkStatus
 from builder.patching.series import Series
 from builder.patching.status import FileStatus
 from builder.source.fetch import local_source
+from tests.helpers.patch_trees import make_tree, series_of
 
 LINES = "".join(f"line {i}\n" for i in range(1, 21))
 

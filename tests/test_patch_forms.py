@@ -13,9 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
-from helpers.oracles import oracle_tree
-from helpers.paths import TESTS
 from packaging.version import Version
 
 from builder import BuilderError
@@ -23,6 +20,9 @@ from builder.core.config import load_targets, local_version
 from builder.patching.apply import apply_series
 from builder.patching.patchfile import parse_patch, quote_path, unquote_path
 from builder.source.fetch import local_source
+from tests.helpers.cli import run_cli
+from tests.helpers.oracles import oracle_tree
+from tests.helpers.paths import TESTS
 
 CASES = TESTS / "cases"
 

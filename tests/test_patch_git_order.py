@@ -15,13 +15,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers.oracles import oracle_tree, tree_state
 from packaging.specifiers import SpecifierSet
 
 from builder import BuilderError
 from builder.patching.apply import apply_series
 from builder.patching.series import Series, SeriesEntry
 from builder.source.fetch import local_source
+from tests.helpers.oracles import oracle_tree, tree_state
 
 SRT = "python/sglang/srt"
 BODY = "".join(f"v{i} = {i}\n" for i in range(1, 9))
@@ -152,7 +152,7 @@ DEGENERATE = {
 @pytest.mark.parametrize("name", list(DEGENERATE))
 def test_a_hunk_that_changes_nothing_is_malformed_as_both_oracles_say(
         tmp_path: Path, name: str) -> None:
-    from helpers.cli import run_cli
+    from tests.helpers.cli import run_cli
 
     base = _base(tmp_path / "base")
     patch = tmp_path / "p.patch"

@@ -17,10 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from helpers.paths import TESTS
-
 from builder.patching.hunks import HunkStatus
 from builder.patching.status import FileStatus, PatchStatus
+from tests.helpers.paths import TESTS
 
 REPO = TESTS.parent
 CASE_FILES = ("test_patch_cases.py", "test_patch_forms.py", "test_intent.py")

@@ -14,9 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
-from helpers.paths import REPO
-from helpers.services import (
+
+from builder.core.basepins import load_base_pins
+from builder.kernels.container import DEFAULT_BASES
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import REPO
+from tests.helpers.services import (
     Registry,
     TokenServer,
     dead_registry,
@@ -25,9 +28,6 @@ from helpers.services import (
     start_registry,
     start_token_server,
 )
-
-from builder.core.basepins import load_base_pins
-from builder.kernels.container import DEFAULT_BASES
 
 HEADER = "# Pins for the test: this comment must survive pin-images.\n"
 INDEX = "application/vnd.oci.image.index.v1+json"
@@ -268,11 +268,10 @@ def test_kernel_build_container_is_built_from_the_pinned_digest(
         tmp_path: Path, docker_config: Path) -> None:
     """The kernel stage's default base, pinned by pin-images, is what the build container's
     image is built FROM (images/kernels-build.Dockerfile has no default base any more)."""
-    from helpers.services import push_image
-
     from builder.core.cache import Cache
     from builder.core.progress import Reporter
     from builder.kernels.container import build_image, default_base
+    from tests.helpers.services import push_image
 
     name = f"{registry.host}/sm120-test/debian-gxx:bookworm"
     digest = push_image(docker_engine, kernel_base_image.image_id, name)

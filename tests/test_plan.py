@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers.cli import run_cli
-from helpers.paths import REPO
-from helpers.project import sdist_source, target_toml, write_project
-
 from builder import load_targets
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import REPO
+from tests.helpers.project import sdist_source, target_toml, write_project
 
 
 def test_plan_has_one_entry_per_target_of_the_targets_file() -> None:

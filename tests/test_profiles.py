@@ -15,9 +15,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers.paths import REPO
-from helpers.releases import FILES, MATRIX_RELEASES, RELEASES, Release
-from helpers.releases import download as _download
 
 from builder.core.config import load_targets
 from builder.core.errors import BuilderError
@@ -28,6 +25,9 @@ from builder.image.profile import (
     profile_path,
     server_args_options,
 )
+from tests.helpers.paths import REPO
+from tests.helpers.releases import FILES, MATRIX_RELEASES, RELEASES, Release
+from tests.helpers.releases import download as _download
 
 TARGETS = load_targets(REPO / "targets.toml")
 SERVER_ARGS = "sglang/srt/server_args.py"

@@ -6,15 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
-from helpers.paths import MODEL_RUNNER, REPO
-from helpers.project import write_project
 
 from builder.patching.apply import plan_series
 from builder.patching.hunks import HunkStatus
 from builder.patching.patchfile import parse_patch
 from builder.patching.series import load_series
 from builder.source.fetch import local_source
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import MODEL_RUNNER, REPO
+from tests.helpers.project import write_project
 
 SEED = "0001-enable-flashinfer-cutlass-autotune.patch"
 
@@ -84,7 +84,7 @@ def test_shipped_patch_is_already_exact_for_0_5_9(shared_cache: Path) -> None:
 
 def test_in_place_refresh_refuses_to_break_other_targets(sdists: dict[str, Path],
                                                           tmp_path: Path) -> None:
-    from helpers.project import sdist_source, target_toml
+    from tests.helpers.project import sdist_source, target_toml
 
     other = target_toml("t-0.5.9", "0.5.9", sdist_source("0.5.9", sdists["0.5.9"]))
     project = write_project(tmp_path / "p", sdist=sdists["0.5.10.post1"],

@@ -13,8 +13,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.cli import release_refused_before_any_work, run_cli
-from helpers.services import (
+from wheel.wheelfile import WheelFile
+
+from builder import Options
+from builder.core.errors import BuilderError
+from builder.image.build import LABEL_NS, BaseImage
+from builder.image.run import ImageOptions, run_image
+from builder.release.publish import Index
+from builder.release.run import GateResult, ReleaseSummary, run_release
+from builder.smoke.static import static_smoke
+from tests.helpers.cli import release_refused_before_any_work, run_cli
+from tests.helpers.services import (
     DockerEngine,
     PackageIndex,
     Registry,
@@ -26,15 +35,6 @@ from helpers.services import (
     start_package_index,
     start_registry,
 )
-from wheel.wheelfile import WheelFile
-
-from builder import Options
-from builder.core.errors import BuilderError
-from builder.image.build import LABEL_NS, BaseImage
-from builder.image.run import ImageOptions, run_image
-from builder.release.publish import Index
-from builder.release.run import GateResult, ReleaseSummary, run_release
-from builder.smoke.static import static_smoke
 
 VERSION = "0.5.9+sm120.7"
 WHEEL = f"sglang-{VERSION}-py3-none-any.whl"

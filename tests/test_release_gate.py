@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.cli import run_cli
-from helpers.paths import REPO
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builder.core.cache import sha256_json
 from builder.core.errors import ConfigurationError, PublishError
 from builder.smoke.gpu import SmokeReport, load_report, require_passed
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import REPO
 
 PROVENANCE = {"target": "sglang-0.5.11", "version": "0.5.11+sm120.1"}
 DIGEST = sha256_json(PROVENANCE)

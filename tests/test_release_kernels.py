@@ -11,10 +11,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli, run_cli_process
-from helpers.paths import REPO
-from helpers.project import project_0_5_23 as _project_0_5_23
-from helpers.services import PackageIndex, start_package_index
+
+from tests.helpers.cli import run_cli, run_cli_process
+from tests.helpers.paths import REPO
+from tests.helpers.project import project_0_5_23 as _project_0_5_23
+from tests.helpers.services import PackageIndex, start_package_index
 
 PROVIDER = "flashinfer_jit_cache_sm120f-0.7.2+sm120.1.cu130-py3-none-manylinux_2_28_x86_64.whl"
 SHIM = "flashinfer_jit_cache-0.7.2+sm120.1.cu130-py3-none-manylinux_2_28_x86_64.whl"

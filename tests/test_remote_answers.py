@@ -16,8 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.cli import run_cli
-from helpers.registry import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from builder.core.errors import SourceError, VerificationError
+from builder.image.registry import resolve
+from tests.helpers.cli import run_cli
+from tests.helpers.registry import (
     CHILD,
     DIGEST,
     GOOD_ENTRY,
@@ -26,11 +31,6 @@ from helpers.registry import (
     digest,
     index,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from builder.core.errors import SourceError, VerificationError
-from builder.image.registry import resolve
 
 BAD_INDEXES = {
     "child digest is a tag": (index([{**GOOD_ENTRY, "digest": "latest"}]),

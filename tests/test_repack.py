@@ -10,14 +10,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
-from helpers.paths import MODEL_RUNNER
-from helpers.project import write_project
-from helpers.releases import MATRIX_RELEASES
 from packaging.metadata import Metadata
 from wheel.wheelfile import WheelFile
 
 from builder import BuilderError, Options, run_wheels
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import MODEL_RUNNER
+from tests.helpers.project import write_project
+from tests.helpers.releases import MATRIX_RELEASES
 
 NAME = "sglang-0.5.11+sm120.7-cp311-cp311-manylinux_2_34_x86_64.whl"
 

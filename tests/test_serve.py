@@ -12,8 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
-from helpers.paths import REPO
 
 from builder.core.cache import Cache
 from builder.core.config import load_targets
@@ -27,6 +25,8 @@ from builder.image.profile import (
     profile_path,
     release_env,
 )
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import REPO
 
 TARGETS = load_targets(REPO / "targets.toml")
 CURRENT = ["sglang-0.5.16", "sglang-0.5.20", "sglang-0.5.23"]

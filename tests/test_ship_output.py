@@ -8,13 +8,13 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli_process
-from helpers.paths import REPO
-from helpers.serve import serve_directory
 
 from builder.core.config import load_targets
 from builder.core.progress import Reporter
 from builder.source.download import download
+from tests.helpers.cli import run_cli_process
+from tests.helpers.paths import REPO
+from tests.helpers.serve import serve_directory
 
 
 def test_a_piped_table_keeps_every_target_name_whole(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers.cli import run_cli
-from helpers.paths import REPO
 
 from builder import load_targets
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import REPO
 
 TARGETS = sorted(load_targets(REPO / "targets.toml").targets)
 

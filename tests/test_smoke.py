@@ -18,9 +18,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.cli import run_cli
-from helpers.paths import REPO, TEST_CACHE
-from helpers.project import write_project
 from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
@@ -58,6 +55,9 @@ from builder.smoke.shared import (
     parse_manifest,
 )
 from builder.wheel.build import run_wheel
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import REPO, TEST_CACHE
+from tests.helpers.project import write_project
 
 
 def _script(name: str) -> object:

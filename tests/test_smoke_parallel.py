@@ -10,8 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
-from helpers.paths import TESTS
 
 from builder.smoke.gpu import (
     PROMPT_IDS,
@@ -25,6 +23,8 @@ from builder.smoke.gpu import (
 from builder.smoke.parallel import LEGS, PARALLEL_ENV, ParallelOutcome, run_parallel_check
 from builder.smoke.server import server_env
 from builder.smoke.shared import ProbeCheck
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import TESTS
 
 FAKE = TESTS / "fake_sglang_server.py"
 

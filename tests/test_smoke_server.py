@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.paths import TESTS
 
 from builder.smoke.server import (
     SERVER_ENV,
@@ -22,6 +21,7 @@ from builder.smoke.server import (
     server_env,
     sglang_command,
 )
+from tests.helpers.paths import TESTS
 
 FAKE = TESTS / "fake_sglang_server.py"
 

@@ -14,8 +14,6 @@ from pathlib import Path
 
 import git
 import pytest
-from helpers.project import git_source, target_toml
-from helpers.releases import RELEASES, UpstreamRepo
 
 from builder import (
     BuilderError,
@@ -28,6 +26,8 @@ from builder.core.cache import Cache
 from builder.core.config import GitPin, SdistPin, Target
 from builder.core.layout import Layout
 from builder.source.fetch import fetch_source, local_source
+from tests.helpers.project import git_source, target_toml
+from tests.helpers.releases import RELEASES, UpstreamRepo
 
 
 def _target(*sources: SdistPin | GitPin, version: str = "0.5.9") -> Target:
@@ -234,9 +234,8 @@ def test_source_dir_that_is_not_sglang(tmp_path: Path) -> None:
 
 def test_released_wheel_is_read_as_an_sdist_layout_tree(matrix_files: dict[str, Path],
                                                         tmp_path: Path) -> None:
-    from helpers.releases import MATRIX_RELEASES
-
     from builder.core.config import WheelPin
+    from tests.helpers.releases import MATRIX_RELEASES
 
     wheel = matrix_files["0.5.11"]
     pin = WheelPin("sglang", "0.5.11", wheel.name, MATRIX_RELEASES["0.5.11"].sha256,

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers.cli import run_cli, run_cli_process
-from helpers.paths import REPO, TESTS
+from tests.helpers.cli import run_cli, run_cli_process
+from tests.helpers.paths import REPO
 
 
 def _collect(*args: str) -> subprocess.CompletedProcess[str]:
@@ -46,14 +46,14 @@ def test_a_slow_fixture_without_the_mark_stops_the_collection(tmp_path: Path) ->
     on the same fixture is collected."""
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n  fast: f\n  slow: s\n")
     (tmp_path / "conftest.py").write_text(
-        "import pytest\n\npytest_plugins = ['helpers.tiers']\n\n\n"
+        "import pytest\n\npytest_plugins = ['tests.helpers.tiers']\n\n\n"
         "@pytest.fixture\ndef docker_engine():\n    return None\n")
     (tmp_path / "test_x.py").write_text(
         "import pytest\n\n\ndef test_unmarked(docker_engine):\n    pass\n\n\n"
         "@pytest.mark.slow\ndef test_no_reason():\n    pass\n\n\n"
         "@pytest.mark.slow(reason='r')\ndef test_marked(docker_engine):\n    pass\n")
     run = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(run, cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=120, check=False)
     assert done.returncode == 4, done.stdout + done.stderr

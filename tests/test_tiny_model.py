@@ -17,9 +17,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers.paths import REPO
 
 from builder.smoke.gpu import TINY_MODEL_PATH, SmokeOptions, _Model, _server_check
+from tests.helpers.paths import REPO
 
 SCRIPT = TINY_MODEL_PATH
 assert SCRIPT.name == "tiny_model.py" and SCRIPT.parent.name == "script"

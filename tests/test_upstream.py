@@ -9,15 +9,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
-from helpers.paths import REPO
-from helpers.project import target_toml
-from helpers.releases import MATRIX_RELEASES, RELEASES
-from helpers.serve import serve_directory
 from packaging.version import Version
 
 from builder.ci.upstream import Skipped, newer_releases
 from builder.source.fetch import IndexRelease, list_releases
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import REPO
+from tests.helpers.project import target_toml
+from tests.helpers.releases import MATRIX_RELEASES, RELEASES
+from tests.helpers.serve import serve_directory
 
 SEED = "0001-enable-flashinfer-cutlass-autotune.patch"
 SEED_0511 = "0001-enable-flashinfer-cutlass-autotune-0.5.11.patch"

@@ -8,9 +8,9 @@ import hashlib
 import json
 from pathlib import Path
 
-from helpers.cli import run_cli
-from helpers.paths import REPO
-from helpers.releases import MATRIX_RELEASES
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import REPO
+from tests.helpers.releases import MATRIX_RELEASES
 
 MOE = "0002-sm12x-nvfp4-moe-auto-flashinfer-cutlass.patch"
 
@@ -63,7 +63,7 @@ def test_unpatched_release_ships_upstreams_wheel(matrix_files: dict[str, Path],
 def test_unpatched_sdist_release_is_still_refused(sdists: dict[str, Path],
                                                   tmp_path: Path) -> None:
     # 0.5.9 with a series that has nothing for it: no released wheel to ship instead
-    from helpers.releases import RELEASES
+    from tests.helpers.releases import RELEASES
 
     project = _project(tmp_path / "p", sdists["0.5.9"], RELEASES["0.5.9"].sha256, "0.5.9")
     text = (project / "targets.toml").read_text()

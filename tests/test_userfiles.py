@@ -13,9 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
-from helpers.paths import REPO
-from helpers.project import target_toml, write_project
+
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import REPO
+from tests.helpers.project import target_toml, write_project
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

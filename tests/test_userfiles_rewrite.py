@@ -12,9 +12,10 @@ import stat
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
-from helpers.project import write_project
-from helpers.registry import Hostile
+
+from tests.helpers.cli import run_cli
+from tests.helpers.project import write_project
+from tests.helpers.registry import Hostile
 
 
 def _project(tmp_path: Path) -> tuple[Path, Path]:

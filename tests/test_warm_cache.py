@@ -11,10 +11,10 @@ import logging
 from pathlib import Path
 
 import pytest
-from helpers.paths import REPO
 
 from builder.core.errors import ConfigurationError
 from builder.smoke.warm_cache import WarmCacheKey, capture, restore, write_artifact
+from tests.helpers.paths import REPO
 
 H200_FILE = (REPO / "reports" / "2026-12-01-h200-moe-shapes"
              / "autotune-cache-pass2.json")

@@ -9,8 +9,9 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli, run_cli_process
-from helpers.paths import REPO
+
+from tests.helpers.cli import run_cli, run_cli_process
+from tests.helpers.paths import REPO
 
 REPORT_FILE = (REPO / "reports"
                / "2026-12-01-h200-cold-start" / "sglang-autotune-cache.json")

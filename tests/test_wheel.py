@@ -12,13 +12,13 @@ from pathlib import Path
 
 import git
 import pytest
-from helpers.paths import MODEL_RUNNER, REPO
-from helpers.project import git_source, target_toml, write_project
-from helpers.releases import RELEASES, UpstreamRepo
 
 from builder import Options
 from builder.patching.series import load_series
 from builder.wheel.build import PROVENANCE_FILE, run_wheel
+from tests.helpers.paths import MODEL_RUNNER, REPO
+from tests.helpers.project import git_source, target_toml, write_project
+from tests.helpers.releases import RELEASES, UpstreamRepo
 
 pytestmark = pytest.mark.slow(reason="builds the 0.5.9 wheel from scratch four times")
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers.paths import REPO
 
 from builder import load_targets
+from tests.helpers.paths import REPO
 
 CI = REPO / "ci"
 WORKFLOWS = sorted(CI.glob("*.yml"))

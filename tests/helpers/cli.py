@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from helpers.paths import REPO
+from tests.helpers.paths import REPO
 
 
 def run_cli(*args: str, cwd: Path = REPO, cache: Path | None = None,

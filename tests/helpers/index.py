@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.paths import REPO
-from helpers.releases import MATRIX_RELEASES
+from tests.helpers.paths import REPO
+from tests.helpers.releases import MATRIX_RELEASES
 
 TORCH_WHEEL = "torch-2.11.0-cp311-cp311-manylinux_2_28_x86_64.whl"
 

@@ -6,8 +6,8 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from helpers.paths import REPO, TEST_CACHE
-from helpers.releases import MATRIX_RELEASES, RELEASES
+from tests.helpers.paths import REPO, TEST_CACHE
+from tests.helpers.releases import MATRIX_RELEASES, RELEASES
 
 
 def target_toml(name: str, version: str, source: str, *, series: str = "patches/series.toml",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from helpers.paths import TEST_CACHE
+from tests.helpers.paths import TEST_CACHE
 
 
 @dataclass(frozen=True)
