@@ -32,11 +32,11 @@ def test_the_heavy_tests_are_slow_and_the_refusals_fast() -> None:
     """A test on a Docker Engine and one building FlashInfer are slow; a CLI refusal and
     the patch engine's unit tests are fast."""
     slow = _collect("-m", "slow").stdout.splitlines()
-    fast = _collect("-m", "fast", "tests/test_cli.py", "tests/test_hunks.py").stdout
-    assert any(line.startswith("tests/test_image.py::") for line in slow)
-    assert any(line.startswith("tests/test_kernels_build.py::") for line in slow)
-    assert "tests/test_cli.py::test_unknown_target" in fast
-    assert "tests/test_hunks.py::" in fast
+    fast = _collect("-m", "fast", "tests/cli/test_main.py", "tests/patching/test_hunks.py").stdout
+    assert any(line.startswith("tests/image/test_build.py::") for line in slow)
+    assert any(line.startswith("tests/kernels/test_build.py::") for line in slow)
+    assert "tests/cli/test_main.py::test_unknown_target" in fast
+    assert "tests/patching/test_hunks.py::" in fast
 
 
 def test_a_slow_fixture_without_the_mark_stops_the_collection(tmp_path: Path) -> None:

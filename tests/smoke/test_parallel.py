@@ -26,7 +26,7 @@ from builder.smoke.shared import ProbeCheck
 from tests.helpers.cli import run_cli
 from tests.helpers.paths import TESTS
 
-FAKE = TESTS / "fake_sglang_server.py"
+FAKE = TESTS / "helpers" / "fake_sglang_server.py"
 
 
 def _run(tmp_path: Path, gpus: int, *, experts: int | None = 8,

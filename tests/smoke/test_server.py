@@ -23,7 +23,7 @@ from builder.smoke.server import (
 )
 from tests.helpers.paths import TESTS
 
-FAKE = TESTS / "fake_sglang_server.py"
+FAKE = TESTS / "helpers" / "fake_sglang_server.py"
 
 
 def _run(tmp_path: Path, mode: str, *, env: dict[str, str] | None = None,

@@ -1,6 +1,6 @@
 """Run ``python -m builder ARGS`` and stop it (``SIGSTOP``) at one moment of a file write.
 
-For the ``kill -9`` tests (tests/test_kill_rewrites.py): the parent waits for the stop,
+For the ``kill -9`` tests (tests/core/test_userfiles_kill.py): the parent waits for the stop,
 then sends ``SIGKILL``, so the kill lands at that moment and no other. The moments are
 found with the interpreter's own debugging hooks (PEP 578 audit hooks, ``sys.setprofile``),
 not by any switch in the builder: in the folders watched,

@@ -1,7 +1,7 @@
 """A ``kill -9`` at any moment of a rewrite of the user's files leaves each file whole.
 
 Each command that rewrites a user's file runs in a real process (``python -m builder``
-under tests/stop_at_write.py) once to the end, which lists every moment of its writes into
+under tests/helpers/stop_at_write.py) once to the end, which lists every moment of its writes into
 the user's folders (a write, a rename, just after a rename) and gives the new content; then
 once per moment, stopped there and sent a real ``SIGKILL``. After each kill every file the
 command writes is, byte for byte, its old content or its new one, and is read by the
@@ -33,7 +33,7 @@ from tests.helpers.paths import REPO, TESTS
 from tests.helpers.project import write_project
 from tests.helpers.registry import Hostile
 
-STOPPER = TESTS / "stop_at_write.py"
+STOPPER = TESTS / "helpers" / "stop_at_write.py"
 LEFTOVER = re.compile(r"\.(.+)\.[a-z0-9_]{8}" + re.escape(SUFFIX))
 
 

@@ -24,7 +24,7 @@ SGLANG = "sglang-0.5.23+sm120.1-cp311-cp311-manylinux_2_34_x86_64.whl"
 
 def _kernel_pair(shared_cache: Path, folder: Path) -> tuple[Path, Path]:
     """The provider and shim the kernel stage makes for 0.5.23's ``norm`` (a cache hit when
-    tests/test_kernels_current.py built them already; built now otherwise)."""
+    tests/kernels/test_current_targets.py built them already; built now otherwise)."""
     done = run_cli_process("kernels", "--target", "sglang-0.5.23", "--build-torch",
                            "torch==2.13.0", "--modules", "norm", "--mode", "host",
                            "--cache-dir", str(shared_cache), "--dist", str(folder), "--json")

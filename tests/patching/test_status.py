@@ -2,10 +2,10 @@
 (:mod:`builder.patching.status`), and every file status is reachable.
 
 The statuses are collected, not listed by hand: the real patch cases (the inputs of
-tests/test_patch_cases.py, tests/test_patch_forms.py with the folders of tests/cases, and
-tests/test_intent.py) run in a pytest of their own with ``tests/status_recorder`` on
-``PYTHONPATH``, whose start-up hook records the JSON of every outcome the engine decides,
-in that run and in the ``python -m builder`` processes it starts.
+tests/patching/test_apply_cases.py, tests/patching/test_patchfile_forms.py with the folders
+of tests/cases, and tests/patching/test_intent.py) run in a pytest of their own with
+``tests/status_recorder`` on ``PYTHONPATH``, whose start-up hook records the JSON of every
+outcome the engine decides, in that run and in the ``python -m builder`` processes it starts.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from builder.patching.status import FileStatus, PatchStatus
 from tests.helpers.paths import TESTS
 
 REPO = TESTS.parent
-CASE_FILES = ("test_patch_cases.py", "test_patch_forms.py", "test_intent.py")
+CASE_FILES = ("patching/test_apply_cases.py", "patching/test_patchfile_forms.py",
+              "patching/test_intent.py")
 
 
 def _record(tmp_path: Path) -> list[dict[str, Any]]:
