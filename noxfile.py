@@ -50,7 +50,7 @@ def tests(session: nox.Session) -> None:
     arguments: ``-m fast`` for the fast tier alone, a path for one file).
 
     Two pytest workers (pytest-xdist): the tests that start services share one worker and
-    the kernel build tests another (``xdist_group``, set in tests/conftest.py); every other
+    the kernel build tests another (``xdist_group``, set in tests/helpers/tiers.py); every other
     file runs whole on either (``--dist loadgroup``). docs/testing.md has the figures.
     """
     session.install(".[test]")

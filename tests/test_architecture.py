@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 import builder
+from tests.helpers.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 STAGES = ["source", "patching", "wheel", "behaviour", "kernels", "image", "smoke", "release"]
 
 

@@ -19,8 +19,11 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import REPO, run_cli, write_project
-from services import PackageIndex, start_package_index
+
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import REPO
+from tests.helpers.project import write_project
+from tests.helpers.services import PackageIndex, start_package_index
 
 WHEEL = "sglang-0.5.9+sm120.7-py3-none-any.whl"
 SHIPPED = "0001-enable-flashinfer-cutlass-autotune.patch"
@@ -82,6 +85,7 @@ def sdist_patch(tree: Path, work: Path, old: str, new: str, message: str) -> Pat
 # ---------------------------------------------------------------- 1. one version, one content
 
 
+@pytest.mark.slow(reason="builds three wheels")
 def test_a_changed_series_under_the_same_label_is_refused_until_the_label_is_raised(
         sdists: dict[str, Path], cache: Path, tmp_path: Path) -> None:
     root = project(tmp_path / "p", sdists)
@@ -153,6 +157,7 @@ def test_the_lock_refuses_kernel_and_image_versions_with_other_content(
     assert "would have other content" not in data["error"]
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_the_lock_refuses_to_publish_an_image_tag_with_other_content(
         sdists: dict[str, Path], cache: Path, tmp_path: Path, docker_engine, registry,
         debian_base_image) -> None:
@@ -316,6 +321,7 @@ def test_refresh_patch_rewrites_that_patch_alone(sdists: dict[str, Path], cache:
 # ---------------------------------------------------------------- 6. wheels alone
 
 
+@pytest.mark.slow(reason="starts two pypiservers")
 def test_publish_wheels_without_docker(sdists: dict[str, Path], cache: Path,
                                        tmp_path: Path) -> None:
     # An index of its own: the session's index is the release tests', which publish this
@@ -417,6 +423,7 @@ def test_cache_list_prune_and_clean_never_remove_what_a_build_uses(
 # ---------------------------------------------------------------- 8. provenance and help
 
 
+@pytest.mark.slow(reason="builds a wheel from scratch")
 def test_the_provenance_carries_each_patch_description_and_message(
         sdists: dict[str, Path], cache: Path, tmp_path: Path) -> None:
     root = project(tmp_path / "p", sdists)
