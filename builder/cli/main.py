@@ -4,7 +4,7 @@ prints.
 One module per group of ``--help`` adds that group's commands (:data:`GROUPS`); a command
 with modes that take different flags has one subcommand per mode (``kernels build``,
 ``release wheels``). Each command sets a ``handler`` that calls one ``run_<command>`` of its
-stage (``tests/test_cli_layout.py`` checks both), and may set a ``validate`` step (its own
+stage (``tests/cli/test_layout.py`` checks both), and may set a ``validate`` step (its own
 argument rules, raising :class:`~builder.core.errors.ConfigurationError`); a handler imports
 its stage when it runs, so a command loads only what it uses. The options every command
 shares (:data:`~builder.cli.common.SHARED`) are declared once, on the root parser, and

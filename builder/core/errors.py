@@ -165,7 +165,7 @@ class PublishError(BuilderError):
 
 #: The CLI's exit statuses, the one copy: ``--help``'s epilog
 #: (:func:`exit_status_text`) and ``docs/pipeline.md`` (:func:`exit_status_markdown`,
-#: compared by ``tests/test_cli_layout.py``) are rendered from it. Each row is
+#: compared by ``tests/cli/test_layout.py``) are rendered from it. Each row is
 #: ``(status, meaning)``; 1 to 7 are the error types' :attr:`BuilderError.exit_status`.
 EXIT_STATUSES: tuple[tuple[str, str], ...] = (
     ("0", "ok"),
