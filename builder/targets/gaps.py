@@ -31,7 +31,7 @@ from builder.core.basepins import PINS_FILE, load_base_pins
 from builder.core.errors import ConfigurationError
 from builder.core.userfiles import rewrite_user_file, with_line_endings_of
 from builder.image.profile import PROFILES_DIR
-from builder.patching.matrix import Matrix
+from builder.patching.matrix import Cell, Matrix
 from builder.patching.series import Series
 
 #: Upstream's runtime image repository on Docker Hub.
@@ -155,6 +155,79 @@ def _family(name: str) -> str:
     return found.group(0) if found else name
 
 
+def _patch_gaps(cells: dict[str, Cell], version: str) -> list[Gap]:
+    # ``patch``: failed, ambiguous or unreached hunks, or applied with failing intents.
+    gaps = []
+    for patch, cell in cells.items():
+        if cell.status in ("failed", "ambiguous", "not-reached"):
+            gaps.append(Gap("patch", patch, f"{cell.text} on {version}",
+                            f"python -m builder refresh {patch} (then extend its range)"))
+        elif cell.status in _IN_EFFECT and cell.intents is False:
+            gaps.append(Gap("patch", patch, f"applies on {version} ({cell.text}) but its "
+                            "intent checks fail", "refresh the patch or its intents"))
+    return gaps
+
+
+def _range_gaps(series: Series, in_effect: set[str], version: str,
+                older: list[Version]) -> list[Gap]:
+    # ``patch-range``: in effect on an older pinned target, ended before the release,
+    # and no other copy of it (same ``NNNN-`` number) in effect on the release.
+    release = Version(version)
+    families = {_family(p) for p in in_effect}
+    gaps = []
+    for entry in series.entries:
+        if entry.applies_to(release) or _family(entry.name) in families:
+            continue
+        if any(v < release and entry.applies_to(v) for v in older):
+            gaps.append(Gap("patch-range", entry.name,
+                            f"its range {entry.versions} ends before {version}",
+                            "extend the range in patches/series.toml if the change is still "
+                            "needed there, or leave it ended if upstream has it"))
+    return gaps
+
+
+def _base_gaps(root: Path, version: str, lane: str) -> list[Gap]:
+    # ``base-digest``: no [[base]] for the release and lane, or its digest unresolved.
+    release = Version(version)
+    pins_path = root / PINS_FILE
+    pins = load_base_pins(pins_path) if pins_path.exists() else None
+    pin = next((p for p in pins.runtime() if p.upstream_version == release
+                and p.cuda_lane == lane), None) if pins else None
+    if pin is None:
+        return [Gap("base-digest", str(PINS_FILE), f"no [[base]] for {version} / CUDA "
+                    f"{lane}", f"add one naming {upstream_base_name(version, lane)}")]
+    if not pin.digest:
+        return [Gap("base-digest", str(PINS_FILE), f"{pin.name}: digest unresolved",
+                    "python -m builder pin-images (where docker.io is reachable)")]
+    return []
+
+
+def _profile_gaps(root: Path, name: str) -> list[Gap]:
+    # ``launch-profile``: no profile, or one without [args] or [gpu.*] values.
+    profile = root / PROFILES_DIR / f"{name}.toml"
+    try:
+        data = tomllib.loads(profile.read_text())
+    except (FileNotFoundError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        data = {}  # reported below as a profile to write
+    if data.get("args") and data.get("gpu"):
+        return []
+    return [Gap("launch-profile", str(PROFILES_DIR / profile.name),
+                "no launch profile values" if profile.exists() else "no launch profile",
+                "fill [args] and the [gpu.*] tables from the nearest release's profile "
+                "and check them: python -m builder serve-command --check")]
+
+
+def _behaviour_gaps(series: Series, in_effect: set[str], version: str) -> list[Gap]:
+    # ``behaviour``: a patch in effect on the release that no behaviour case checks there.
+    release = Version(version)
+    return [Gap("behaviour", entry.name, f"no behaviour case checks it on {version}",
+                "add a [[behaviour]] for it (or widen one's versions) in "
+                "patches/series.toml")
+            for entry in series.entries if entry.name in in_effect
+            and not any(b.versions is None or b.versions.contains(release, prereleases=True)
+                        for b in entry.behaviours)]
+
+
 def target_gaps(*, series: Series, matrix: Matrix, version: str, lane: str, name: str,
                 root: Path, older: list[Version]) -> tuple[Gap, ...]:
     """What target ``name`` (release ``version``, CUDA ``lane``) still lacks.
@@ -171,58 +244,14 @@ def target_gaps(*, series: Series, matrix: Matrix, version: str, lane: str, name
     Returns:
         the gaps, in the order of the module docstring's list.
     """
-    release = Version(version)
     column = [c.label for c in matrix.columns].index(version)
     cells = {patch: row[column] for patch, row in zip(matrix.patches, matrix.cells,
                                                       strict=True)}
     in_effect = {p for p, cell in cells.items()
                  if cell.status in _IN_EFFECT and cell.intents is not False}
-    gaps: list[Gap] = []
-    for patch, cell in cells.items():
-        if cell.status in ("failed", "ambiguous", "not-reached"):
-            gaps.append(Gap("patch", patch, f"{cell.text} on {version}",
-                            f"python -m builder refresh {patch} (then extend its range)"))
-        elif cell.status in _IN_EFFECT and cell.intents is False:
-            gaps.append(Gap("patch", patch, f"applies on {version} ({cell.text}) but its "
-                            "intent checks fail", "refresh the patch or its intents"))
-    families = {_family(p) for p in in_effect}
-    for entry in series.entries:
-        if entry.applies_to(release) or _family(entry.name) in families:
-            continue
-        if any(v < release and entry.applies_to(v) for v in older):
-            gaps.append(Gap("patch-range", entry.name,
-                            f"its range {entry.versions} ends before {version}",
-                            "extend the range in patches/series.toml if the change is still "
-                            "needed there, or leave it ended if upstream has it"))
-    pins_path = root / PINS_FILE
-    pins = load_base_pins(pins_path) if pins_path.exists() else None
-    pin = next((p for p in pins.runtime() if p.upstream_version == release
-                and p.cuda_lane == lane), None) if pins else None
-    if pin is None:
-        gaps.append(Gap("base-digest", str(PINS_FILE), f"no [[base]] for {version} / CUDA "
-                        f"{lane}", f"add one naming {upstream_base_name(version, lane)}"))
-    elif not pin.digest:
-        gaps.append(Gap("base-digest", str(PINS_FILE), f"{pin.name}: digest unresolved",
-                        "python -m builder pin-images (where docker.io is reachable)"))
-    profile = root / PROFILES_DIR / f"{name}.toml"
-    try:
-        data = tomllib.loads(profile.read_text())
-    except (FileNotFoundError, tomllib.TOMLDecodeError, UnicodeDecodeError):
-        data = {}  # reported below as a profile to write
-    if not data.get("args") or not data.get("gpu"):
-        gaps.append(Gap("launch-profile", str(PROFILES_DIR / profile.name),
-                        "no launch profile values" if profile.exists() else "no launch profile",
-                        "fill [args] and the [gpu.*] tables from the nearest release's profile "
-                        "and check them: python -m builder serve-command --check"))
-    for entry in series.entries:
-        if entry.name not in in_effect:
-            continue
-        if not any(b.versions is None or b.versions.contains(release, prereleases=True)
-                   for b in entry.behaviours):
-            gaps.append(Gap("behaviour", entry.name, f"no behaviour case checks it on {version}",
-                            "add a [[behaviour]] for it (or widen one's versions) in "
-                            "patches/series.toml"))
-    return tuple(gaps)
+    return tuple(_patch_gaps(cells, version) + _range_gaps(series, in_effect, version, older)
+                 + _base_gaps(root, version, lane) + _profile_gaps(root, name)
+                 + _behaviour_gaps(series, in_effect, version))
 
 
 def check_stub_paths(root: Path) -> None:
