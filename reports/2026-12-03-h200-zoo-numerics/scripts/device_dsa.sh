@@ -19,12 +19,15 @@ echo "sha256 ok, unpacked in $(( $(date +%s) - t0 )) s"
 for rel in 0.5.20 0.5.23; do
   K=$C/dsa/kernels/$rel
   for h in 16 32 64 128; do  # upstream: one kernel (v2) per head count
-    timeout $LIMIT python3 $S/dsa_numerics.py run --kernel $K/upstream.py --tag $rel-upstream \
+    # one TileLang cache per process: concurrent writers of one cache entry could race
+    TILELANG_CACHE_DIR=/tmp/tlc/${rel}_up$h timeout $LIMIT python3 $S/dsa_numerics.py run \
+      --kernel $K/upstream.py --tag $rel-upstream \
       --heads $h --out $W > /tmp/log_${rel}_upstream_h$h.txt 2>&1 &
   done
   for v in patched control_rowsplit control_scale; do  # SM12x tile: one kernel, all heads
     n=$v; [ $v = patched ] && n=sm12x
-    timeout $LIMIT python3 $S/dsa_numerics.py run --kernel $K/$v.py --tag $rel-$n --force-sm12x \
+    TILELANG_CACHE_DIR=/tmp/tlc/${rel}_$n timeout $LIMIT python3 $S/dsa_numerics.py run \
+      --kernel $K/$v.py --tag $rel-$n --force-sm12x \
       --out $W > /tmp/log_${rel}_$n.txt 2>&1 &
   done
 done
