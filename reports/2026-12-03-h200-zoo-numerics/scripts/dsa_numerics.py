@@ -96,7 +96,7 @@ def parse_list(text: str, kind: type) -> list[Any]:
 
 def case_name(heads: int, tokens: int, invalid: float) -> str:
     """Return the file stem of one case."""
-    return f"h{heads}_t{tokens}_inv{int(round(invalid * 100))}"
+    return f"h{heads}_t{tokens}_inv{round(invalid * 100)}"
 
 
 def make_inputs(heads: int, tokens: int, invalid: float, topk: int, kv_len: int,
@@ -119,7 +119,7 @@ def make_inputs(heads: int, tokens: int, invalid: float, topk: int, kv_len: int,
     q = torch.randn(tokens, heads, D_V + D_TAIL, generator=g).to(torch.bfloat16)
     kv = torch.randn(kv_len, 1, D_V + D_TAIL, generator=g).to(torch.bfloat16)
     idx = torch.stack([torch.randperm(kv_len, generator=g)[:topk] for _ in range(tokens)])
-    n_bad = int(round(invalid * topk))
+    n_bad = round(invalid * topk)
     if n_bad:
         idx[:, topk - n_bad:] = -1
     return q, kv, idx.to(torch.int32).unsqueeze(1)

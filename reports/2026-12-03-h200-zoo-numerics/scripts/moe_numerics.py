@@ -17,15 +17,16 @@ each against the clamped and the unclamped PyTorch reference.
 """
 
 from __future__ import annotations
-
 import __future__
+
 import argparse
 import ast
 import json
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 
@@ -57,7 +58,8 @@ def load_materialize(path: Path) -> Callable[..., Any]:
     """
     tree = ast.parse(path.read_text())
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == "materialize_swiglu_params_for_cutlass":
+        if (isinstance(node, ast.FunctionDef)
+                and node.name == "materialize_swiglu_params_for_cutlass"):
             mod = ast.Module(body=[node], type_ignores=[])
             code = compile(mod, str(path), "exec",
                            flags=__future__.annotations.compiler_flag, dont_inherit=True)
@@ -73,7 +75,11 @@ def make_inputs(tokens: int, hidden: int, inter: int, experts: int, topk: int, s
     """Build bf16 MoE inputs on the CPU, deterministically.
 
     Args:
-        tokens, hidden, inter, experts, topk: shapes.
+        tokens: tokens.
+        hidden: hidden size.
+        inter: expert intermediate size.
+        experts: experts.
+        topk: experts per token.
         seed: seed.
         scale: std of x; weights have std 1/sqrt(fan-in), so fc1 outputs have std about scale.
 
@@ -90,7 +96,7 @@ def make_inputs(tokens: int, hidden: int, inter: int, experts: int, topk: int, s
     return x, w13, w2, ids.to(torch.int32), w.float()
 
 
-def swiglu(h: torch.Tensor, inter: int, form: Optional[dict[str, Any]]) -> torch.Tensor:
+def swiglu(h: torch.Tensor, inter: int, form: dict[str, Any] | None) -> torch.Tensor:
     """The gated activation in fp32, as the kernel defines it.
 
     Args:
@@ -115,11 +121,15 @@ def swiglu(h: torch.Tensor, inter: int, form: Optional[dict[str, Any]]) -> torch
 
 
 def reference_moe(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, ids: torch.Tensor,
-                  w: torch.Tensor, form: Optional[dict[str, Any]]) -> torch.Tensor:
+                  w: torch.Tensor, form: dict[str, Any] | None) -> torch.Tensor:
     """MoE forward in fp32: sum_k w[t,k] * fc2_e(act(fc1_e(x_t))), e = ids[t,k].
 
     Args:
-        x, w13, w2, ids, w: as make_inputs returns them.
+        x: [T, hidden].
+        w13: [E, 2*inter, hidden], up rows then gate rows.
+        w2: [E, hidden, inter].
+        ids: [T, topk] expert ids.
+        w: [T, topk] routing weights.
         form: clamp fields, or None for plain SwiGLU.
 
     Returns:
@@ -142,7 +152,9 @@ def clamp_hit_fraction(x: torch.Tensor, w13: torch.Tensor, ids: torch.Tensor,
     """Fraction of routed fc1 outputs (up and gate) the clamp changes.
 
     Args:
-        x, w13, ids: inputs.
+        x: [T, hidden].
+        w13: [E, 2*inter, hidden].
+        ids: [T, topk].
         form: clamp fields.
 
     Returns:
@@ -212,7 +224,7 @@ def main() -> None:
         "cases": {},
     }
     try:
-        import flashinfer_jit_cache  # noqa: F401
+        import flashinfer_jit_cache
 
         res["flashinfer_jit_cache"] = getattr(flashinfer_jit_cache, "__version__", "?")
     except ImportError:

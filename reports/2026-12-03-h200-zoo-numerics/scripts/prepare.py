@@ -2,8 +2,9 @@
 
 What it writes (under CARRY, an ignored folder of the checkout the device tool sends):
 
-* ``CARRY/dsa/kernels/<release>/upstream.py``: ``sglang/kernels/ops/attention/dsa/tilelang_kernel.py``
-  read from the release wheel (its sha256 checked against targets.toml first);
+* ``CARRY/dsa/kernels/<release>/upstream.py``:
+  ``sglang/kernels/ops/attention/dsa/tilelang_kernel.py`` read from the release
+  wheel (its sha256 checked against targets.toml first);
 * ``.../patched.py``: the same file with the ``tilelang_kernel.py`` hunks of patch 0003 applied
   by GNU ``patch -p2`` (the patch's paths are ``a/python/sglang/...``, the wheel's ``sglang/...``);
 * ``.../control_rowsplit.py`` and ``.../control_scale.py``: patched.py with ONE deliberate bug

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import dsa_numerics as dn  # noqa: E402
-import moe_numerics as mn  # noqa: E402
+import dsa_numerics as dn
+import moe_numerics as mn
 
 
 def main() -> None:

@@ -41,7 +41,8 @@ def dsa_tables(res: dict[str, Any]) -> None:
         for t in tags:
             r = row.get(t, {})
             if not r.get("ran"):
-                cells.append("not run" + (f" ({str(r.get('error'))[:60]})" if r.get("error") else ""))
+                err = f" ({str(r.get('error'))[:60]})" if r.get("error") else ""
+                cells.append("not run" + err)
                 continue
             c = f"{fmt(r['max_rel_err'])} {fmt(r['pass'])}"
             if "vs_upstream_max_abs" in r:
@@ -57,14 +58,15 @@ def moe_tables(res: dict[str, Any]) -> None:
     print("| form, tokens | clamp hit | kernel WITH clamp vs ref with clamp | kernel WITHOUT "
           "clamp vs ref with clamp | kernel WITHOUT clamp vs ref without clamp |")
     print("| --- | --- | --- | --- | --- |")
+    def cell(row: dict[str, Any], k: str) -> str:
+        r = row[k]
+        return f"{fmt(r['max_rel_err'])} / cos {fmt(r['cosine'], 6)} {fmt(r['pass'])}"
+
     for name, row in res["cases"].items():
-        def cell(k: str) -> str:
-            r = row[k]
-            return f"{fmt(r['max_rel_err'])} / cos {fmt(r['cosine'], 6)} {fmt(r['pass'])}"
         print(f"| {name} | {row['clamp_hit_fraction']:.3f} | "
-              f"{cell('kernel_with_clamp__vs__ref_with_clamp')} | "
-              f"{cell('kernel_without_clamp__vs__ref_with_clamp')} | "
-              f"{cell('kernel_without_clamp__vs__ref_without_clamp')} |")
+              f"{cell(row, 'kernel_with_clamp__vs__ref_with_clamp')} | "
+              f"{cell(row, 'kernel_without_clamp__vs__ref_with_clamp')} | "
+              f"{cell(row, 'kernel_without_clamp__vs__ref_without_clamp')} |")
 
 
 def main() -> None:
