@@ -41,7 +41,7 @@ def release(session: nox.Session) -> None:
     what got published.
     """
     session.install(".")
-    session.run("python", "-m", "builder", "release", *session.posargs)
+    session.run("python", "-m", "builder", "release", "image", *session.posargs)
 
 
 @nox.session
@@ -50,7 +50,7 @@ def tests(session: nox.Session) -> None:
     arguments: ``-m fast`` for the fast tier alone, a path for one file).
 
     Two pytest workers (pytest-xdist): the tests that start services share one worker and
-    the kernel build tests another (``xdist_group``, set in tests/conftest.py); every other
+    the kernel build tests another (``xdist_group``, set in tests/helpers/tiers.py); every other
     file runs whole on either (``--dist loadgroup``). docs/testing.md has the figures.
     """
     session.install(".[test]")
@@ -131,7 +131,7 @@ def pin_images_check(session: nox.Session) -> None:
     (through the registries' API, nothing pulled); fails when one moved or was never
     resolved (``nox -s pin-images-check``; fix with ``python -m builder pin-images``)."""
     session.install(".")
-    session.run("python", "-m", "builder", "pin-images", "--check", *session.posargs)
+    session.run("python", "-m", "builder", "pin-images", "--verify", *session.posargs)
 
 
 @nox.session
@@ -190,15 +190,16 @@ def propose(session: nox.Session) -> None:
 def kernels(session: nox.Session) -> None:
     """FlashInfer kernels for the target as a flashinfer_jit_cache wheel in dist/, compiled
     in the CUDA build container (``nox -s kernels -- --target NAME --modules norm``; the
-    default module set with no --modules; ``-- --mode host`` for this machine's toolkit)."""
+    default module set with no --modules; ``python -m builder kernels build`` compiles with
+    this machine's toolkit)."""
     session.install(".")
-    session.run("python", "-m", "builder", "kernels", "--mode", "container", *session.posargs)
+    session.run("python", "-m", "builder", "kernels", "container", *session.posargs)
 
 
 # --- smoke (issue 6) -------------------------------------------------------------------
 @nox.session(venv_backend="none")
 def smoke(session: nox.Session) -> None:
-    """Smoke-test the artifacts on a GPU runner (``nox -s smoke -- --mode host --json``).
+    """Smoke-test the artifacts on a GPU runner (``nox -s smoke -- host --json``).
 
     Runs in the current environment (no virtualenv): host mode tests the Python
     environment that has the wheels installed; image mode needs only docker-py here.

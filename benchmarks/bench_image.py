@@ -1,7 +1,7 @@
 """Benchmark the runtime image: the layer we add against what it carries, and a rebuild.
 
 Measured in one run on one machine, on a private Docker Engine and registry started here
-(tests/services.py) and the tests' Debian base (debootstrap, cached in .cache/tests):
+(tests/helpers/services.py) and the tests' Debian base (debootstrap, cached in .cache/tests):
 
 * layer ratio: the one layer the build adds (the engine's size, and the compressed blob
   the registry stores) against the installed size of the wheels it carries (every file
@@ -22,9 +22,13 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))  # the tests package (tests.helpers.services)
 
-from services import (  # noqa: E402
+from builder import Options, run_wheels  # noqa: E402
+from builder.image.build import BaseImage  # noqa: E402
+from builder.image.run import ImageOptions, run_image  # noqa: E402
+from builder.smoke.static import static_smoke  # noqa: E402
+from tests.helpers.services import (  # noqa: E402
     DEBIAN_SUITE,
     debian_rootfs,
     import_image,
@@ -32,11 +36,6 @@ from services import (  # noqa: E402
     start_docker_engine,
     start_registry,
 )
-
-from builder import Options, run_wheels  # noqa: E402
-from builder.image.build import BaseImage  # noqa: E402
-from builder.image.run import ImageOptions, run_image  # noqa: E402
-from builder.smoke.static import static_smoke  # noqa: E402
 
 
 def _layer_blob_size(registry: str, repository: str, digest: str) -> int:

@@ -2,7 +2,7 @@
 
 Measured in one run on one machine, reported as ratios (never a timed test):
 
-* **cold**: ``python -m builder kernels --mode host`` (preflight, compile, cuobjdump
+* **cold**: ``python -m builder kernels build`` (preflight, compile, cuobjdump
   check, pack) against FlashInfer's own AOT builder, ``flashinfer.jit.core.build_jit_specs``
   (what ``python -m flashinfer.aot`` calls; its CLI cannot select an exact module set),
   compiling the same JIT specs for the same arch, with the same nvcc, ``CUDA_HOME`` and
@@ -53,15 +53,16 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-kernels-"))
     cache = work / "cache"
-    cli = [sys.executable, "-m", "builder", "kernels", "--target", args.target,
-           "--cuda-lane", args.cuda_lane, "--modules", args.modules, "--build-torch",
-           args.build_torch, "--mode", "host", "--cache-dir", str(cache), "--json"]
+    what = ["--target", args.target, "--cuda-lane", args.cuda_lane, "--modules", args.modules,
+            "--cache-dir", str(cache)]
+    cli = [sys.executable, "-m", "builder", "kernels", "build", *what, "--build-torch",
+           args.build_torch, "--json"]
     env = {**os.environ}
     try:
         # Untimed: the build environment, and the request (pins, arch) it resolves.
         request_file = work / "request.json"
-        subprocess.run([*cli[:-1], "--save-request", str(request_file)], check=True,
-                       capture_output=True)
+        subprocess.run([sys.executable, "-m", "builder", "kernels", "plan", *what,
+                        "--output", str(request_file)], check=True, capture_output=True)
         request = json.loads(request_file.read_text())
         warmup = subprocess.run([*cli, "--modules", "page", "--dist", str(work / "warmup")],
                                 env=env, capture_output=True, text=True, check=False)

@@ -2,7 +2,7 @@
 
 The request path reads a saved request and builds it; it needs neither the upstream source
 nor the source stage (gitpython, remotezip, ``builder.source``). Measured as the median of
-``--runs`` fresh processes of ``kernels --request R --save-request OUT`` (the request is
+``--runs`` fresh processes of ``kernels plan --request R --output OUT`` (the request is
 read, checked and written back: every module of the build is imported, nothing compiles),
 reported as a ratio to ``python -c 'import builder'`` in the same run, with the source-stage
 modules the process imported (from ``-X importtime``).
@@ -63,8 +63,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-kernels-start-") as scratch:
         request = Path(scratch) / "request.json"
         request.write_text(json.dumps(REQUEST))
-        command = [python, "-m", "builder", "kernels", "--request", str(request),
-                   "--save-request", str(Path(scratch) / "again.json"),
+        command = [python, "-m", "builder", "kernels", "plan", "--request", str(request),
+                   "--output", str(Path(scratch) / "again.json"),
                    "--cache-dir", str(Path(scratch) / "cache")]
         for warm in (command, [python, "-c", "import builder"]):
             subprocess.run(warm, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)  # .pyc

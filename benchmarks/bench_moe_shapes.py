@@ -21,7 +21,7 @@ with ``moe_intermediate_size / N`` columns (SGLang's default MoE sharding withou
 parallelism).
 
 ``--check`` validates the arguments and prints the plan (shapes, weight memory) without
-importing torch: the CPU part, tested by ``tests/test_bench_moe_shapes.py``.
+importing torch: the CPU part, tested by ``tests/benchmarks/test_bench_moe_shapes.py``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Measured in one run on this machine, as a ratio (never a timed test), with a rea
 (Debian's ``redis-server``) on 127.0.0.1 as the shared sccache backend, flushed before
 each side:
 
-* **unsharded**: ``python -m builder kernels --sccache`` (every core).
+* **unsharded**: ``python -m builder kernels build --sccache`` (every core).
 * **sharded**: ``--shard 1/2`` and ``--shard 2/2`` at once, each with ``--jobs`` half the
   cores and in its own mount namespace with a private build folder (two "runners"), then
   the final ``kernels --sccache`` (links, checks, packs: every object a cache hit).
@@ -87,20 +87,20 @@ def main() -> None:
                              stdout=subprocess.DEVNULL)
     env = {**os.environ, "SCCACHE_REDIS_ENDPOINT": f"redis://127.0.0.1:{port}",
            "SCCACHE_BUCKET": "", "PYTHONPATH": str(ROOT)}
-    base = [sys.executable, "-m", "builder", "kernels", "--build-torch", args.build_torch,
-            "--mode", "host", "--sccache", "--cache-dir", str(cache), "--json"]
+    base = [sys.executable, "-m", "builder", "kernels", "build", "--build-torch",
+            args.build_torch, "--sccache", "--cache-dir", str(cache), "--json"]
     try:
         time.sleep(1)
         request = work / "request.json"
-        subprocess.run([sys.executable, "-m", "builder", "kernels", "--target", args.target,
-                        "--cuda-lane", args.cuda_lane, "--modules", args.modules,
-                        "--save-request", str(request), "--cache-dir", str(cache)],
+        subprocess.run([sys.executable, "-m", "builder", "kernels", "plan", "--target",
+                        args.target, "--cuda-lane", args.cuda_lane, "--modules", args.modules,
+                        "--output", str(request), "--cache-dir", str(cache)],
                        check=True, capture_output=True, env=env, cwd=ROOT)
         base += ["--request", str(request)]
         # Untimed: the build environment (a one-module build, no sccache).
-        _run([sys.executable, "-m", "builder", "kernels", "--target", args.target,
+        _run([sys.executable, "-m", "builder", "kernels", "build", "--target", args.target,
               "--cuda-lane", args.cuda_lane, "--modules", "page", "--build-torch",
-              args.build_torch, "--mode", "host", "--cache-dir", str(cache), "--dist",
+              args.build_torch, "--cache-dir", str(cache), "--dist",
               str(work / "warmup"), "--json"], env)
 
         def clean() -> None:

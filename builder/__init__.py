@@ -22,7 +22,8 @@ with options of its own takes them from its package (``builder.kernels.KernelOpt
 :class:`SourceError`, :class:`PatchError`, :class:`BuildError`, :class:`PublishError`; see
 :mod:`builder.core.errors`). Everything else is private to its stage and imported from the
 module that defines it (``from builder.patching.hunks import split_lines``).
-:mod:`builder.ci` is what the CI workflows call; :mod:`builder.cli` is the command line.
+:mod:`builder.targets` holds the targets file's commands (the CI plan, the upstream check,
+pinning a release, the lock); :mod:`builder.cli` is the command line.
 
 The public names are declared once, by the ``if TYPE_CHECKING:`` imports at the end of this
 file, written ``import X as X`` (the explicit re-export form strict mypy and pyright read).

@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from builder.cli.main import build_parser
+from tests.helpers.paths import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 
 # a Markdown link's target: [text](target) or [text](target "title"); images too
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
@@ -40,6 +41,7 @@ def _warnings(output: str) -> list[str]:
     return [line for line in output.splitlines() if re.match(r"(WARNING|ERROR)\b", line)]
 
 
+@pytest.mark.slow(reason="builds the site")
 def test_site_builds_with_no_warning(tmp_path: Path) -> None:
     result = _mkdocs_build(ROOT, tmp_path / "site")
     output = result.stdout + result.stderr
@@ -64,6 +66,7 @@ def _copy_project(dest: Path) -> Path:
     return dest
 
 
+@pytest.mark.slow(reason="builds the site twice")
 def test_broken_link_and_reference_fail_the_build(tmp_path: Path) -> None:
     """The same build over a copy with a broken page link, a broken anchor and a docstring
     role naming nothing fails, naming each."""

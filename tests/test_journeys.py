@@ -19,8 +19,11 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import REPO, run_cli, write_project
-from services import PackageIndex, start_package_index
+
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import REPO
+from tests.helpers.project import write_project
+from tests.helpers.services import PackageIndex, start_package_index
 
 WHEEL = "sglang-0.5.9+sm120.7-py3-none-any.whl"
 SHIPPED = "0001-enable-flashinfer-cutlass-autotune.patch"
@@ -82,6 +85,7 @@ def sdist_patch(tree: Path, work: Path, old: str, new: str, message: str) -> Pat
 # ---------------------------------------------------------------- 1. one version, one content
 
 
+@pytest.mark.slow(reason="builds three wheels")
 def test_a_changed_series_under_the_same_label_is_refused_until_the_label_is_raised(
         sdists: dict[str, Path], cache: Path, tmp_path: Path) -> None:
     root = project(tmp_path / "p", sdists)
@@ -103,7 +107,7 @@ def test_a_changed_series_under_the_same_label_is_refused_until_the_label_is_rai
     assert data["error"].startswith("wheel 0.5.9+sm120.7 of target t would have other content")
     assert (root / "dist" / WHEEL).read_bytes() == first  # nothing written
     assert json.loads(lock.read_text())["wheel"]["t"] == recorded
-    check = run_cli("lock", "--check", "--json", cwd=root, cache=cache)
+    check = run_cli("lock", "--verify", "--json", cwd=root, cache=cache)
     refused(check, "1 version(s) differ", "next-label --target t")
 
     # The fix the message names.
@@ -121,7 +125,7 @@ def test_a_changed_series_under_the_same_label_is_refused_until_the_label_is_rai
     # Stable: recording nothing new rewrites nothing, and the file is sorted JSON.
     text = lock.read_text()
     ok(run_cli("lock", "--json", cwd=root))
-    ok(run_cli("lock", "--check", "--json", cwd=root))
+    ok(run_cli("lock", "--verify", "--json", cwd=root))
     assert lock.read_text() == text
     assert text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n"
 
@@ -141,18 +145,19 @@ def test_the_lock_refuses_kernel_and_image_versions_with_other_content(
     (root / "versions.lock").write_text(json.dumps({
         "schema": 1, "wheel": {}, "kernels": {"t": {"0.6.3+sm120.7.cu129": other}},
         "image": {}}))
-    done = run_cli("kernels", "--target", "t", "--modules", "norm", "--json", cwd=root,
+    done = run_cli("kernels", "build", "--target", "t", "--modules", "norm", "--json", cwd=root,
                    cache=cache)
     refused(done, "kernels 0.6.3+sm120.7.cu129 of target t", "next-label --target t")
     # Without the conflicting record the same command gets past the lock (and stops at
     # the toolchain: this machine has no CUDA 12.9 nvcc).
     (root / "versions.lock").unlink()
-    done = run_cli("kernels", "--target", "t", "--modules", "norm", "--json", cwd=root,
+    done = run_cli("kernels", "build", "--target", "t", "--modules", "norm", "--json", cwd=root,
                    cache=cache)
     data = refused(done, "no nvcc for CUDA 12.9")
     assert "would have other content" not in data["error"]
 
 
+@pytest.mark.slow(reason="starts a Docker Engine")
 def test_the_lock_refuses_to_publish_an_image_tag_with_other_content(
         sdists: dict[str, Path], cache: Path, tmp_path: Path, docker_engine, registry,
         debian_base_image) -> None:
@@ -162,7 +167,7 @@ def test_the_lock_refuses_to_publish_an_image_tag_with_other_content(
     tag = f"{registry.host}/journeys:0.5.9-sm120.7"
     lock = {"schema": 1, "wheel": {}, "kernels": {}, "image": {"t": {tag: "0" * 64}}}
     (root / "versions.lock").write_text(json.dumps(lock))
-    done = run_cli("release", "--base-image", debian_base_image.reference, "--registry",
+    done = run_cli("release", "image", "--base-image", debian_base_image.reference, "--registry",
                    registry.host, "--repository", "journeys", "--gate", "static",
                    "--repository-url", "http://127.0.0.1:9/", "--docker-host",
                    docker_engine.host, "--json", cwd=root, cache=cache)
@@ -316,6 +321,7 @@ def test_refresh_patch_rewrites_that_patch_alone(sdists: dict[str, Path], cache:
 # ---------------------------------------------------------------- 6. wheels alone
 
 
+@pytest.mark.slow(reason="starts two pypiservers")
 def test_publish_wheels_without_docker(sdists: dict[str, Path], cache: Path,
                                        tmp_path: Path) -> None:
     # An index of its own: the session's index is the release tests', which publish this
@@ -333,7 +339,7 @@ def _publish_wheels_without_docker(sdists: dict[str, Path], cache: Path, tmp_pat
     env = {**package_index.env(), "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
 
     def publish(*extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "builder", "release", "--wheels-only",
+        return subprocess.run([sys.executable, "-m", "builder", "release", "wheels",
                                "--repository-url", package_index.url, "--json", *extra],
                               cwd=root, env={**os.environ, **env,
                                              "SGLANG_SM120_CACHE": str(cache)},
@@ -345,7 +351,7 @@ def _publish_wheels_without_docker(sdists: dict[str, Path], cache: Path, tmp_pat
     # A real report from this machine (no GPU): it failed, so nothing is published.
     ok(run_cli("wheel", "--json", cwd=root, cache=cache))
     report = tmp_path / "smoke.json"
-    smoked = run_cli("smoke", "--mode", "host", "--sglang-wheel", str(root / "dist" / WHEEL),
+    smoked = run_cli("smoke", "host", "--sglang-wheel", str(root / "dist" / WHEEL),
                      "--series", str(root / "patches/series.toml"), "--output", str(report),
                      "--json", cwd=root)
     assert smoked.returncode == 1 and report.is_file()
@@ -362,7 +368,7 @@ def _publish_wheels_without_docker(sdists: dict[str, Path], cache: Path, tmp_pat
     try:
         shutil.copy(REPO / "README.md", other.packages / WHEEL)
         done = subprocess.run(
-            [sys.executable, "-m", "builder", "release", "--wheels-only", "--repository-url",
+            [sys.executable, "-m", "builder", "release", "wheels", "--repository-url",
              other.url, "--gate", "build", "--json"], cwd=root,
             env={**os.environ, **other.env(), "SGLANG_SM120_CACHE": str(cache)},
             capture_output=True, text=True, timeout=900)
@@ -417,6 +423,7 @@ def test_cache_list_prune_and_clean_never_remove_what_a_build_uses(
 # ---------------------------------------------------------------- 8. provenance and help
 
 
+@pytest.mark.slow(reason="builds a wheel from scratch")
 def test_the_provenance_carries_each_patch_description_and_message(
         sdists: dict[str, Path], cache: Path, tmp_path: Path) -> None:
     root = project(tmp_path / "p", sdists)

@@ -1,4 +1,4 @@
-"""The test tiers and the in-process CLI runner of tests/conftest.py."""
+"""The test tiers and the in-process CLI runner of tests/helpers/cli.py."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO, run_cli, run_cli_process
+from tests.helpers.cli import run_cli, run_cli_process
+from tests.helpers.paths import REPO
 
 
 def _collect(*args: str) -> subprocess.CompletedProcess[str]:
@@ -20,7 +21,8 @@ def _collect(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_every_test_is_in_exactly_one_tier() -> None:
     """The union of the tiers is the whole suite and they do not overlap: no test is in
-    both or in neither (and SLOW_TESTS names only tests that exist, or collection fails)."""
+    both or in neither (and every test on a slow fixture is marked slow, or collection
+    fails)."""
     done = _collect("-m", "(fast and slow) or (not fast and not slow)")
     assert done.returncode == 5, done.stdout[-3000:] + done.stderr[-3000:]
     assert "no tests collected" in done.stdout and "deselected" in done.stdout, done.stdout
@@ -30,11 +32,42 @@ def test_the_heavy_tests_are_slow_and_the_refusals_fast() -> None:
     """A test on a Docker Engine and one building FlashInfer are slow; a CLI refusal and
     the patch engine's unit tests are fast."""
     slow = _collect("-m", "slow").stdout.splitlines()
-    fast = _collect("-m", "fast", "tests/test_cli.py", "tests/test_hunks.py").stdout
-    assert any(line.startswith("tests/test_image.py::") for line in slow)
-    assert any(line.startswith("tests/test_kernels_build.py::") for line in slow)
-    assert "tests/test_cli.py::test_unknown_target" in fast
-    assert "tests/test_hunks.py::" in fast
+    fast = _collect("-m", "fast", "tests/cli/test_main.py", "tests/patching/test_hunks.py").stdout
+    assert any(line.startswith("tests/image/test_build.py::") for line in slow)
+    assert any(line.startswith("tests/kernels/test_build.py::") for line in slow)
+    assert "tests/cli/test_main.py::test_unknown_target" in fast
+    assert "tests/patching/test_hunks.py::" in fast
+
+
+def test_a_slow_fixture_without_the_mark_stops_the_collection(tmp_path: Path) -> None:
+    """The plugin's one rule, on a suite of its own: a test on ``docker_engine`` without
+    ``@pytest.mark.slow(reason=...)``, and a ``slow`` mark without a reason, each stop the
+    collection (usage error) with the test, the fixture and why it is slow; a marked test
+    on the same fixture is collected."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n  fast: f\n  slow: s\n")
+    (tmp_path / "conftest.py").write_text(
+        "import pytest\n\npytest_plugins = ['tests.helpers.tiers']\n\n\n"
+        "@pytest.fixture\ndef docker_engine():\n    return None\n")
+    (tmp_path / "test_x.py").write_text(
+        "import pytest\n\n\ndef test_unmarked(docker_engine):\n    pass\n\n\n"
+        "@pytest.mark.slow\ndef test_no_reason():\n    pass\n\n\n"
+        "@pytest.mark.slow(reason='r')\ndef test_marked(docker_engine):\n    pass\n")
+    run = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(run, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert ("test_x.py::test_unmarked uses docker_engine (starts a Docker Engine): mark it "
+            '@pytest.mark.slow(reason="...")') in done.stderr, done.stderr
+    assert "test_x.py::test_no_reason is marked slow without a reason" in done.stderr
+    assert "test_marked" not in done.stderr
+    (tmp_path / "test_x.py").write_text(
+        "import pytest\n\n\n@pytest.mark.slow(reason='r')\n"
+        "def test_marked(docker_engine):\n    pass\n\n\ndef test_plain():\n    pass\n")
+    fast = subprocess.run([*run, "-m", "fast"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert fast.returncode == 0 and "test_x.py::test_plain" in fast.stdout, fast.stdout
+    assert "test_marked" not in fast.stdout
 
 
 def test_in_process_run_restores_env_cwd_and_sigterm(tmp_path: Path) -> None:

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO
 
 from builder import load_targets
+from tests.helpers.paths import REPO
 
 CI = REPO / "ci"
 WORKFLOWS = sorted(CI.glob("*.yml"))
@@ -279,6 +279,7 @@ def _github_outputs(text: str) -> dict[str, str]:
     return outputs
 
 
+@pytest.mark.slow(reason="runs the plan job's nox session")
 def test_the_plan_job_gives_every_target_to_every_per_target_job(tmp_path: Path) -> None:
     jobs = BUILD["jobs"]
     assert jobs["plan"]["outputs"] == {"plan": "${{ steps.plan.outputs.plan }}"}

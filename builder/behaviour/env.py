@@ -14,17 +14,17 @@ import re
 import subprocess
 import sys
 import sysconfig
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from builder.core.cache import Cache, sha256_json
-from builder.core.errors import BuildError, VerificationError
+from builder.core.errors import BuildError
 from builder.core.progress import Reporter
+from builder.core.wheelmeta import requires_dist, wheel_metadata
 
 #: The CPU torch every behaviour environment shares (PyPI's plain 2.13.0 is a CPU build).
 TORCH = "torch==2.13.0"
@@ -82,22 +82,8 @@ def requirements(wheel: Path) -> tuple[list[str], list[str]]:
     Raises:
         VerificationError: the wheel has no METADATA or a requirement does not parse.
     """
-    try:
-        with zipfile.ZipFile(wheel) as archive:
-            name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-            metadata = archive.read(name).decode()
-    except (OSError, zipfile.BadZipFile, StopIteration) as exc:
-        raise VerificationError(f"cannot read the METADATA of {wheel.name}: {exc}",
-                                "use the target's pinned wheel") from None
     keep, left = [], []
-    for line in metadata.splitlines():
-        if not line.startswith("Requires-Dist:"):
-            continue
-        try:
-            requirement = Requirement(line.split(":", 1)[1].strip())
-        except InvalidRequirement as exc:
-            raise VerificationError(f"{wheel.name} has a malformed requirement: {exc}",
-                                    "") from None
+    for requirement in requires_dist(wheel_metadata(wheel), wheel.name):
         if requirement.marker and not requirement.marker.evaluate({"extra": ""}):
             continue
         if canonicalize_name(requirement.name) in NOT_INSTALLED:

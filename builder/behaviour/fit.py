@@ -16,17 +16,16 @@ import os
 import re
 import shutil
 import subprocess
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import Requirement
-
 from builder.behaviour.env import BehaviourEnv
+from builder.core.arch import SM120 as SM120_TEXT
 from builder.core.cache import Cache, sha256_file, sha256_json
 from builder.core.errors import BuildError, MissingToolError, PatchError
 from builder.core.progress import Reporter
+from builder.core.wheelmeta import requires_dist, wheel_metadata
 from builder.patching.series import KernelFit, Series, SeriesEntry
 
 SCRIPT = Path(__file__).parent / "script" / "kernel_fit.py"
@@ -233,15 +232,10 @@ def tilelang_pin(wheel: Path) -> str:
         PatchError: the release requires no pinned tilelang (its kernels cannot be lowered
             as the release lowers them).
     """
-    with zipfile.ZipFile(wheel) as archive:
-        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-        metadata = archive.read(name).decode()
-    for line in metadata.splitlines():
-        if line.startswith("Requires-Dist:"):
-            requirement = Requirement(line.split(":", 1)[1].strip())
-            if requirement.name.lower() == "tilelang" and \
-                    re.fullmatch(r"==[\w.+!-]+", str(requirement.specifier)):
-                return f"tilelang{requirement.specifier}"
+    for requirement in requires_dist(wheel_metadata(wheel), wheel.name):
+        if requirement.name.lower() == "tilelang" and \
+                re.fullmatch(r"==[\w.+!-]+", str(requirement.specifier)):
+            return f"tilelang{requirement.specifier}"
     raise PatchError(f"{wheel.name} pins no tilelang version",
                      "a kernel-fit declaration needs the release's own tilelang")
 
@@ -295,7 +289,7 @@ def _clean_env() -> dict[str, str]:
 def _run_script(env: BehaviourEnv, fits: list[dict[str, Any]], overlay: Path | None,
                 tilelang: Path, nvcc: Path) -> list[dict[str, Any]]:
     environ = _clean_env()
-    environ["SM120_CAPABILITY"] = "12.0"
+    environ["SM120_CAPABILITY"] = SM120_TEXT
     environ["PYTHONDONTWRITEBYTECODE"] = "1"  # the overlay is a cache entry (run.py)
     environ["PYTHONPATH"] = os.pathsep.join([*([str(overlay)] if overlay else []),
                                              str(tilelang)])

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from builder.core.cache import Cache
 from builder.core.config import WheelPin
-from builder.core.errors import ConfigurationError, SourceError, VerificationError
+from builder.core.errors import ConfigurationError, SourceError
 from builder.core.progress import Reporter
+from builder.core.wheelmeta import requires_dist, wheel_metadata
 from builder.patching.series import Precondition
 
 
@@ -63,25 +63,8 @@ def pinned_version(wheel: Path, distribution: str) -> str:
         ConfigurationError: the wheel names no such requirement, or does not pin it to one
             version (a range names no wheel to read): the precondition is wrong.
     """
-    try:
-        with zipfile.ZipFile(wheel) as archive:
-            names = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
-            if not names:
-                raise VerificationError(f"{wheel.name} has no METADATA",
-                                        "use the target's pinned wheel")
-            metadata = archive.read(names[0]).decode()
-    except zipfile.BadZipFile as exc:
-        raise VerificationError(f"{wheel.name} is not a wheel: {exc}",
-                                "use the target's pinned wheel") from None
     wanted = canonicalize_name(distribution)
-    for line in metadata.splitlines():
-        if not line.startswith("Requires-Dist:"):
-            continue
-        try:
-            requirement = Requirement(line.split(":", 1)[1].strip())
-        except InvalidRequirement as exc:
-            raise VerificationError(f"{wheel.name} has a malformed requirement: {exc}",
-                                    "use the target's pinned wheel") from None
+    for requirement in requires_dist(wheel_metadata(wheel), wheel.name):
         if canonicalize_name(requirement.name) != wanted:
             continue
         match = re.fullmatch(r"==([\w.+!-]+)", str(requirement.specifier))

@@ -398,10 +398,10 @@ def check_behaviours(behaviours: Iterable[tuple[SeriesEntry | None, Behaviour]],
                           f"sm_{capability[0]}{capability[1]}")
             found = _observe(env, cases, capability, overlay, code if code else "",
                              models, cache if code else None)
-            for case in cases:
-                if case["check"] == "serve":
-                    verdict = judge(found[case["id"]])
-                    found[case["id"]].update(outcome=verdict.outcome, why=verdict.why)
+            for job in cases:
+                if job["check"] == "serve":
+                    verdict = judge(found[job["id"]])
+                    found[job["id"]].update(outcome=verdict.outcome, why=verdict.why)
             observed[variant].update(found)
     results = []
     for b_index, (entry, behaviour) in enumerate(pairs):

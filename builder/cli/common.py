@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from builder.core.basepins import PINS_FILE
 from builder.core.cache import default_cache_root
@@ -34,33 +34,90 @@ def count(limit: int, low: int = 0) -> Callable[[str], int]:
     return parse
 
 
-def common(parser: argparse.ArgumentParser, *, target: bool = True) -> None:
-    parser.add_argument("--json", action="store_true",
-                        help="print one JSON object on stdout and no progress")
-    parser.add_argument("--targets-file", type=Path, default=None, metavar="FILE",
-                        help="the targets file; its series paths are relative to it "
-                             "(default: targets.toml in this folder or the nearest one "
-                             "above)")
-    parser.add_argument("--cache-dir", type=Path, default=None,
-                        help="cache root (default: $SGLANG_SM120_CACHE or "
-                             f"{default_cache_root()})")
-    if target:
-        parser.add_argument("--target", metavar="NAME", type=nonempty,
-                            help="build target (default: the targets file's default)")
+#: The options several commands share, each declared once, on the root parser
+#: (:func:`add_shared`): dest -> (flag, whether it takes a value). A command names those it
+#: reads (:func:`add_command`'s ``reads``, :func:`target_arg`, :func:`source_args`,
+#: :func:`index_url_arg`); :func:`builder.cli.main.main` accepts them before or after the
+#: command and refuses one the command does not read, as argparse refuses an unknown flag.
+SHARED: dict[str, tuple[str, bool]] = {
+    "json": ("--json", False),
+    "targets_file": ("--targets-file", True),
+    "cache_dir": ("--cache-dir", True),
+    "target": ("--target", True),
+    "source": ("--source", True),
+    "git_url": ("--git-url", True),
+    "index_url": ("--index-url", True),
+    "source_dir": ("--source-dir", True),
+    "upstream_version": ("--upstream-version", True),
+}
+SHARED_DEST: dict[str, str] = {flag: dest for dest, (flag, _) in SHARED.items()}
+#: What every command of the project reads: ``--json``, the targets file and the cache.
+PROJECT = ("json", "targets_file", "cache_dir")
 
 
-def source_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("source")
+def add_shared(parser: argparse.ArgumentParser) -> None:
+    """Declare :data:`SHARED` on the root parser (the one place)."""
+    group = parser.add_argument_group(
+        "shared options (before or after the command; a command refuses one it does not read)")
+    group.add_argument("--json", action="store_true",
+                       help="print one JSON object on stdout and no progress")
+    group.add_argument("--targets-file", type=Path, default=None, metavar="FILE",
+                       help="the targets file; its series paths are relative to it "
+                            "(default: targets.toml in this folder or the nearest one "
+                            "above)")
+    group.add_argument("--cache-dir", type=Path, default=None, metavar="DIR",
+                       help="cache root (default: $SGLANG_SM120_CACHE or "
+                            f"{default_cache_root()})")
+    group.add_argument("--target", metavar="NAME", type=nonempty,
+                       help="build target (default: the targets file's default)")
     group.add_argument("--source", choices=SOURCE_KINDS,
                        help="take the target's sdist, wheel or git pin (default: its "
                             "'prefer')")
     group.add_argument("--git-url", metavar="URL", type=git_url_arg,
-                       help="clone the git pin's commit from this URL or path instead")
-    index_url_arg(group, "simple index where sdists and wheels are found by sha256")
+                       help="clone the git pin's commit (matrix: the --commits) from this URL "
+                            "or path instead")
+    group.add_argument("--index-url", metavar="URL", default=PipIndexDefault(), type=_index_url,
+                       help="simple index where sdists, wheels and releases are found (default: "
+                            "the index pip uses: PIP_INDEX_URL, else index-url in pip.conf, "
+                            "else PyPI; here: %(default)s)")
     group.add_argument("--source-dir", type=Path, metavar="DIR",
                        help="use this SGLang checkout or unpacked sdist instead of fetching")
     group.add_argument("--upstream-version", metavar="VERSION",
                        help="the upstream version of --source-dir (default: its PKG-INFO)")
+
+
+def add_command(commands: Any, name: str, *, reads: tuple[str, ...] = PROJECT,
+                **kwargs: Any) -> argparse.ArgumentParser:
+    """Add a command (or a group of subcommands) that reads the shared options ``reads``.
+
+    Args:
+        commands: the ``add_subparsers()`` object to add it to.
+        name: the command's word.
+        reads: the :data:`SHARED` options its handler reads (more: :func:`reads_shared`).
+        kwargs: ``add_parser``'s (``help``, ``description``, ``epilog``, ...).
+
+    Returns:
+        The command's parser.
+    """
+    parser: argparse.ArgumentParser = commands.add_parser(name, **kwargs)
+    parser.set_defaults(shared=frozenset(reads))
+    return parser
+
+
+def reads_shared(parser: argparse.ArgumentParser, *dests: str) -> None:
+    """Let ``parser``'s command take the shared options ``dests`` (keys of :data:`SHARED`)."""
+    parser.set_defaults(shared=parser.get_default("shared") | frozenset(dests))
+
+
+def target_arg(parser: argparse.ArgumentParser) -> None:
+    """The command takes ``--target NAME`` (default: the targets file's default target)."""
+    reads_shared(parser, "target")
+
+
+def source_args(parser: argparse.ArgumentParser) -> None:
+    """The command takes the source options (``--source``, ``--git-url``, ``--index-url``,
+    ``--source-dir``, ``--upstream-version``), checked by :func:`validate_source_args`."""
+    reads_shared(parser, "source", "git_url", "index_url", "source_dir", "upstream_version")
     parser.set_defaults(validate=validate_source_args)
 
 
@@ -86,25 +143,24 @@ class PipIndexDefault:
 
 
 def _index_url(text: str) -> str:
-    """A simple index's URL: ``http(s)://`` with a host, or ``file://`` (pip takes both).
+    """A simple index's URL: ``http(s)://`` with a host, or ``file://`` (pip takes both);
+    :func:`builder.core.address.parse_url`'s rule.
 
     Raises:
         argparse.ArgumentTypeError: any other text.
     """
-    import urllib.parse
+    from builder.core.address import parse_url
 
-    parts = urllib.parse.urlsplit(text)
-    if not ((parts.scheme in ("http", "https") and parts.hostname) or parts.scheme == "file"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not an http(s):// or file:// URL")
-    return text
+    try:
+        return parse_url(text, ("http", "https", "file"), noun="an http(s):// or file:// URL",
+                         hint="").text
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(exc.cause) from None
 
 
-def index_url_arg(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
-                  what: str) -> None:
-    """Add ``--index-url`` whose default follows pip's configuration."""
-    parser.add_argument("--index-url", metavar="URL", default=PipIndexDefault(), type=_index_url,
-                        help=f"{what} (default: the index pip uses: PIP_INDEX_URL, else "
-                             "index-url in pip.conf, else PyPI; here: %(default)s)")
+def index_url_arg(parser: argparse.ArgumentParser) -> None:
+    """The command takes ``--index-url`` (default: the index pip is configured with)."""
+    reads_shared(parser, "index_url")
 
 
 def given_index_url(args: argparse.Namespace) -> str | None:

@@ -1,4 +1,5 @@
-"""The kernel stage's commands: ``preflight`` and ``kernels``."""
+"""The kernels group: ``preflight`` and ``kernels build|container|plan`` (compile here, compile
+in a CUDA build container, or only write what a build would compile)."""
 
 from __future__ import annotations
 
@@ -7,34 +8,37 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from builder.cli.common import (
+    add_command,
     comma_names,
     comma_numbers,
-    common,
     docker_host_arg,
     options,
     positive,
     source_args,
+    target_arg,
 )
 from builder.core.basepins import PINS_FILE
 from builder.core.errors import BuilderError, MissingToolError
 
 if TYPE_CHECKING:
     from builder.core.progress import Reporter
+    from builder.kernels.request import KernelOptions
 
 
 def add_commands(commands: Any) -> None:
     """Add ``preflight`` and ``kernels``."""
-    preflight = commands.add_parser(
-        "preflight", help="check this machine's CUDA toolchain for a target's kernels",
+    preflight = add_command(
+        commands, "preflight",
+        help="check this machine's CUDA toolchain for a target's kernels",
         description="Read the FlashInfer / kernel / torch pins from the target's upstream "
                     "source, derive the SM120 arch FlashInfer detects, and check a toolchain: "
                     "nvcc is the target's CUDA lane and really compiles for its archs, the "
                     "cuBLAS and cuRAND headers are there, torch is built for the lane (or "
                     "the CPU). `kernels` runs the same checks before compiling. Writes nothing "
-                    "but the release's download in the cache (`kernels --save-request FILE` "
+                    "but the release's download in the cache (`kernels plan --output FILE` "
                     "writes what a build would compile). Exits "
                     "3 (a missing tool) when a check fails.")
-    common(preflight)
+    target_arg(preflight)
     source_args(preflight)
     preflight.add_argument("--nvcc", type=Path, metavar="PATH",
                            help="nvcc to check (default: as `kernels` finds it: one of the "
@@ -62,16 +66,18 @@ module groups: norm, activation, sampling, rope, page, attention (for --head-dim
   page, attention: what SGLang loads on SM120 for NVFP4 MoE models with flashinfer_cutlass.
 
 examples:
-  python -m builder kernels --target sglang-0.5.9 --cuda-lane 13.0 --modules norm
-  python -m builder kernels --target sglang-0.5.23 --modules norm   # shim + sm120f provider
-  python -m builder kernels --target sglang-0.5.9 --mode container --cuda-lane 13.0
-  python -m builder kernels --environment current --arch-list 9.0a --modules norm,sampling
-  python -m builder kernels --arch-list 9.0a --modules fused_moe_sm90,trtllm_utils --fast-build
-  SCCACHE_REDIS_ENDPOINT=redis://cache:6379 python -m builder kernels --sccache
+  python -m builder kernels build --target sglang-0.5.9 --cuda-lane 13.0 --modules norm
+  python -m builder kernels build --target sglang-0.5.23 --modules norm   # shim + sm120f provider
+  python -m builder kernels container --target sglang-0.5.9 --cuda-lane 13.0
+  python -m builder kernels build --environment current --arch-list 9.0a --modules norm,sampling
+  python -m builder kernels build --arch-list 9.0a --modules fused_moe_sm90,trtllm_utils \\
+      --fast-build
+  SCCACHE_REDIS_ENDPOINT=redis://cache:6379 python -m builder kernels build --sccache
+  python -m builder kernels plan --target sglang-0.5.9 --output request.json
 
 one cold build over N machines (docs/compile-at-scale.md), the same backend everywhere:
-  python -m builder kernels --sccache --shard 1/4     # ... --shard 4/4, one per CI job
-  python -m builder kernels --sccache                 # then: every object is a cache hit
+  python -m builder kernels build --sccache --shard 1/4   # ... --shard 4/4, one per CI job
+  python -m builder kernels build --sccache               # then: every object is a cache hit
 
 The wheel is flashinfer_jit_cache <flashinfer>+<label>.cu<lane>; with it installed and
 FLASHINFER_DISABLE_JIT=1, FlashInfer loads the modules instead of compiling them. From
@@ -82,81 +88,117 @@ A rebuild with unchanged inputs runs no compiler (the wheel is cached).
 
 
 def _kernels_parser(commands: Any) -> None:
-    kernels = commands.add_parser(
-        "kernels", help="compile FlashInfer modules for sm_120 into a flashinfer_jit_cache wheel",
+    kernels = add_command(
+        commands, "kernels",
+        help="compile FlashInfer modules for sm_120 into a flashinfer_jit_cache wheel",
         description="Compile the target's FlashInfer modules ahead of time, with FlashInfer's "
                     "own JIT spec functions of the version the target pins, check every "
                     "library's SASS with cuobjdump, and pack a flashinfer_jit_cache wheel "
-                    "into --dist. Runs on this machine (--mode host) or in a CUDA build "
-                    "container (--mode container, via the Docker Engine).",
+                    "into --dist: on this machine (build) or in a CUDA build container "
+                    "(container, via the Docker Engine); or only write what a build would "
+                    "compile (plan).",
         epilog=_KERNELS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    common(kernels)
-    source_args(kernels)
-    kernels.add_argument("--dist", type=Path, default=Path("dist"), metavar="DIR",
-                         help="where the wheel goes (default: %(default)s)")
-    kernels.add_argument("--modules", type=comma_names, metavar="A,B",
-                         help="module groups to build (see below)")
-    kernels.add_argument("--head-dims", type=comma_numbers, metavar="N,M",
-                         help="head dimensions for the attention group (default: 128)")
-    kernels.add_argument("--cuda-lane", metavar="X.Y",
-                         help="one of the target's CUDA lanes (default: its first)")
-    kernels.add_argument("--arch-list", type=comma_names, metavar="ARCH,...",
-                         help="archs other than the target's, e.g. 9.0a to smoke-test on a "
-                              "Hopper GPU (the wheel's label then names them)")
-    kernels.add_argument("--fast-build", action="store_true",
-                         help="compile the fused MoE modules with TensorRT-LLM's FAST_BUILD: "
-                              "of the TMA warp-specialised grouped GEMMs only CTA 128x128 "
-                              "(cluster 1x1x1) is built, the Ampere-style ones all stay, so "
-                              "the autotuner has fewer tactics. For smoke tests: the label "
-                              "says fastbuild, the lock never records it, release refuses it")
-    kernels.add_argument("--mode", choices=("host", "container"), default="host",
-                         help="compile here or in a CUDA build container (default: host)")
-    kernels.add_argument("--environment", choices=("managed", "current"), default="managed",
-                         help="managed: a cached venv with the pinned FlashInfer (default); "
-                              "current: this Python, FlashInfer already installed (offline)")
-    kernels.add_argument("--nvcc", type=Path, metavar="PATH",
-                         help="compiler (default: one of the lane on this machine, else "
-                              "nvidia-cuda-nvcc from PyPI)")
-    kernels.add_argument("--build-torch", metavar="REQ",
-                         help="torch for the build venv (default: the target's pin; a CPU "
-                              "build is enough to compile)")
-    kernels.add_argument("--wheelhouse", type=Path, metavar="DIR",
-                         help="install the build venv offline from these wheels")
-    kernels.add_argument("--sccache", action="store_true",
-                         help="compile through sccache; SCCACHE_DIR, SCCACHE_REDIS_ENDPOINT, "
-                              "SCCACHE_BUCKET ... choose its cache (shared across runners)")
-    kernels.add_argument("--jobs", type=positive, metavar="N",
-                         help="parallel compile jobs (default: CPUs, bounded by free memory)")
-    kernels.add_argument("--shard", type=_shard, metavar="I/N",
-                         help="compile only shard I of N of the compile steps into the "
-                              "sccache backend (needs --sccache), write no wheel; a final "
-                              "run without --shard links and packs")
-    kernels.add_argument("--step-costs", type=Path, metavar="FILE",
-                         help="balance the shards by this step-costs file (default: the one "
-                              "every build records in the cache's kernel-costs/)")
-    kernels.add_argument("--base-image", metavar="REF",
-                         help="container mode: the build container's base image (default: "
-                              "the lane's [[kernel_base]] in --pins-file, by digest)")
-    kernels.add_argument("--pins-file", type=Path, default=PINS_FILE,
-                         help="container mode: where the default base's digest is "
-                              "(default: %(default)s; `pin-images` writes it)")
-    kernels.add_argument("--toolkit", choices=("pypi", "base"),
-                         help="container mode: CUDA from the base image (nvidia/cuda:*-devel) "
-                              "or from PyPI's wheels (default: the base's if it has one)")
-    kernels.add_argument("--docker-host", metavar="URL", type=docker_host_arg,
-                         help="container mode: the Docker Engine (default: DOCKER_HOST)")
-    kernels.add_argument("--request", type=Path, metavar="FILE",
-                         help="build a request saved as JSON instead of resolving the target "
-                              "(what the build container runs)")
-    kernels.add_argument("--save-request", type=Path, metavar="FILE",
-                         help="only resolve what to build and write it as JSON (for --request "
-                              "on a machine without the upstream source or network)")
-    kernels.add_argument("--progress", action="store_true",
-                         help="with --json, still show progress on stderr (the build "
-                              "container runs so: its log streams while stdout stays JSON)")
-    kernels.add_argument("--verbose", action="store_true",
-                         help="print every compiler line, not just the steps")
-    kernels.set_defaults(handler=_cmd_kernels)
+    modes = kernels.add_subparsers(dest="kernels_mode", required=True, metavar="MODE")
+    build = add_command(
+        modes, "build", help="compile on this machine",
+        description="Compile with this machine's toolchain (or nvidia-cuda-nvcc from PyPI) "
+                    "in a cached venv with the pinned FlashInfer, or in this Python.",
+        epilog=_KERNELS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _request_args(build)
+    _build_args(build)
+    build.add_argument("--environment", choices=("managed", "current"), default="managed",
+                       help="managed: a cached venv with the pinned FlashInfer (default); "
+                            "current: this Python, FlashInfer already installed (offline)")
+    build.add_argument("--nvcc", type=Path, metavar="PATH",
+                       help="compiler (default: one of the lane on this machine, else "
+                            "nvidia-cuda-nvcc from PyPI)")
+    build.add_argument("--wheelhouse", type=Path, metavar="DIR",
+                       help="install the build venv offline from these wheels")
+    build.set_defaults(handler=_cmd_kernels_build)
+
+    container = add_command(
+        modes, "container", help="compile in a CUDA build container (Docker Engine)",
+        description="Compile in a CUDA build container made from --base-image (default: the "
+                    "lane's pinned [[kernel_base]]), which runs `kernels build --request` "
+                    "inside.",
+        epilog=_KERNELS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _request_args(container)
+    _build_args(container)
+    container.add_argument("--base-image", metavar="REF",
+                           help="the build container's base image (default: the lane's "
+                                "[[kernel_base]] in --pins-file, by digest)")
+    container.add_argument("--pins-file", type=Path, default=PINS_FILE,
+                           help="where the default base's digest is (default: %(default)s; "
+                                "`pin-images` writes it)")
+    container.add_argument("--toolkit", choices=("pypi", "base"),
+                           help="CUDA from the base image (nvidia/cuda:*-devel) or from "
+                                "PyPI's wheels (default: the base's if it has one)")
+    container.add_argument("--docker-host", metavar="URL", type=docker_host_arg,
+                           help="the Docker Engine (default: DOCKER_HOST)")
+    container.set_defaults(handler=_cmd_kernels_container)
+
+    plan = add_command(
+        modes, "plan", help="only resolve what to build and write it as JSON",
+        description="Resolve what a build would compile and write it as JSON (for "
+                    "`kernels build --request` on a machine without the upstream source or "
+                    "network); compiles nothing.",
+        epilog=_KERNELS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _request_args(plan)
+    plan.add_argument("--request", type=Path, metavar="FILE",
+                      help="read a saved request instead of resolving the target")
+    plan.add_argument("--output", type=Path, required=True, metavar="FILE",
+                      help="where the request's JSON goes")
+    plan.set_defaults(handler=_cmd_kernels_plan)
+
+
+def _request_args(parser: argparse.ArgumentParser) -> None:
+    """What to compile: the target, its source and the module groups, archs and lane."""
+    target_arg(parser)
+    source_args(parser)
+    parser.add_argument("--modules", type=comma_names, metavar="A,B",
+                        help="module groups to build (see below)")
+    parser.add_argument("--head-dims", type=comma_numbers, metavar="N,M",
+                        help="head dimensions for the attention group (default: 128)")
+    parser.add_argument("--cuda-lane", metavar="X.Y",
+                        help="one of the target's CUDA lanes (default: its first)")
+    parser.add_argument("--arch-list", type=comma_names, metavar="ARCH,...",
+                        help="archs other than the target's, e.g. 9.0a to smoke-test on a "
+                             "Hopper GPU (the wheel's label then names them)")
+    parser.add_argument("--fast-build", action="store_true",
+                        help="compile the fused MoE modules with TensorRT-LLM's FAST_BUILD: "
+                             "of the TMA warp-specialised grouped GEMMs only CTA 128x128 "
+                             "(cluster 1x1x1) is built, the Ampere-style ones all stay, so "
+                             "the autotuner has fewer tactics. For smoke tests: the label "
+                             "says fastbuild, the lock never records it, release refuses it")
+
+
+def _build_args(parser: argparse.ArgumentParser) -> None:
+    """How to compile, in both places."""
+    parser.add_argument("--dist", type=Path, default=Path("dist"), metavar="DIR",
+                        help="where the wheel goes (default: %(default)s)")
+    parser.add_argument("--build-torch", metavar="REQ",
+                        help="torch for the build venv (default: the target's pin; a CPU "
+                             "build is enough to compile)")
+    parser.add_argument("--sccache", action="store_true",
+                        help="compile through sccache; SCCACHE_DIR, SCCACHE_REDIS_ENDPOINT, "
+                             "SCCACHE_BUCKET ... choose its cache (shared across runners)")
+    parser.add_argument("--jobs", type=positive, metavar="N",
+                        help="parallel compile jobs (default: CPUs, bounded by free memory)")
+    parser.add_argument("--shard", type=_shard, metavar="I/N",
+                        help="compile only shard I of N of the compile steps into the "
+                             "sccache backend (needs --sccache), write no wheel; a final "
+                             "run without --shard links and packs")
+    parser.add_argument("--step-costs", type=Path, metavar="FILE",
+                        help="balance the shards by this step-costs file (default: the one "
+                             "every build records in the cache's kernel-costs/)")
+    parser.add_argument("--request", type=Path, metavar="FILE",
+                        help="build a request saved as JSON (`kernels plan`) instead of "
+                             "resolving the target (what the build container runs)")
+    parser.add_argument("--progress", action="store_true",
+                        help="with --json, still show progress on stderr (the build "
+                             "container runs so: its log streams while stdout stays JSON)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="print every compiler line, not just the steps")
 
 
 def _shard(text: str) -> Any:
@@ -197,33 +239,55 @@ def _cmd_preflight(args: argparse.Namespace, reporter: Reporter) -> dict[str, An
     return result.to_json()
 
 
-def _cmd_kernels(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
-    import json
+def _cmd_kernels_build(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.kernels.request import KernelOptions
 
-    from rich.table import Table
-
-    from builder.core.cache import atomic_write_bytes
-    from builder.kernels.build import ShardResult
-    from builder.kernels.request import KernelOptions, kernel_request
-    from builder.kernels.run import run_kernels
-
-    reporter.verbose = args.verbose
-    kernel = KernelOptions(
+    return _build(args, reporter, KernelOptions(
         lane=args.cuda_lane, groups=args.modules, head_dims=args.head_dims,
-        arch_list=args.arch_list, mode=args.mode, environment=args.environment,
+        arch_list=args.arch_list, mode="host", environment=args.environment,
         nvcc=args.nvcc, build_torch=args.build_torch, wheelhouse=args.wheelhouse,
+        sccache=args.sccache, jobs=args.jobs, request_file=args.request,
+        shard=args.shard, step_costs=args.step_costs, fast_build=args.fast_build))
+
+
+def _cmd_kernels_container(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.kernels.request import KernelOptions
+
+    return _build(args, reporter, KernelOptions(
+        lane=args.cuda_lane, groups=args.modules, head_dims=args.head_dims,
+        arch_list=args.arch_list, mode="container", build_torch=args.build_torch,
         sccache=args.sccache, jobs=args.jobs, base_image=args.base_image,
         toolkit=args.toolkit, engine=args.docker_host, request_file=args.request,
         pins_file=args.pins_file, shard=args.shard, step_costs=args.step_costs,
-        fast_build=args.fast_build)
-    if args.save_request:
-        request = kernel_request(options(args, reporter), kernel)
-        atomic_write_bytes(args.save_request,
-                           (json.dumps(request.describe(), indent=2) + "\n").encode())
-        reporter.result(f"{request.target}: flashinfer_jit_cache {request.version}, "
-                        f"{', '.join(request.groups)} for {' '.join(request.arch_list)} "
-                        f"-> {args.save_request}")
-        return request.describe()
+        fast_build=args.fast_build))
+
+
+def _cmd_kernels_plan(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    import json
+
+    from builder.core.cache import atomic_write_bytes
+    from builder.kernels.request import KernelOptions, kernel_request
+
+    kernel = KernelOptions(lane=args.cuda_lane, groups=args.modules, head_dims=args.head_dims,
+                           arch_list=args.arch_list, fast_build=args.fast_build,
+                           request_file=args.request)
+    request = kernel_request(options(args, reporter), kernel)
+    atomic_write_bytes(args.output, (json.dumps(request.describe(), indent=2) + "\n").encode())
+    reporter.result(f"{request.target}: flashinfer_jit_cache {request.version}, "
+                    f"{', '.join(request.groups)} for {' '.join(request.arch_list)} "
+                    f"-> {args.output}")
+    return request.describe()
+
+
+def _build(args: argparse.Namespace, reporter: Reporter, kernel: KernelOptions
+           ) -> dict[str, Any]:
+    """Run ``kernel``'s build and print its result (both modes)."""
+    from rich.table import Table
+
+    from builder.kernels.build import ShardResult
+    from builder.kernels.run import run_kernels
+
+    reporter.verbose = args.verbose
     result = run_kernels(options(args, reporter), kernel)
     if isinstance(result, ShardResult):
         reporter.result(f"shard {result.shard}: {len(result.steps)} of {result.total_steps} "

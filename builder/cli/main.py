@@ -1,12 +1,15 @@
 """Command line: ``python -m builder`` / ``sglang-sm120``. Parses, validates, calls a stage,
 prints.
 
-One module per command group adds its commands (:mod:`builder.cli.patching`,
-:mod:`builder.cli.wheel`, :mod:`builder.cli.kernels`, :mod:`builder.cli.release`,
-:mod:`builder.cli.smoke`, :mod:`builder.cli.ci`, :mod:`builder.cli.project`). Each command
-sets a ``handler`` and may set a ``validate`` step (its own argument rules, raising
-:class:`~builder.core.errors.ConfigurationError`); a handler imports its stage when it runs,
-so a command loads only what it uses.
+One module per group of ``--help`` adds that group's commands (:data:`GROUPS`); a command
+with modes that take different flags has one subcommand per mode (``kernels build``,
+``release wheels``). Each command sets a ``handler`` that calls one ``run_<command>`` of its
+stage (``tests/cli/test_layout.py`` checks both), and may set a ``validate`` step (its own
+argument rules, raising :class:`~builder.core.errors.ConfigurationError`); a handler imports
+its stage when it runs, so a command loads only what it uses. The options every command
+shares (:data:`~builder.cli.common.SHARED`) are declared once, on the root parser, and
+accepted after the command too; one a command does not read is refused as argparse refuses
+any unknown flag.
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
-from builder.cli import behaviour, ci, kernels, patching, project, release, serve, smoke, wheel
-from builder.cli.common import resolve_project_paths
-from builder.core.errors import BuilderError, ConfigurationError
+from builder.cli import cache, image, kernels, patching, release, serve, targets, wheel
+from builder.cli.common import SHARED, SHARED_DEST, add_shared, resolve_project_paths
+from builder.core.errors import BuilderError, ConfigurationError, exit_status_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -33,17 +37,19 @@ Build patched SGLang wheels, FlashInfer kernels and OCI images for SM120 (RTX PR
 Blackwell, RTX 5090) from pinned upstream releases.
 """
 
-#: ``--help`` lists the commands by stage, one line each (the command's own help line).
-#: Every command is in exactly one stage (``build_parser`` checks it).
-STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("source and patches", ("targets", "fetch", "patch", "matrix", "refresh", "add-patch")),
-    ("wheel", ("wheel", "behaviour")),
-    ("kernels", ("preflight", "kernels")),
-    ("images", ("pin-images", "image")),
-    ("serving", ("serve-command",)),
-    ("release", ("smoke", "warm-cache", "release")),
-    ("series and targets", ("upstream", "add-target", "next-label", "lock", "plan")),
-    ("cache", ("cache",)),
+#: ``--help`` lists the commands by group, one line each (the command's own help line).
+#: Each group is one module of :mod:`builder.cli`, which adds exactly these commands
+#: (``build_parser`` checks it).
+GROUPS: tuple[tuple[str, ModuleType, tuple[str, ...]], ...] = (
+    ("source and patches", patching,
+     ("targets", "fetch", "patch", "matrix", "refresh", "add-patch")),
+    ("wheel", wheel, ("wheel", "behaviour")),
+    ("kernels", kernels, ("preflight", "kernels")),
+    ("images", image, ("pin-images", "image")),
+    ("serving", serve, ("serve-command",)),
+    ("release", release, ("smoke", "warm-cache", "release")),
+    ("series and targets", targets, ("upstream", "add-target", "next-label", "lock", "plan")),
+    ("cache", cache, ("cache",)),
 )
 
 _EPILOG = """\
@@ -51,30 +57,16 @@ examples:
   python -m builder wheel --target sglang-0.5.7 --json
   python -m builder patch --target sglang-0.5.10.post1 --dry-run
   python -m builder matrix --versions 0.5.9,0.5.11,0.5.13 --format markdown
-  python -m builder kernels --target sglang-0.5.9 --cuda-lane 13.0 --modules norm
-  python -m builder release --registry 127.0.0.1:5000 --repository-url http://127.0.0.1:8080/
-  python -m builder release --wheels-only --repository-url http://127.0.0.1:8080/ --gate build
+  python -m builder kernels build --target sglang-0.5.9 --cuda-lane 13.0 --modules norm
+  python -m builder release image --registry 127.0.0.1:5000 --repository-url http://127.0.0.1:8080/
+  python -m builder release wheels --repository-url http://127.0.0.1:8080/ --gate build
   python -m builder add-target 0.5.23
   python -m builder next-label --target sglang-0.5.9
 
-Results go to stdout, progress and errors to stderr.
-exit status: 0 ok; 1 failed: a check did not hold (the smoke test's, a moved pin in
-pin-images --check, or an answer's shape, identity or size: a sha256 or digest that
-differs, a malformed manifest, index page, METADATA or archive); 2 bad input (flags,
-targets/series/request files); 3 missing tool or misconfigured runner; 4 source
-unavailable (unreachable, refused, an HTTP error, no such file, tag or commit: a retry
-may help); 5 patch; 6 build; 7 publish; 130/143 interrupted. Errors print their kind, a
-one-line cause and a hint on stderr; with --json a JSON object with "error", "kind" and
+Results go to stdout, progress and errors to stderr. Errors print their kind, a one-line
+cause and a hint on stderr; with --json a JSON object with "error", "kind" and
 "exit_status" on stdout.
-"""
-
-#: Old spellings kept for one release: old command -> the new command line's start.
-#: ``label`` is resolved in :func:`_rewrite_alias` (it meant two commands).
-_ALIASES: dict[str, tuple[str, ...]] = {
-    "check": ("matrix",),
-    "bump": ("add-target",),
-    "publish-wheels": ("release", "--wheels-only"),
-}
+""" + exit_status_text()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -96,74 +88,92 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Return the argument parser (also used to render ``--help``)."""
+    """Return the argument parser (also used to render ``--help``).
+
+    Raises:
+        RuntimeError: a group's module adds other commands than :data:`GROUPS` lists (a bug).
+    """
     parser = _Parser(
-        prog="python -m builder", usage="%(prog)s [-h] COMMAND ...", epilog=_EPILOG,
+        prog="python -m builder", usage="%(prog)s [-h] [--json] COMMAND ...", epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    # The listing is the description's (by stage), so argparse's own is suppressed.
+    add_shared(parser)
+    # The listing is the description's (by group), so argparse's own is suppressed.
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                      prog="python -m builder",
                                      help=argparse.SUPPRESS)
-
-    patching.add_commands(commands)
-    wheel.add_commands(commands)
-    behaviour.add_commands(commands)
-    refresh = patching.add_matrix_commands(commands)
-    kernels.add_commands(commands)
-    release.add_commands(commands)
-    patching.finish_refresh(refresh)
-    smoke.add_commands(commands)
-    serve.add_commands(commands)
-    ci.add_commands(commands)
-    project.add_commands(commands)
-    for command in commands.choices.values():  # for its own usage line on an extra argument
-        command.set_defaults(command_parser=command)
+    for _, module, names in GROUPS:
+        before = set(commands.choices)
+        module.add_commands(commands)
+        if sorted(set(commands.choices) - before) != sorted(names):
+            raise RuntimeError(f"{module.__name__} adds {sorted(set(commands.choices) - before)}"
+                               f", not {sorted(names)}")
+    for path, leaf in walk_commands(parser):  # for its own usage line on an extra argument
+        leaf.set_defaults(command_parser=leaf, command_path=path)
+        shared = [SHARED[dest][0] + (f" {action.metavar}" if action.metavar else "")
+                  for action in parser._actions for dest in SHARED
+                  if action.dest == dest and dest in leaf.get_default("shared")]
+        leaf.epilog = (leaf.epilog or "") + ("\n" if leaf.epilog else "") + \
+            f"shared options it reads (`{parser.prog} --help`): {', '.join(shared)}\n"
     parser.description = _DESCRIPTION + "\n" + _listing(commands)
     return parser
 
 
-def _listing(commands: argparse._SubParsersAction[Any]) -> str:
-    """The commands by stage, each with its help line, as ``--help`` shows them.
+def walk_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+                  ) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """Every runnable command: ``(its words, its parser)``, subcommands in their order."""
+    subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subparsers:
+        yield path, parser
+        return
+    for name, child in subparsers[0].choices.items():
+        yield from walk_commands(child, (*path, name))
 
-    Raises:
-        RuntimeError: a command is in no stage of :data:`STAGES` or in two (a bug).
-    """
+
+def _listing(commands: argparse._SubParsersAction[Any]) -> str:
+    """The commands by group, each with its help line, as ``--help`` shows them."""
     helps = {action.dest: action.help or "" for action in commands._choices_actions}
-    staged = [name for _, names in STAGES for name in names]
-    if sorted(staged) != sorted(helps):
-        raise RuntimeError(f"STAGES and the commands differ: {sorted(staged)} vs "
-                           f"{sorted(helps)}")
-    width = max(map(len, staged)) + 2
-    lines = ["commands by stage (`python -m builder COMMAND --help` for its options):"]
-    for stage, names in STAGES:
-        lines.append(f"  {stage}")
+    width = max(map(len, helps)) + 2
+    lines = ["commands by group (`python -m builder COMMAND --help` for its options):"]
+    for group, _, names in GROUPS:
+        lines.append(f"  {group}")
         lines += [f"    {name:{width}}{helps[name]}" for name in names]
     return "\n".join(lines) + "\n"
 
 
-def _rewrite_alias(argv: list[str]) -> list[str]:
-    """Turn a deprecated spelling into the new one, with a one-line note on stderr.
+def _hoist_shared(argv: list[str]) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """Move the shared options given after the command in front of it (the root parser
+    declares them once); stop at ``--``.
 
     Args:
         argv: the arguments after the program name.
 
     Returns:
-        The arguments to parse (``argv`` itself when no old spelling is used).
+        The arguments to parse, and each shared option given (any place): its flag and
+        the words it took (``--cache-dir DIR``).
     """
-    if not argv or argv[0] not in (*_ALIASES, "label"):
-        return argv
-    old, rest = argv[0], argv[1:]
-    if old == "label" and "--bump" in rest:
-        shown, start = "label --bump", ["next-label"]
-        rest = [arg for arg in rest if arg != "--bump"]
-    elif old == "label":  # it showed the lock state of one target
-        shown, start = "label", ["lock", "--check"]
-    else:
-        shown, start = old, list(_ALIASES[old])
-    print(f"note: `{shown}` is deprecated and goes in the next release; use "
-          f"`{' '.join(start)}`", file=sys.stderr)
-    new = [*start, *rest]
-    return new
+    front: list[str] = []
+    rest: list[str] = []
+    given: list[tuple[str, list[str]]] = []
+    values = {flag for flag, takes_value in SHARED.values() if takes_value}
+    flags = {flag for flag, _ in SHARED.values()}
+    index = 0
+    while index < len(argv):
+        arg = argv[index]
+        if arg == "--":
+            rest += argv[index:]
+            break
+        name = arg.split("=", 1)[0]
+        if name in flags:
+            words = [arg]
+            if name in values and "=" not in arg and index + 1 < len(argv):
+                index += 1
+                words.append(argv[index])
+            given.append((name, words))
+            front += words
+        else:
+            rest.append(arg)
+        index += 1
+    return front + rest, given
 
 
 def _terminate(number: int, _frame: object) -> None:
@@ -211,19 +221,21 @@ def _fail(exc: BuilderError, as_json: bool) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; return the exit status (see ``--help``: 0 ok, 1 failed or not verified,
-    2 bad input, 3 missing tool, 4 source unavailable, 5 patch, 6 build, 7 publish, 130/143
-    interrupted; :mod:`builder.core.errors`)."""
+    """Run the CLI; return the exit status (:data:`builder.core.errors.EXIT_STATUSES`)."""
     from builder.core.progress import Reporter
 
     parser = build_parser()
-    arguments = _rewrite_alias(list(sys.argv[1:] if argv is None else argv))
-    _Parser.json_errors = "--json" in arguments
+    given = list(sys.argv[1:] if argv is None else argv)
+    arguments, shared = _hoist_shared(given)
+    _Parser.json_errors = any(flag == "--json" for flag, _ in shared)
     args, extra = parser.parse_known_args(arguments)
+    extra += [word for flag, words in shared if SHARED_DEST[flag] not in args.shared
+              for word in words]
     if extra:  # said by the command's parser, with its usage, not the top level's
         getattr(args, "command_parser", parser).error(
             f"unrecognized arguments: {' '.join(extra)}"
-            + (" (options go after the command)" if arguments[0].startswith("-") else ""))
+            + (" (options go after the command)" if given[0].startswith("-")
+               and given[0].split("=", 1)[0] not in SHARED_DEST else ""))
     handler: Callable[[argparse.Namespace, Reporter], dict[str, Any]] = args.handler
     validate: Callable[[argparse.Namespace], None] | None = getattr(args, "validate", None)
     previous = signal.signal(signal.SIGTERM, _terminate)  # clean up as on Ctrl-C

@@ -1,4 +1,5 @@
-"""Commands of the source and patch stages: targets, fetch, patch, check, refresh."""
+"""The source and patches group: ``targets``, ``fetch``, ``patch``, ``matrix``, ``refresh``
+and ``add-patch``."""
 
 from __future__ import annotations
 
@@ -7,15 +8,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from builder.cli.common import (
+    add_command,
     comma_list,
-    common,
-    git_url_arg,
     index_url_arg,
     matrix_table,
     options,
     path_arg,
+    reads_shared,
     series_args,
     source_args,
+    target_arg,
 )
 from builder.core.errors import ConfigurationError, PatchError
 
@@ -28,71 +30,69 @@ if TYPE_CHECKING:
 
 
 def add_commands(commands: Any) -> None:
-    """Add ``targets``, ``fetch`` and ``patch``."""
-    targets = commands.add_parser("targets", help="list the build targets")
-    common(targets, target=False)
+    """Add ``targets``, ``fetch``, ``patch``, ``matrix``, ``refresh`` and ``add-patch``."""
+    targets = add_command(commands, "targets", help="list the build targets",
+                          reads=("json", "targets_file"))
     targets.set_defaults(handler=_cmd_targets)
 
-    fetch = commands.add_parser("fetch", help="download, verify and unpack a target's source")
-    common(fetch)
+    fetch = add_command(commands, "fetch", help="download, verify and unpack a target's source")
+    target_arg(fetch)
     source_args(fetch)
     fetch.set_defaults(handler=_cmd_fetch)
 
-    patch = commands.add_parser(
-        "patch", help="apply the patch series and report every hunk",
+    patch = add_command(
+        commands, "patch",
+        help="apply the patch series and report every hunk",
         description="Apply a series (or one --patch) with fuzz checking. Without "
                     "--source-dir the result is a patched copy in the cache; with "
                     "--source-dir the folder itself is patched (all or nothing) unless "
                     "--dry-run.")
-    common(patch)
+    target_arg(patch)
     source_args(patch)
     series_args(patch)
     patch.add_argument("--dry-run", action="store_true",
                        help="only report; write nothing")
     patch.set_defaults(handler=_cmd_patch)
+    _add_matrix(commands)
+    _add_refresh(commands)
+    _add_add_patch(commands)
 
 
-def add_matrix_commands(commands: Any) -> argparse.ArgumentParser:
-    """Add ``matrix`` and the first half of ``refresh`` (its arguments keep their order)."""
-    check = commands.add_parser(
-        "matrix", help="the series on several upstream releases (patch x release)",
+def _add_matrix(commands: Any) -> None:
+    check = add_command(
+        commands, "matrix",
+        help="the series on several upstream releases (patch x release)",
         description="Apply the series (in memory) to every target, or to --versions "
                     "found on the index (sdist, else a released wheel read as source), or "
                     "to --commits of a git repository, and print patch x release. Exits 5 "
                     "(a patch error) when a column would break.")
-    common(check, target=False)
     which = check.add_mutually_exclusive_group()
     which.add_argument("--versions", metavar="V1,V2", help="upstream versions to check")
     which.add_argument("--commits", metavar="C1[=V],C2", help="full git commits to check, "
                        "each optionally =VERSION (default: the default target's version)")
-    check.add_argument("--git-url", metavar="URL", type=git_url_arg,
-                       help="repository of --commits "
-                       "(default: the default target's git URL)")
-    index_url_arg(check, "simple index for --versions")
+    reads_shared(check, "git_url")  # the repository of --commits (default: the target's)
+    index_url_arg(check)
     check.add_argument("--series", type=path_arg, metavar="FILE",
                        help="series to check (default: the default target's)")
     check.add_argument("--format", choices=("table", "markdown"), default="table",
                        help="human output: a table, or Markdown for a pull request")
     check.set_defaults(handler=_cmd_matrix, validate=_validate_matrix)
 
-    refresh = commands.add_parser(
-        "refresh", help="regenerate the series' patches against a target's upstream",
+
+def _add_refresh(commands: Any) -> None:
+    refresh = add_command(
+        commands, "refresh",
+        help="regenerate the series' patches against a target's upstream",
         description="Rewrite each patch so it applies to the target with zero fuzz and "
                     "exact line numbers, keeping its header; updates the sha256 pins in "
                     "the series file. Hunks that needed fuzz need --accept-fuzz and are "
                     "shown before and after.")
-    common(refresh)
+    target_arg(refresh)
     source_args(refresh)
     refresh.add_argument("--accept-fuzz", action="store_true",
                          help="also refresh hunks that needed fuzz (review them!)")
     refresh.add_argument("--output-dir", type=path_arg, metavar="DIR",
                          help="write refreshed patches here; the series is left alone")
-    parser: argparse.ArgumentParser = refresh
-    return parser
-
-
-def finish_refresh(refresh: argparse.ArgumentParser) -> None:
-    """The rest of ``refresh``'s arguments (after ``release`` in the original parser)."""
     refresh.add_argument("--series", type=path_arg, metavar="FILE",
                          help="refresh this series file instead of the target's")
     refresh.add_argument("--patch", type=path_arg, metavar="FILE", dest="refresh_patch",
@@ -100,6 +100,45 @@ def finish_refresh(refresh: argparse.ArgumentParser) -> None:
                               "are still applied first); the others are left as they are")
     refresh.add_argument("--dry-run", action="store_true", help="only report")
     refresh.set_defaults(handler=_cmd_refresh, patch=None, strip=1, max_fuzz=0)
+
+
+_ADD_PATCH_EPILOG = """\
+The series stores every patch in the repository layout (a/python/sglang/...). A patch made
+inside an unpacked sdist or wheel (a/sglang/...) is detected and rewritten: only its path
+lines change, its message and hunks stay. Try it first with
+`python -m builder patch --target NAME --patch FILE --dry-run`.
+
+examples:
+  python -m builder add-patch ~/sglang-0.5.9/0001-my-fix.patch --versions '>=0.5.9,<0.5.11' \\
+      --description "What it does" --name 0002-my-fix.patch
+  python -m builder add-patch fix.patch --layout sdist --versions '==0.5.9' --description "..."
+"""
+
+
+def _add_add_patch(commands: Any) -> None:
+    add = add_command(
+        commands, "add-patch",
+        help="store a patch (from a repository or an sdist tree) in the series",
+        description="Copy a patch into the series folder in the repository layout, and "
+                    "append its entry (file, sha256, description, strip, versions) to the "
+                    "series file. Add intent checks to the entry afterwards.",
+        epilog=_ADD_PATCH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    target_arg(add)
+    add.add_argument("patch_file", type=path_arg, metavar="FILE", help="the patch")
+    add.add_argument("--versions", required=True, metavar="SPEC",
+                     help="upstream versions it applies to (PEP 440, e.g. '>=0.5.9,<0.5.11')")
+    add.add_argument("--description", required=True, metavar="TEXT",
+                     help="one line for reports and the wheel's provenance")
+    add.add_argument("--name", metavar="NAME",
+                     help="its file name in the series folder (default: the patch's)")
+    add.add_argument("--strip", type=int, default=1, metavar="N",
+                     help="its strip level (default: %(default)s, for a/ b/)")
+    add.add_argument("--layout", choices=("auto", "git", "sdist"), default="auto",
+                     help="its paths: git (a/python/sglang/...), sdist (a/sglang/...) or "
+                          "auto (default: told from the paths)")
+    add.add_argument("--series", type=path_arg, metavar="FILE",
+                     help="the series file (default: the target's)")
+    add.set_defaults(handler=_cmd_add_patch)
 
 
 def _cmd_targets(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
@@ -150,7 +189,7 @@ def _report_rows(report: PatchReport) -> list[tuple[str, ...]]:
                 note = hunk.note
                 if hunk.status == HunkStatus.FUZZ:
                     note = f"allowed up to fuzz {patch.max_fuzz} (reason below)"
-                rows.append((patch.name, file.path, str(hunk.hunk), str(hunk.status),
+                rows.append((patch.name, file.path, str(hunk.hunk), hunk.label,
                              "" if hunk.line is None else str(hunk.line),
                              "" if hunk.offset is None else str(hunk.offset),
                              "" if hunk.fuzz is None else str(hunk.fuzz), note))
@@ -296,9 +335,9 @@ def _validate_matrix(args: argparse.Namespace) -> None:
 
 
 def _cmd_matrix(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
-    from builder.patching.matrix import run_check
+    from builder.patching.matrix import run_matrix
 
-    matrix = run_check(options(args, reporter), versions=comma_list(args.versions),
+    matrix = run_matrix(options(args, reporter), versions=comma_list(args.versions),
                        commits=comma_list(args.commits))
     if args.format == "markdown":
         reporter.raw(matrix.to_markdown())
@@ -334,3 +373,17 @@ def _cmd_refresh(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]
                          f"{hunk.before}after:\n"
                          f"{hunk.after or '(not found in the refreshed patch)'}\n")
     return {"patches": [item.to_json() for item in results], "dry_run": args.dry_run}
+
+
+def _cmd_add_patch(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.patching.add_patch import run_add_patch
+
+    series, stored, layout, digest = run_add_patch(
+        options(args, reporter), args.patch_file, versions=args.versions,
+        description=args.description, name=args.name, strip=args.strip, layout=args.layout)
+    converted = " (converted from the sdist layout)" if layout == "sdist" else ""
+    reporter.result(f"stored {stored}{converted}, sha256 {digest}; entry added to {series}")
+    reporter.result("next: add [[patch.intent]] checks to the entry, then `python -m builder "
+                    "matrix` and `python -m builder wheel` (a changed series needs a new "
+                    "label: `python -m builder next-label --target NAME`)")
+    return {"patch": str(stored), "layout": layout, "sha256": digest, "series": str(series)}

@@ -1,251 +1,380 @@
-"""The image and release commands: ``pin-images``, ``image`` and ``release`` (which
-also publishes the wheels alone, ``--wheels-only``)."""
+"""The release group: ``smoke`` (the GPU check), ``warm-cache capture|restore`` and
+``release image|wheels`` (build, gate, publish: the wheels and the image, or the wheels
+alone)."""
 
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from builder.cli.common import (
-    common,
+    add_command,
     image_args,
+    image_id_from,
     image_options_from,
     options,
+    seconds,
     source_args,
+    target_arg,
     validate_source_args,
 )
-from builder.core.basepins import PINS_FILE
-from builder.core.errors import ConfigurationError, VerificationError
+from builder.core.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from builder.core.progress import Reporter
+    from builder.smoke.gpu import SmokeOptions, SmokeReport
 
-_PIN_EPILOG = """\
+_SMOKE_EPILOG = """\
+checks: runner, sglang, lockstep, kernels, moe-autotune, server, parallel. 1-4 always
+count; 5 counts with --moe or when the kernel wheel ships the fused MoE module for this GPU;
+6 counts with --model or --tiny-model (host mode) and fails unless SGLang's FlashInfer
+autotune profiled tactics; 7 counts with --parallel (TP 1, TP 2 EP 1, TP 2 EP 2 must return
+the same tokens; not-run, which fails, where fewer than 2 GPUs are visible). A check that
+needs a GPU and finds none fails ("no CUDA device").
+
 examples:
-  python -m builder pin-images                 # resolve every base, rewrite images/pins.toml
-  python -m builder pin-images --check         # exit 1 if a tag now points elsewhere
-  python -m builder pin-images --json --pins-file my-pins.toml
+  python -m builder smoke host --sglang-wheel dist/sglang-0.5.9+sm120.1-py3-none-any.whl
+  python -m builder smoke host --moe --json --output reports/smoke.json
+  python -m builder smoke image --image sglang-sm120:0.5.9
+  python -m builder smoke host --moe --model /models/small --server-arg=--tp-size=2
+  python -m builder smoke host --moe --tiny-model --server-arg=--attention-backend=triton
+  python -m builder smoke host --tiny-model --parallel  # on 2 GPUs
+  # where only torch and FlashInfer are installed, run the probe alone, judge it elsewhere:
+  cp -rL builder/smoke/script DIR  # the probe and the two files it loads beside it
+  python DIR/smoke_probe.py --sglang-pattern 'sglang/srt/model_executor/*.py' > probe.out
+  python -m builder smoke host --probe-output probe.out --sglang-wheel dist/sglang-….whl
 
-Credentials: docker login's (~/.docker/config.json, $DOCKER_CONFIG, credential helpers);
-Docker Hub's anonymous token is used when there are none. Registries on 127.0.0.0/8 and
-localhost are reached over plain HTTP, like the Docker Engine does.
-exit status: 0 pinned (or, with --check, nothing moved), 1 a tag moved or was never
-resolved (--check), or a registry's answer failed its checks (not a digest, a body that
-does not hash to its digest, a malformed or oversized manifest), 2 bad usage, 4 a
-registry unreachable, refusing or without the tag. On any failure the pins file is
-unchanged.
+exit status: 0 passed, 1 failed, 2 bad input (a flag, a wheel or report that cannot be
+read), 3 misconfigured runner (the engine cannot give a container a GPU: no NVIDIA
+runtime, or no driver).
 """
 
 
-def _platform(text: str) -> str:
-    """An OCI platform ``OS/ARCH[/VARIANT]`` (``image-index.md``, OCI image spec 1.1).
+_WARM_EPILOG = """\
+KEY is a JSON object with exactly: gpu_name, compute_capability, flashinfer_version,
+release, hidden, experts, top_k, intermediate (per GPU), tp, dtype (bf16, fp8, nvfp4).
 
-    Raises:
-        argparse.ArgumentTypeError: not of that form.
-    """
-    if not re.fullmatch(r"[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?", text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not OS/ARCH[/VARIANT] (e.g. "
-                                         "linux/amd64, linux/arm64/v8)")
-    return text
+examples:
+  # after a smoke run on the GPU, keep its FlashInfer autotune file for one MoE shape:
+  python -m builder warm-cache capture --sglang-cache-dir ~/.cache/sglang --key key.json \\
+      --output warm-cache.json
+  # before a server start: write it back only when the running key equals the captured one
+  python -m builder warm-cache restore --artifact warm-cache.json --key key.json \\
+      --dest ~/.cache/sglang/flashinfer/autotune/0.6.14/sm90/HASH/rank_tp0_pp0_dp0.json
+
+exit status: 0 (restore too when the artifact is missing, unreadable or of another key:
+one warning, nothing written, so a server start never waits on it; the server then
+tunes), 2 bad input (the key, capture's file that is not FlashInfer's for that key, or a
+--dest that is not a file).
+"""
 
 
 def add_commands(commands: Any) -> None:
-    """Add ``pin-images``, ``image`` and ``release``."""
-    pin = commands.add_parser(
-        "pin-images", help="resolve the base images' tags to digests (images/pins.toml)",
-        description="Resolve every base image in the pins file, upstream's runtime images "
-                    "([[base]]) and the kernel build bases ([[kernel_base]]), from tag to "
-                    "digest through the registry's API, pulling nothing; for a "
-                    "multi-platform image record the index digest and the --platform "
-                    "manifest digest. The file is rewritten atomically with its comments, "
-                    "only when every entry resolved.",
-        epilog=_PIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    common(pin, target=False)
-    pin.add_argument("--pins-file", type=Path, default=PINS_FILE,
-                     help="the pins file (default: %(default)s)")
-    pin.add_argument("--check", action="store_true",
-                     help="write nothing; report pins whose tag now points elsewhere "
-                          "(exit 1), for the scheduled upstream workflow")
-    pin.add_argument("--platform", default="linux/amd64", metavar="OS/ARCH", type=_platform,
-                     help="the manifest taken from multi-platform images "
-                          "(default: %(default)s)")
-    pin.set_defaults(handler=_cmd_pin_images)
-
-    image = commands.add_parser(
-        "image", help="build the runtime OCI image: upstream's image plus our wheel(s)",
-        description="Build the target's wheel, then the runtime image from images/Dockerfile "
-                    "with the engine's BuildKit: FROM the upstream image of the target's "
-                    "CUDA lane (by digest, images/pins.toml), plus one thin layer that "
-                    "pip-installs the sglang wheel and any --kernel-wheel with --no-deps. "
-                    "The build log streams to stderr.")
-    common(image)
-    source_args(image)
-    image_args(image)
-    image.set_defaults(handler=_cmd_image, series=None, patch=None, strip=1, max_fuzz=0)
-
-    release = commands.add_parser(
-        "release", help="build, gate and publish: wheels and image, or --wheels-only",
-        description="Build the wheel and, unless --wheels-only, the image; open the gate; and "
-                    "only then publish. With the image: --gate gpu (the default) runs the "
-                    "smoke test on this runner's GPU inside the image, --gate static only "
-                    "reads the provenance and the patched line inside the image; the image "
-                    "is pushed (SGLANG_SM120_REGISTRY_USERNAME / _PASSWORD, or docker login). "
-                    "With --wheels-only (no Docker Engine): --gate smoke (the default) takes "
-                    "the smoke test's report for this very wheel from a GPU runner "
-                    "(--smoke-report), --gate build relies on the build's own checks. The "
-                    "wheels go through twine either way (TWINE_USERNAME / TWINE_PASSWORD or "
-                    "keyring), after the index's simple page is read: the same file with the "
-                    "same sha256 counts as published, the same name with other bytes is an "
-                    "error, never an overwrite; the index must then list our sha256. The "
-                    "summary lists exactly what was published. One command with a mode, not "
-                    "two: both build the same wheel and publish it through the same checks; "
-                    "only whether an image is built decides which gate can run.",
-        epilog=_PUBLISH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    common(release)
-    source_args(release)
-    image_args(release)
-    release.add_argument("--repository-url", required=True, metavar="URL",
-                         help="where twine uploads the wheels (pypiserver: its root URL)")
-    release.add_argument("--publish-index-url", metavar="URL",
-                         help="the simple index of that repository, read to find files "
-                              "already published (default: <repository-url>/simple/)")
-    release.add_argument("--wheels-only", action="store_true",
-                         help="publish the wheel(s) alone: no image, no Docker Engine; "
-                              "--kernel-wheel FILE (repeated) publishes the kernel stage's "
-                              "wheels with them, through the same gate and index checks")
-    release.add_argument("--gate", choices=_IMAGE_GATES + _WHEEL_GATES, default=None,
-                         help="with the image: gpu (default; the smoke test on this "
-                              "runner's GPU, in the image) or static (provenance and patched "
-                              "line read in the image, no GPU); with --wheels-only: smoke "
-                              "(default; a passed --smoke-report for this wheel) or build "
-                              "(the build's own checks alone)")
-    release.add_argument("--gate-series", type=Path, default=None,
-                         metavar="FILE", help="series whose intent checks the gpu gate "
-                                              "verifies in the image (default: "
-                                              "patches/series.toml beside the targets file)")
-    release.add_argument("--smoke-report", type=Path, metavar="FILE",
-                         help="--wheels-only --gate smoke: the report of `smoke --mode host "
-                              "--sglang-wheel WHEEL --output FILE` run on a GPU runner")
-    release.set_defaults(handler=_cmd_release, validate=_validate_release, series=None,
-                         patch=None, strip=1, max_fuzz=0)
+    """Add ``smoke``, ``warm-cache capture|restore`` and ``release image|wheels``."""
+    smoke = add_command(
+        commands, "smoke", reads=("json",),
+        help="smoke-test the artifacts on a GPU runner (JSON report + summary)",
+        description="Run the smoke checks in this Python environment (host) or in a built "
+                    "image with every GPU attached (image). Runs with "
+                    "FLASHINFER_DISABLE_JIT=1: a kernel missing from the kernel wheel fails, "
+                    "it is never compiled.",
+        epilog=_SMOKE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    modes = smoke.add_subparsers(dest="smoke_mode", required=True, metavar="MODE")
+    host = add_command(
+        modes, "host", reads=("json",), help="test this Python environment (checks 1-7)",
+        epilog=_SMOKE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _smoke_args(host)
+    served = host.add_mutually_exclusive_group()
+    served.add_argument("--model", type=Path, metavar="PATH",
+                        help="a model folder: also launch SGLang and ask it for text (check 6)")
+    served.add_argument("--tiny-model", action="store_true",
+                        help="check 6 on a tiny Qwen3-MoE with random weights written by the "
+                             "tested Python (torch + safetensors; no download, no tokenizer: "
+                             "--skip-tokenizer-init and token ids)")
+    host.add_argument("--parallel", action="store_true",
+                      help="check 7: serve the model (--model or --tiny-model) at TP 1, TP 2 "
+                           "EP 1 and TP 2 EP 2 and compare their greedy tokens (needs 2 GPUs)")
+    host.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                      help="extra argument for sglang.launch_server (repeatable)")
+    host.add_argument("--probe-output", type=Path, metavar="FILE",
+                      help="judge this saved output of builder/smoke/script/smoke_probe.py (run "
+                           "by hand where the builder is not installed) instead of running it")
+    host.add_argument("--server-timeout", type=seconds, default=1800.0, metavar="SECONDS",
+                      help="limit for the server to become ready (default: %(default)s)")
+    host.set_defaults(handler=_cmd_smoke_host)
+    image = add_command(
+        modes, "image", reads=("json",),
+        help="test a built image in a container with every GPU (checks 1-5)",
+        epilog=_SMOKE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    image.add_argument("--image", metavar="REF", required=True,
+                       help="the image to test; @FILE reads the image ID from the JSON that "
+                            "`image --json` printed into FILE")
+    _smoke_args(image)
+    image.set_defaults(handler=_cmd_smoke_image)
+    _add_warm_cache(commands)
+    _add_release(commands)
 
 
-_IMAGE_GATES = ("gpu", "static")
-_WHEEL_GATES = ("smoke", "build")
-#: The image's flags and their defaults: given with --wheels-only they would do nothing.
-_IMAGE_DEFAULTS: tuple[tuple[str, object], ...] = (
-    ("registry", "localhost:5000"), ("repository", "sglang-sm120"), ("base_image", None),
-    ("pins_file", None), ("dockerfile", None), ("profiles_dir", None),
-    ("launch_profile", None), ("docker_host", None), ("gate_series", None))
+def _render_smoke(report: SmokeReport, reporter: Reporter) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"Smoke test ({report.mode} mode)")
+    for column in ("check", "status", "counted", "detail"):
+        table.add_column(column, overflow="fold")
+    for check in report.checks:
+        table.add_row(check.name, check.status, "yes" if check.required else "no",
+                      check.detail)
+    reporter.result(table)
+    reporter.result(report.summary()[-1], style="bold")
 
 
-def _validate_release(args: argparse.Namespace) -> None:
-    """``release``'s rules beyond argparse's; fills in the mode's default gate.
+def _smoke_args(parser: argparse.ArgumentParser) -> None:
+    """The flags both modes of ``smoke`` read."""
+    parser.add_argument("--python", metavar="PY",
+                        help="interpreter of the tested environment (default: this one; in "
+                             "an image: python3)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--sglang-wheel", type=Path, metavar="WHEEL",
+                       help="the sglang wheel being released: the installed one must be it")
+    which.add_argument("--expect-provenance", type=Path, metavar="FILE",
+                       help="compare the installed sglang's sm120-provenance.json with this")
+    parser.add_argument("--series", type=Path, default=Path("patches/series.toml"),
+                        metavar="FILE", help="series whose intent checks must hold in the "
+                                             "installed sglang (default: %(default)s)")
+    parser.add_argument("--moe", action="store_true",
+                        help="count check 5 (fused MoE autotune) even when it cannot run")
+    parser.add_argument("--timeout", type=seconds, default=3600.0, metavar="SECONDS",
+                        help="limit for the probe, checks 1-5 (default: %(default)s)")
+    parser.add_argument("--output", type=Path, metavar="FILE",
+                        help="also write the JSON report here (written when it fails too)")
+
+
+def _cmd_smoke_host(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.smoke.gpu import SmokeOptions
+
+    return _smoke(args, reporter, SmokeOptions(
+        mode="host", python=args.python, series=args.series,
+        sglang_wheel=args.sglang_wheel, expect_provenance=args.expect_provenance,
+        model=args.model, tiny_model=args.tiny_model, moe=args.moe, parallel=args.parallel,
+        server_args=tuple(args.server_arg), probe_output=args.probe_output,
+        probe_timeout=args.timeout, server_timeout=args.server_timeout, reporter=reporter))
+
+
+def _cmd_smoke_image(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.smoke.gpu import SmokeOptions
+
+    image = image_id_from(Path(args.image[1:])) if args.image.startswith("@") else args.image
+    return _smoke(args, reporter, SmokeOptions(
+        mode="image", image=image, python=args.python, series=args.series,
+        sglang_wheel=args.sglang_wheel, expect_provenance=args.expect_provenance,
+        moe=args.moe, probe_timeout=args.timeout, reporter=reporter))
+
+
+def _smoke(args: argparse.Namespace, reporter: Reporter, smoke: SmokeOptions
+           ) -> dict[str, Any]:
+    """Run the smoke test, write and print its report (both modes).
 
     Raises:
-        ConfigurationError: a gate of the other mode, an image flag with
-            ``--wheels-only``, or ``--smoke-report`` without ``--wheels-only --gate smoke``.
+        SmokeFailed: the smoke test failed (exit 1, or 3 on a misconfigured runner).
+    """
+    from builder.smoke.gpu import SmokeFailed, run_smoke, write_report
+
+    report = run_smoke(smoke)
+    if args.output is not None:
+        write_report(report, args.output)
+    _render_smoke(report, reporter)
+    if not report.passed:
+        raise SmokeFailed(report)
+    return report.to_json()
+
+
+def _add_warm_cache(commands: Any) -> None:
+    warm = add_command(
+        commands, "warm-cache", reads=("json",),
+        help="capture the autotune file a GPU run wrote, keyed, or restore it",
+        description="capture: keep the fused-MoE entries of FlashInfer's autotune file (the "
+                    "one SGLang's server wrote under --sglang-cache-dir, or --autotune-file) "
+                    "for KEY's shape, with KEY, in one JSON artifact. restore: write the "
+                    "artifact's file to --dest only when KEY equals the captured key.",
+        epilog=_WARM_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    actions = warm.add_subparsers(dest="warm_action", required=True, metavar="ACTION")
+    capture = add_command(actions, "capture", reads=("json",),
+                          help="keep the autotune file's entries for KEY's shape",
+                          epilog=_WARM_EPILOG,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    _key_arg(capture)
+    found = capture.add_mutually_exclusive_group(required=True)
+    found.add_argument("--sglang-cache-dir", type=Path, metavar="DIR",
+                       help="SGLang's cache folder ($SGLANG_CACHE_DIR) holding exactly one "
+                            "flashinfer/autotune/*/*/*/rank_*.json")
+    found.add_argument("--autotune-file", type=Path, metavar="FILE",
+                       help="FlashInfer's autotune file itself")
+    capture.add_argument("--output", type=Path, required=True, metavar="FILE",
+                         help="the artifact")
+    capture.set_defaults(handler=_cmd_warm_cache_capture)
+    restore = add_command(actions, "restore", reads=("json",),
+                          help="write the artifact's file back when KEY equals its key",
+                          epilog=_WARM_EPILOG,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    _key_arg(restore)
+    restore.add_argument("--artifact", type=Path, required=True, metavar="FILE",
+                         help="the artifact")
+    restore.add_argument("--dest", type=Path, required=True, metavar="FILE",
+                         help="the autotune file the server will read")
+    restore.set_defaults(handler=_cmd_warm_cache_restore)
+
+
+def _key_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--key", type=Path, required=True, metavar="KEY",
+                        help="JSON file of the key (see below)")
+
+
+def _cmd_warm_cache_capture(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.smoke.warm_cache import run_warm_cache_capture
+
+    result = run_warm_cache_capture(args.key, args.output, autotune_file=args.autotune_file,
+                                    sglang_cache_dir=args.sglang_cache_dir)
+    reporter.result(f"captured {result['entries']} autotune entries from {result['source']} "
+                    f"into {args.output}")
+    return result
+
+
+def _cmd_warm_cache_restore(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.smoke.warm_cache import run_warm_cache_restore
+
+    result = run_warm_cache_restore(args.key, args.artifact, args.dest)
+    reporter.result(f"restored {args.artifact} to {args.dest}" if result["restored"]
+                    else f"not restored: {args.dest} left as it was")
+    return result
+
+
+_RELEASE_DESCRIPTION = (
+    "Build the wheel and, with `release image`, the image; open the gate; and only then "
+    "publish. The wheels go through twine (TWINE_USERNAME / TWINE_PASSWORD or keyring), "
+    "after the index's simple page is read: the same file with the same sha256 counts as "
+    "published, the same name with other bytes is an error, never an overwrite; the index "
+    "must then list our sha256. The summary lists exactly what was published. Both modes "
+    "build the same wheel and publish it through the same checks; only whether an image "
+    "is built decides which gate can run.")
+
+
+def _add_release(commands: Any) -> None:
+    release = add_command(
+        commands, "release",
+        help="build, gate and publish: wheels and image, or wheels alone",
+        description=_RELEASE_DESCRIPTION, epilog=_PUBLISH_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    modes = release.add_subparsers(dest="release_mode", required=True, metavar="MODE")
+    image = add_command(
+        modes, "image", help="wheels and image: the image gated, pushed",
+        description=_RELEASE_DESCRIPTION + " --gate gpu (the default) runs the smoke test on "
+                    "this runner's GPU inside the image, --gate static only reads the "
+                    "provenance and the patched line inside the image; the image is pushed "
+                    "(SGLANG_SM120_REGISTRY_USERNAME / _PASSWORD, or docker login).",
+        epilog=_PUBLISH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    target_arg(image)
+    source_args(image)
+    image_args(image)
+    _index_args(image)
+    image.add_argument("--gate", choices=("gpu", "static"), default="gpu",
+                       help="gpu (default; the smoke test on this runner's GPU, in the "
+                            "image) or static (provenance and patched line read in the "
+                            "image, no GPU)")
+    image.add_argument("--gate-series", type=Path, default=None, metavar="FILE",
+                       help="series whose intent checks the gpu gate verifies in the image "
+                            "(default: patches/series.toml beside the targets file)")
+    image.set_defaults(handler=_cmd_release_image, validate=_validate_image, series=None,
+                       patch=None, strip=1, max_fuzz=0)
+
+    wheels = add_command(
+        modes, "wheels", help="the wheel(s) alone: no image, no Docker Engine",
+        description=_RELEASE_DESCRIPTION + " --gate smoke (the default) takes the smoke "
+                    "test's report for this very wheel from a GPU runner (--smoke-report), "
+                    "--gate build relies on the build's own checks.",
+        epilog=_PUBLISH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    target_arg(wheels)
+    source_args(wheels)
+    wheels.add_argument("--kernel-wheel", type=Path, action="append", default=[],
+                        metavar="WHEEL", help="also publish this kernel stage's wheel "
+                        "(repeatable), through the same gate and index checks")
+    wheels.add_argument("--dist", type=Path, default=Path("dist"), metavar="DIR",
+                        help="where the wheels go (default: %(default)s)")
+    _index_args(wheels)
+    wheels.add_argument("--gate", choices=("smoke", "build"), default="smoke",
+                        help="smoke (default; a passed --smoke-report for this wheel) or "
+                             "build (the build's own checks alone)")
+    wheels.add_argument("--smoke-report", type=Path, metavar="FILE",
+                        help="--gate smoke: the report of `smoke host --sglang-wheel WHEEL "
+                             "--output FILE` run on a GPU runner")
+    wheels.set_defaults(handler=_cmd_release_wheels, validate=_validate_wheels, series=None,
+                        patch=None, strip=1, max_fuzz=0)
+
+
+def _index_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repository-url", required=True, metavar="URL",
+                        help="where twine uploads the wheels (pypiserver: its root URL)")
+    parser.add_argument("--publish-index-url", metavar="URL",
+                        help="the simple index of that repository, read to find files "
+                             "already published (default: <repository-url>/simple/)")
+
+
+def _validate_image(args: argparse.Namespace) -> None:
+    """``release image``'s rules beyond argparse's (:func:`validate_source_args`').
+
+    Raises:
+        ConfigurationError: see :func:`validate_source_args`.
     """
     validate_source_args(args)
-    gates = _WHEEL_GATES if args.wheels_only else _IMAGE_GATES
-    mode = "--wheels-only" if args.wheels_only else "a release with the image"
-    if args.gate is None:
-        args.gate = gates[0]
-    elif args.gate not in gates:
-        raise ConfigurationError(f"--gate {args.gate} does not apply to {mode}",
-                                 f"give --gate {' or '.join(gates)}")
-    if args.wheels_only:
-        image_only = [f"--{name.replace('_', '-')}" for name, default in _IMAGE_DEFAULTS
-                      if getattr(args, name) != default]
-        if image_only:
-            raise ConfigurationError(f"{', '.join(image_only)} only apply with the image",
-                                     "drop them, or drop --wheels-only")
+
+
+def _validate_wheels(args: argparse.Namespace) -> None:
+    """``release wheels``' rules beyond argparse's.
+
+    Raises:
+        ConfigurationError: ``--smoke-report`` with ``--gate build``; see
+            :func:`validate_source_args`.
+    """
+    validate_source_args(args)
     if args.smoke_report is not None and args.gate != "smoke":
-        raise ConfigurationError("--smoke-report only applies with --wheels-only --gate smoke",
-                                 "drop --smoke-report, or give --gate smoke" if
-                                 args.wheels_only else
-                                 "drop --smoke-report, or give --wheels-only")
+        raise ConfigurationError("--smoke-report only applies with --gate smoke",
+                                 "drop --smoke-report, or give --gate smoke")
 
 
 _PUBLISH_EPILOG = """\
 examples:
-  # wheels alone: on the GPU runner: build, install, smoke-test the wheel, keep the report
+  # release wheels: on the GPU runner: build, install, smoke-test the wheel, keep the report
   python -m builder wheel --target sglang-0.5.9
   pip install dist/sglang-0.5.9+sm120.1-py3-none-any.whl
-  python -m builder smoke --mode host --sglang-wheel dist/sglang-0.5.9+sm120.1-py3-none-any.whl \\
+  python -m builder smoke host --sglang-wheel dist/sglang-0.5.9+sm120.1-py3-none-any.whl \\
       --output smoke.json
   # then publish exactly that wheel
   TWINE_USERNAME=... TWINE_PASSWORD=... python -m builder release \\
-      --wheels-only --target sglang-0.5.9 --repository-url https://index.example/ \\
+      wheels --target sglang-0.5.9 --repository-url https://index.example/ \\
       --smoke-report smoke.json
   # or on the build's own checks alone (no GPU proof)
-  python -m builder release --wheels-only --repository-url http://127.0.0.1:8080/ --gate build
+  python -m builder release wheels --repository-url http://127.0.0.1:8080/ --gate build
   # wheels and image, the image smoke-tested on this runner's GPU
-  python -m builder release --registry 127.0.0.1:5000 --repository-url http://127.0.0.1:8080/
+  python -m builder release image --registry 127.0.0.1:5000 --repository-url http://127.0.0.1:8080/
 """
 
 
-def _cmd_pin_images(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
-    from builder.core.config import load_targets
-    from builder.image.pin import pin_images
-
-    targets = load_targets(args.targets_file) if args.targets_file.is_file() else None
-    report = pin_images(args.pins_file, check=args.check, targets=targets,
-                        platform=args.platform, reporter=reporter)
-    lines = []
-    for outcome in report.outcomes:
-        now = outcome.now
-        index = f" (index {now.index_digest})" if now.index_digest else ""
-        lines.append(f"{outcome.status:9} {outcome.pin.name}\n"
-                     f"          -> {now.digest} {now.platform}{index}\n")
-        if outcome.status == "moved":
-            lines.append(f"          was {outcome.pin.digest}\n")
-    for name in report.unpinned_targets:
-        lines.append(f"note: target {name} has no [[base]] entry for its version and lane\n")
-    lines.append(f"{args.pins_file}: "
-                 f"{'written' if report.written else 'unchanged'}\n")
-    reporter.raw("".join(lines))
-    if args.check and report.drifted:
-        raise VerificationError(
-            f"{len(report.drifted)} base image pin(s) no longer match their tag: "
-            + ", ".join(f"{o.pin.name} ({o.status})" for o in report.drifted),
-            "run `python -m builder pin-images`, rebuild and test, then commit "
-            f"{args.pins_file}", report=report.describe())
-    return report.describe()
-
-
-def _cmd_image(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
-    from builder.image.run import run_image
-
-    result = run_image(options(args, reporter), image_options_from(args))
-    how = "from the build cache" if result.cached else "built"
-    reporter.raw(f"image {result.image_id} ({how}) on {result.base.reference}\n"
-                 + "".join(f"tagged {tag}\n" for tag in result.tags)
-                 + f"layer added: {result.layer_size} bytes ({result.layers_added} layer); "
-                 f"installed: {', '.join(result.requirements)}\n")
-    return result.describe()
-
-
-def _publish_wheels(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+def _cmd_release_wheels(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     from builder.release.publish import Index
-    from builder.release.wheels import run_publish_wheels
+    from builder.release.wheels import run_release_wheels
 
     index = Index.from_urls(args.repository_url, args.publish_index_url)
-    summary = run_publish_wheels(options(args, reporter), index, gate=args.gate,
+    summary = run_release_wheels(options(args, reporter), index, gate=args.gate,
                                  smoke_report=args.smoke_report,
                                  kernel_wheels=tuple(args.kernel_wheel))
     reporter.raw("".join(line + "\n" for line in summary.lines()))
     return summary.to_json()
 
 
-def _cmd_release(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+def _cmd_release_image(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     from builder.release.publish import Index
     from builder.release.run import gpu_gate, run_release, static_gate
 
-    if args.wheels_only:
-        return _publish_wheels(args, reporter)
     index = Index.from_urls(args.repository_url, args.publish_index_url)
     image = image_options_from(args)
     gate = gpu_gate(docker_host=image.docker_host, series=args.gate_series) \

@@ -6,6 +6,10 @@
 * :mod:`builder.core.layout` -- repository paths vs the sdist's and wheel's layouts.
 * :mod:`builder.core.progress` -- progress on stderr, results on stdout.
 * :mod:`builder.core.errors` -- :class:`~builder.core.errors.BuilderError`.
+* :mod:`builder.core.address` -- the one parser of URLs and ``HOST[:PORT]`` (ports
+  1-65535, no credentials).
+* :mod:`builder.core.wheelmeta` -- the one reader of a wheel's ``Requires-Dist``.
+* :mod:`builder.core.arch` -- the SM120 arch strings and FlashInfer's arch rule.
 * :mod:`builder.core.engine` -- the Docker Engine client the kernel, image, smoke and
   release stages share (imported only by them: it loads docker-py).
 

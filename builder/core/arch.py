@@ -26,6 +26,16 @@ import re
 #: The first FlashInfer release that detects SM120 as ``12.0f`` rather than ``12.0a``.
 SM120_FAMILY_FROM: tuple[int, ...] = (0, 6, 7)
 
+#: SM120's compute capability (RTX PRO 6000 Blackwell, RTX 50xx: CUDA C++ Programming
+#: Guide, "Compute Capabilities").
+SM120_CAPABILITY: tuple[int, int] = (12, 0)
+#: It as ``major.minor`` (what ``torch.cuda.get_device_capability`` users, SGLang's
+#: behaviour checks and a series' ``capability`` write); as an arch, plain ``X.y`` SASS.
+SM120 = f"{SM120_CAPABILITY[0]}.{SM120_CAPABILITY[1]}"
+#: The arch-specific (``a``) and family-specific (``f``) SM120 archs FlashInfer names.
+SM120_SPECIFIC = SM120 + "a"
+SM120_FAMILY = SM120 + "f"
+
 _RELEASE = re.compile(r"^\s*v?(\d+(?:\.\d+)*)")
 _ARCH = re.compile(r"^(?:sm_(?P<sm>\d{2,3})|(?P<major>\d+)\.(?P<minor>\d))(?P<suffix>[af]?)$")
 
@@ -55,7 +65,7 @@ def sm120_arch(flashinfer_version: str) -> str:
     Raises:
         ValueError: not a version.
     """
-    return "12.0f" if release(flashinfer_version) >= SM120_FAMILY_FROM else "12.0a"
+    return SM120_FAMILY if release(flashinfer_version) >= SM120_FAMILY_FROM else SM120_SPECIFIC
 
 
 def flashinfer_arch(capability: tuple[int, int], flashinfer_version: str) -> str:
@@ -69,7 +79,7 @@ def flashinfer_arch(capability: tuple[int, int], flashinfer_version: str) -> str
     Raises:
         ValueError: ``flashinfer_version`` is not a version.
     """
-    if capability == (12, 0):
+    if capability == SM120_CAPABILITY:
         return sm120_arch(flashinfer_version)
     major, minor = capability
     return f"{major}.{minor}" + ("a" if major >= 9 else "")

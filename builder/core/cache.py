@@ -32,7 +32,6 @@ import shutil
 import signal
 import stat
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -308,6 +307,8 @@ class Cache:
         final = self.entry(kind, key)
         final.parent.mkdir(parents=True, exist_ok=True)
         _remove_orphans(final.parent)
+        import tempfile  # here: `targets` and --help import this module, never make entries
+
         tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}.{os.getpid()}.{_pid_namespace()}.",
                                     suffix=".tmp", dir=final.parent))
         try:
@@ -542,6 +543,8 @@ def atomic_copy(source: Path, destination: Path) -> None:
     """
     replaceable(destination)
     destination.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile
+
     fd, tmp_name = tempfile.mkstemp(prefix=f".{destination.name}.", dir=destination.parent)
     os.close(fd)
     tmp = Path(tmp_name)
@@ -569,6 +572,8 @@ def atomic_write_bytes(destination: Path, data: bytes, mode: int | None = None) 
     destination.parent.mkdir(parents=True, exist_ok=True)
     if mode is None:
         mode = destination.stat().st_mode & 0o7777 if destination.exists() else 0o644
+    import tempfile
+
     fd, tmp_name = tempfile.mkstemp(prefix=f".{destination.name}.", dir=destination.parent)
     tmp = Path(tmp_name)
     try:

@@ -12,14 +12,16 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import ConfigurationError
 from builder.core.userfiles import read_input
+
+if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
 
 SourceKind = Literal["sdist", "wheel", "git"]
 SOURCE_KINDS: tuple[SourceKind, ...] = ("sdist", "wheel", "git")
@@ -331,6 +333,9 @@ def specifier(text: str, where: str) -> SpecifierSet:
     if not text.strip() or not all(clauses):
         raise ConfigurationError(f"{where}: version range {text!r} is empty or has an empty clause",
                                  "write it like '>=0.5.7,<0.5.11'")
+    # here, not at the top: `targets` and a no-op rebuild never parse a range (~3 ms)
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
     try:
         return SpecifierSet(text)
     except InvalidSpecifier:
@@ -448,8 +453,13 @@ _SOURCE_KEYS = {"sdist": {"kind", "project", "version", "sha256", "url"},
                 "git": {"kind", "url", "commit"}}
 
 
-def _parse_target(table: dict[str, Any], base: Path, where: str) -> Target:
-    known_keys(table, _TARGET_KEYS, where)
+def _identity(table: dict[str, Any], where: str) -> tuple[str, Version, str, str]:
+    """The target's name, upstream version and local label, checked: ``(name, upstream,
+    label, where)`` with ``where`` naming the target.
+
+    Raises:
+        ConfigurationError: one is missing or malformed, or they make no valid image tag.
+    """
     name = require(table, "name", str, where)
     if not TARGET_NAME.match(name):
         # The name is a file name too (images/profiles/NAME.toml) and a part of tags.
@@ -472,6 +482,17 @@ def _parse_target(table: dict[str, Any], base: Path, where: str) -> Target:
     if not _OCI_TAG.fullmatch(version.replace("+", "-") + "-cu000"):
         raise ConfigurationError(f"{where}: version {version} makes no valid image tag",
                                  "shorten upstream_version or local_label")
+    return name, upstream, label, where
+
+
+def _target_sources(table: dict[str, Any], upstream: Version, where: str
+                    ) -> tuple[tuple[Pin, ...], SourceKind]:
+    """The target's sources and the preferred kind.
+
+    Raises:
+        ConfigurationError: none is declared, ``prefer`` is not a kind, or a pinned
+            version differs from ``upstream``.
+    """
     sources = tuple(_parse_source(s, f"{where} source #{i}")
                     for i, s in enumerate(table_array(table, "source", where), 1))
     if not sources:
@@ -484,6 +505,15 @@ def _parse_target(table: dict[str, Any], base: Path, where: str) -> Target:
         if not isinstance(pin, GitPin) and Version(pin.version) != upstream:
             raise ConfigurationError(f"{where}: {pin.kind} version {pin.version} differs from "
                                      f"upstream_version {upstream}", "make them agree")
+    return sources, cast(SourceKind, prefer)
+
+
+def _arch_and_lanes(table: dict[str, Any], where: str) -> tuple[tuple[str, ...], list[str]]:
+    """The target's arch list and CUDA lanes (its own first).
+
+    Raises:
+        ConfigurationError: an arch or lane is malformed, or a lane is listed twice.
+    """
     arch_list = tuple(require(table, "arch_list", list, where))
     for arch in arch_list:
         if not isinstance(arch, str) or not _ARCH.match(arch):
@@ -497,6 +527,16 @@ def _parse_target(table: dict[str, Any], base: Path, where: str) -> Target:
                                      "write CUDA's major.minor as a string")
     if len(set(lanes)) != len(lanes):
         raise ConfigurationError(f"{where}: a CUDA lane is listed twice", "list each lane once")
+    return arch_list, lanes
+
+
+def _kernel_options(table: dict[str, Any], where: str
+                    ) -> tuple[tuple[str, ...] | None, tuple[int, ...] | None]:
+    """``[target.kernels]``: its module groups and head dims (``None`` when not given).
+
+    Raises:
+        ConfigurationError: an unknown key, or a list that is empty or of the wrong items.
+    """
     kernels = known_keys(table.get("kernels", {}), _KERNEL_KEYS, f"{where} [target.kernels]")
     groups = kernels.get("groups")
     head_dims = kernels.get("head_dims")
@@ -508,12 +548,19 @@ def _parse_target(table: dict[str, Any], base: Path, where: str) -> Target:
                                   not all(is_integer(h) and h > 0 for h in head_dims)):
         raise ConfigurationError(f"{where}: kernels.head_dims must be a non-empty list of "
                                  "positive integers", "e.g. head_dims = [64, 128]")
+    return (tuple(groups) if groups else None), (tuple(head_dims) if head_dims else None)
+
+
+def _parse_target(table: dict[str, Any], base: Path, where: str) -> Target:
+    known_keys(table, _TARGET_KEYS, where)
+    name, upstream, label, where = _identity(table, where)
+    sources, prefer = _target_sources(table, upstream, where)
+    arch_list, lanes = _arch_and_lanes(table, where)
+    groups, head_dims = _kernel_options(table, where)
     return Target(name=name, upstream_version=upstream, local_label=label,
                   series=(base / require(table, "series", str, where)).resolve(),
                   sources=sources, prefer=prefer, cuda_lane=lanes[0], arch_list=arch_list,
-                  extra_cuda_lanes=tuple(lanes[1:]),
-                  kernel_groups=tuple(groups) if groups else None,
-                  head_dims=tuple(head_dims) if head_dims else None)
+                  extra_cuda_lanes=tuple(lanes[1:]), kernel_groups=groups, head_dims=head_dims)
 
 
 def load_targets(path: Path) -> TargetsFile:

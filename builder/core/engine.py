@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import os
 import re
-import urllib.parse
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +29,8 @@ import docker.errors
 import requests.exceptions
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from builder.core.errors import ConfigurationError, MissingToolError
+from builder.core.address import parse_url
+from builder.core.errors import MissingToolError
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 _STEP = re.compile(r"^\[[^\]]*\d+/\d+\] ")  # a Dockerfile step: "[2/2] RUN …", "[stage 1/3] …"
@@ -66,24 +66,9 @@ def check_docker_host(address: str, where: str) -> str:
             absolute path, or a host missing or with a port outside 1-65535.
     """
     hint = "write unix:///var/run/docker.sock, tcp://HOST:PORT or ssh://USER@HOST"
-    at = f"{where} " if where else ""
-    scheme, sep, rest = address.partition("://")
-    if not sep or scheme not in ("unix", "tcp", "http", "https", "ssh") or "\0" in address:
-        raise ConfigurationError(f"{at}{address!r} is not a Docker Engine address", hint)
-    if scheme == "unix":
-        if not rest.startswith("/"):
-            raise ConfigurationError(f"{at}{address!r}: the socket must be an absolute "
-                                     "path", hint)
-        return address
-    parts = urllib.parse.urlsplit(address)
-    try:
-        port = parts.port
-    except ValueError:
-        port = 0
-    if not parts.hostname or port == 0:
-        raise ConfigurationError(f"{at}{address!r} names no host, or a port outside "
-                                 "1-65535", hint)
-    return address
+    return parse_url(address, ("unix", "tcp", "http", "https", "ssh"),
+                     noun="a Docker Engine address", hint=hint,
+                     what=f"{where} " if where else "", ssh_user=True).text
 
 
 def connect(host: str | None = None, *, timeout: int = 600) -> docker.DockerClient:

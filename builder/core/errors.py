@@ -12,7 +12,7 @@ error                        status who acts
                                     that arrived (a download, registry manifest, index page,
                                     METADATA, archive, the smoke probe's output) is not what
                                     it claims or what the pin says (its shape, identity or
-                                    size), or ``pin-images --check`` found a moved pin. Not
+                                    size), or ``pin-images --verify`` found a moved pin. Not
                                     worth a retry, unlike 4; pip 26.3 exits 1 on a
                                     ``--require-hashes`` mismatch too
 :class:`ConfigurationError`  2      the user: a flag, ``targets.toml``, ``series.toml``, a
@@ -37,6 +37,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 __all__ = [
+    "EXIT_STATUSES",
     "BuildError",
     "BuilderError",
     "ConfigurationError",
@@ -112,7 +113,7 @@ class VerificationError(BuilderError):
 
     Raised where something arrived and is not what it claims to be or what its pin says (a
     sha256 or digest that differs, a malformed manifest, index page, METADATA or archive, an
-    oversized answer), and by ``pin-images --check`` when a tag moved. Unlike a
+    oversized answer), and by ``pin-images --verify`` when a tag moved. Unlike a
     :class:`SourceError`, trying again will not help: someone has to look.
     """
 
@@ -160,3 +161,43 @@ class PublishError(BuilderError):
 
     exit_status = 7
     kind = "publish error"
+
+
+#: The CLI's exit statuses, the one copy: ``--help``'s epilog
+#: (:func:`exit_status_text`) and ``docs/pipeline.md`` (:func:`exit_status_markdown`,
+#: compared by ``tests/cli/test_layout.py``) are rendered from it. Each row is
+#: ``(status, meaning)``; 1 to 7 are the error types' :attr:`BuilderError.exit_status`.
+EXIT_STATUSES: tuple[tuple[str, str], ...] = (
+    ("0", "ok"),
+    ("1", "failed: a check did not hold (the smoke test's, a moved pin in "
+          "`pin-images --verify`, or an answer's shape, identity or size: a sha256 or digest "
+          "that differs, a malformed manifest, index page, METADATA or archive)"),
+    ("2", "bad input (a flag, `targets.toml`, a series, profile or request file)"),
+    ("3", "a missing tool or misconfigured runner (nvcc, a Docker Engine, the NVIDIA "
+          "runtime)"),
+    ("4", "source unavailable (unreachable, refused, an HTTP error, no such file, tag or "
+          "commit: a retry may help)"),
+    ("5", "patch"),
+    ("6", "build"),
+    ("7", "publish"),
+    ("130/143", "interrupted (Ctrl-C / SIGTERM)"),
+    ("141", "the reader of `--json` output left (a closed pipe: 128 + SIGPIPE)"),
+)
+
+
+def exit_status_text() -> str:
+    """:data:`EXIT_STATUSES` as ``--help`` shows them: one line per status, wrapped."""
+    import textwrap
+
+    lines = ["exit status:"]
+    for status, meaning in EXIT_STATUSES:
+        lines += textwrap.wrap(meaning.replace("`", ""), 88, initial_indent=f"  {status:9}",
+                               subsequent_indent=" " * 11)
+    return "\n".join(lines) + "\n"
+
+
+def exit_status_markdown() -> str:
+    """:data:`EXIT_STATUSES` as the Markdown table of ``docs/pipeline.md``."""
+    rows = ["| exit status | meaning |", "| --- | --- |"]
+    rows += [f"| {status} | {meaning} |" for status, meaning in EXIT_STATUSES]
+    return "\n".join(rows) + "\n"

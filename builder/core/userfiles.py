@@ -28,7 +28,6 @@ import json
 import os
 import re
 import stat
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -136,6 +135,8 @@ def _locked_temporary(real: Path) -> tuple[int, Path]:
     A cleaner may take a new file's lock in the instant before its writer does, and remove
     it; the writer then finds its name gone (or another file under it) and makes another.
     """
+    import tempfile  # here: reading a user's file never needs it
+
     while True:
         fd, name = tempfile.mkstemp(prefix=f".{real.name}.", suffix=SUFFIX, dir=real.parent)
         fcntl.flock(fd, fcntl.LOCK_EX)

@@ -84,7 +84,7 @@ def _status(pin: BasePin, now: Resolution) -> str:
     return "unchanged" if same else "moved"
 
 
-def pin_images(path: Path, *, check: bool = False, targets: TargetsFile | None = None,
+def run_pin_images(path: Path, *, check: bool = False, targets: TargetsFile | None = None,
                platform: str = "linux/amd64", reporter: Reporter | None = None,
                resolver: Callable[..., Resolution] = resolve) -> PinReport:
     """Resolve every entry of the pins file; write them unless ``check``.

@@ -36,6 +36,7 @@ import docker.auth
 import docker.errors
 import requests
 
+from builder.core.address import parse_host_port
 from builder.core.errors import ConfigurationError, SourceError, VerificationError
 
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
@@ -52,12 +53,9 @@ MAX_MANIFEST_BYTES = 4 << 20
 
 
 # The reference grammar of the distribution project (reference/regexp.go, distribution
-# 2.8): a domain of dot-separated components with an optional port, path components of
-# lowercase alphanumerics joined by one '.', one or two '_', or dashes, and a tag of at most
-# 128 word characters, dots and dashes, not starting with either.
-_DOMAIN_PART = r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
-_DOMAIN = re.compile(rf"^(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*|\[[0-9A-Fa-f:.]+\])"
-                     r"(?::(?P<port>[0-9]{1,5}))?$")
+# 2.8): path components of lowercase alphanumerics joined by one '.', one or two '_', or
+# dashes, and a tag of at most 128 word characters, dots and dashes, not starting with
+# either. Its domain (HOST[:PORT]) is builder.core.address.parse_host_port's.
 _PATH = re.compile(r"^[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*"
                    r"(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*$")
 _TAG = re.compile(r"^[\w][\w.-]{0,127}$")
@@ -72,13 +70,9 @@ def check_registry(host: str) -> str:
     Raises:
         ConfigurationError: it is not.
     """
-    match = _DOMAIN.match(host)
-    port = match and match.group("port")
-    if not match or (port is not None and not 0 < int(port) < 65536):
-        raise ConfigurationError(f"{host!r} is not a registry address",
-                                 "write HOST or HOST:PORT (a port from 1 to 65535), e.g. "
-                                 "localhost:5000 or ghcr.io")
-    return host
+    return parse_host_port(host, noun="a registry address",
+                           hint="write HOST or HOST:PORT (a port from 1 to 65535), e.g. "
+                                "localhost:5000 or ghcr.io").text
 
 
 def check_repository(path: str) -> str:

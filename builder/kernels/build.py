@@ -31,6 +31,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from builder.core.arch import SM120_FAMILY
 from builder.core.cache import Cache, legacy_entry, sha256_file, sha256_json
 from builder.core.errors import BuilderError, BuildError, ConfigurationError
 from builder.core.progress import Reporter
@@ -143,7 +144,7 @@ class KernelRequest:
         if not isinstance(fast, bool):
             raise ConfigurationError(f"not a kernel request (fast_build is {fast!r}, not true or "
                                      "false)", "write it with `python -m builder kernels "
-                                     "--save-request`")
+                                     "plan --output FILE`")
         try:
             pins = data["pins"]
             request = cls(data["target"], KernelPins(
@@ -157,17 +158,19 @@ class KernelRequest:
             what = f"no field {error}" if isinstance(error, KeyError) else str(error)
             raise ConfigurationError(
                 f"not a kernel request ({what})",
-                "write it with `python -m builder kernels --save-request`") from None
+                "write it with `python -m builder kernels plan --output FILE`") from None
         # A fast build must never pass for a full one, nor the other way round.
         if is_fast_build_version(request.version) != fast:
             raise ConfigurationError(
                 f"the request's version {request.version} and its fast_build "
                 f"({str(fast).lower()}) disagree",
-                "write it again with `python -m builder kernels --save-request`, not by hand")
+                "write it again with `python -m builder kernels plan --output FILE`, not by "
+                "hand")
         if fast and not has_fused_moe(request.groups):
             raise ConfigurationError(
                 "the request is a fast build without a fused_moe_smNN group",
-                "write it again with `python -m builder kernels --save-request`, not by hand")
+                "write it again with `python -m builder kernels plan --output FILE`, not by "
+                "hand")
         return request
 
 
@@ -862,7 +865,7 @@ def sm120_path_modules(env: PythonEnv, lane: str) -> dict[str, Any]:
     """
     done = subprocess.run([str(env.python), str(_DRIVER), json.dumps({"paths": lane})],
                           capture_output=True, text=True, check=False, timeout=600,
-                          env={**os.environ, "FLASHINFER_CUDA_ARCH_LIST": "12.0f"})
+                          env={**os.environ, "FLASHINFER_CUDA_ARCH_LIST": SM120_FAMILY})
     try:
         data: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])["paths"]
     except (IndexError, ValueError, KeyError):

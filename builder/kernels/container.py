@@ -1,6 +1,6 @@
 """The kernel stage in a CUDA build container, through the Docker Engine (docker-py).
 
-The container runs the same code as host mode: ``python -m builder kernels --request``
+The container runs the same code as host mode: ``python -m builder kernels build --request``
 with a request resolved here (:class:`builder.kernels.build.KernelRequest`), the cache folder
 mounted at ``/cache`` and the output folder at ``/dist``. The image
 (``images/kernels-build.Dockerfile``) is its base plus a venv with the builder; the CUDA
@@ -238,7 +238,7 @@ def build_kernels_in_container(request: KernelRequest, options: KernelOptions, *
     def inside(path: Path) -> str:
         return "/cache/" + path.resolve().relative_to(root).as_posix()
 
-    command = ["/opt/builder/bin/python", "-m", "builder", "kernels",
+    command = ["/opt/builder/bin/python", "-m", "builder", "kernels", "build",
                "--request", inside(request_file), "--cache-dir", "/cache", "--dist", "/dist",
                "--environment", "managed", "--wheelhouse", inside(env_house),
                "--build-torch", torch, "--jobs", str(options.jobs or

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import email.parser
 import tomllib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -21,8 +20,10 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from builder.core.arch import SM120, SM120_FAMILY
 from builder.core.arch import sm120_arch as _sm120_arch
 from builder.core.errors import ConfigurationError
+from builder.core.wheelmeta import parse_metadata, requires_dist
 
 if TYPE_CHECKING:  # an annotation only: a saved request's build never imports the source stage
     from builder.source.fetch import SourceResult
@@ -64,8 +65,8 @@ def _requirements(source: SourceResult) -> list[str]:
             deps = tomllib.load(handle).get("project", {}).get("dependencies", [])
         return [str(d) for d in deps]
     for metadata in source.tree.glob("*.dist-info/METADATA"):
-        message = email.parser.BytesParser().parsebytes(metadata.read_bytes())
-        return [str(r) for r in message.get_all("Requires-Dist") or []]
+        return [str(r) for r in requires_dist(parse_metadata(metadata.read_bytes()),
+                                              str(metadata))]
     raise ConfigurationError(f"{source.tree} has neither pyproject.toml nor a wheel's METADATA",
                              "the kernel pins are read from the upstream source itself")
 
@@ -136,10 +137,10 @@ def check_arch_list(arch_list: tuple[str, ...], pins: KernelPins) -> str:
     """
     wanted = sm120_arch(pins.flashinfer)
     for arch in arch_list:
-        if arch == "12.0":
+        if arch == SM120:
             raise ConfigurationError("arch 12.0 without a suffix breaks FlashInfer's FP4 code in "
                                      "ptxas", f"use {wanted} for FlashInfer {pins.flashinfer}")
-        if arch.startswith("12.0") and arch != wanted:
+        if arch.startswith(SM120) and arch != wanted:
             raise ConfigurationError(f"the target lists {arch} but FlashInfer {pins.flashinfer} "
                                      f"detects an SM120 GPU as {wanted}",
                                      f"set arch_list to [\"{wanted}\"] (12.0a up to FlashInfer "
@@ -217,7 +218,7 @@ def default_groups(arch_list: tuple[str, ...]) -> tuple[str, ...]:
     """:data:`DEFAULT_GROUPS` for an arch list: with ``12.0f`` (FlashInfer >= 0.6.7 on CUDA
     >= 12.9) FlashInfer loads ``fp4_quantization_120f`` on SM120, not ``_120``
     (``get_fp4_quantization_module`` in ``quantization/fp4_quantization.py``)."""
-    if "12.0f" in arch_list:
+    if SM120_FAMILY in arch_list:
         return tuple("fp4_quantization_sm120f" if g == "fp4_quantization_sm120" else g
                      for g in DEFAULT_GROUPS)
     return DEFAULT_GROUPS

@@ -82,7 +82,7 @@ def lane_fix(lane: str, found: str | None, lanes: Sequence[str] = ()) -> str:
                f"{lane.split('.')[0]}/bin/nvcc (`kernels` installs it in its own environment)")
     else:
         get = (f"install the CUDA {lane} toolkit (PyPI has no nvcc for CUDA 12) and pass "
-               "--nvcc PATH, or build in the container: kernels --mode container")
+               "--nvcc PATH, or build in the container: kernels container")
     others = [other for other in lanes if other != lane]
     return get + (f"; or choose another lane the target offers: --cuda-lane {others[0]}"
                   if others else "")

@@ -118,7 +118,7 @@ def kernel_request(options: Options, kernel: KernelOptions) -> KernelRequest:
     """
     if kernel.request_file is not None:
         data = read_json_input(kernel.request_file, "the request",
-                               "write one with --save-request")
+                               "write one with `kernels plan --output FILE`")
         request = KernelRequest.from_json(data)
         check_groups(request.groups)
         return request

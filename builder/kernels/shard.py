@@ -1,6 +1,6 @@
 """One cold kernel build spread over CI jobs: shards of FlashInfer's ninja graph.
 
-``python -m builder kernels --shard I/N --sccache`` compiles a deterministic 1/N of the
+``python -m builder kernels build --shard I/N --sccache`` compiles a deterministic 1/N of the
 compile steps (translation units) of the graph FlashInfer writes for the request into the
 shared sccache backend, and writes no wheel. The final job, without ``--shard``, builds the
 whole graph as usual: every object it finds in the backend is a cache hit, anything a dead

@@ -260,7 +260,7 @@ def find_nvcc(explicit: Path | None, env: PythonEnv) -> Path:
             return candidate
     raise MissingToolError("no nvcc found" + (f" at {explicit}" if explicit else ""),
                            "pass --nvcc, set CUDA_HOME, or build in the container "
-                           "(--mode container), which brings its own")
+                           "(`kernels container`), which brings its own")
 
 
 def toolkit_root(nvcc: Path) -> Path:

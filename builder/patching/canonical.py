@@ -148,13 +148,6 @@ def canonical_patch(patch: Path, strip: int, layout: str, destination: Path) -> 
     return found
 
 
-def _toml_string(text: str) -> str:
-    """A TOML basic string (JSON's escapes are a subset TOML reads the same way)."""
-    import json
-
-    return json.dumps(text, ensure_ascii=False)
-
-
 def _check_text(text: str, flag: str, hint: str) -> None:
     """Refuse an argument that is not one line of UTF-8 text (a byte the locale cannot
     decode arrives as a lone surrogate; a line break would split a report line)."""
@@ -212,7 +205,7 @@ def add_to_series(series_file: Path, patch: Path, *, versions: str, description:
     """
     from builder.core.cache import sha256_file
     from builder.core.config import specifier
-    from builder.patching.series import load_series
+    from builder.patching.series import append_entry, load_series
 
     # Every argument is checked before anything is written.
     file_name = patch.name if name is None else name
@@ -228,21 +221,14 @@ def add_to_series(series_file: Path, patch: Path, *, versions: str, description:
                                  "or refresh the existing patch instead")
     if not description.strip():
         raise ConfigurationError("a patch needs a description", "pass --description TEXT")
-    original = series_file.read_bytes().decode("utf-8")  # no newline translation
     # Reads the patch (read_input: a named pipe or a folder refused) before writing stored.
     found = canonical_patch(patch, strip, layout, stored)
     digest = sha256_file(stored)
-    entry = ("\n[[patch]]\n"
-             f"file = {_toml_string(stored.name)}\n"
-             f"sha256 = \"{digest}\"\n"
-             f"description = {_toml_string(description.strip())}\n"
-             f"strip = {strip}\n"
-             f"versions = {_toml_string(versions)}\n")
-    try:
-        rewrite_user_file(series_file, (original.rstrip("\n") + "\n" + entry).encode())
-        load_series(series_file)
+    try:  # the series is left as it was when the entry does not load
+        append_entry(series_file, {"file": stored.name, "sha256": digest,
+                                   "description": description.strip(), "strip": strip,
+                                   "versions": versions})
     except BaseException:
-        rewrite_user_file(series_file, original.encode())
         stored.unlink(missing_ok=True)
         raise
     return stored, found, digest

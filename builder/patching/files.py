@@ -229,10 +229,11 @@ def _eol_mismatch(lines: list[str], hunks: tuple[Hunk, ...],
     marked = []
     for result, trial in zip(results, normalised.results, strict=True):
         if result.status == HunkStatus.FAILED and trial.status in APPLIED_STATUSES:
-            result = HunkResult(result.hunk, FileStatus.EOL_MISMATCH, line=trial.line,
+            result = HunkResult(result.hunk, HunkStatus.FAILED, line=trial.line,
                                 text=result.text,
                                 note=f"the file has {file_eol.upper()} line endings and the "
-                                     f"patch {patch_eol.upper()}; not converting")
+                                     f"patch {patch_eol.upper()}; not converting",
+                                decided_by=FileStatus.EOL_MISMATCH)
         marked.append(result)
     return marked
 
@@ -258,15 +259,6 @@ def _apply_hunks(view: TreeView, file_patch: FilePatch, current: str, max_fuzz: 
     results = _eol_mismatch(lines, file_patch.hunks, results, search)
     ok = all(r.status in APPLIED_STATUSES for r in results)
     return results, (outcome.new_lines if ok else None), outcome.already_applied
-
-
-def _refuse(path: str, status: FileStatus, note: str, hunks: tuple[Hunk, ...]
-            ) -> StagedFile:
-    # A hunk the file's refusal decided has the file's status (a hunk-level "failed"
-    # when the refusal is a plain failure).
-    hunk_status = HunkStatus.FAILED if status == FileStatus.FAILED else status
-    results = tuple(HunkResult(h.index, hunk_status, note=note) for h in hunks)
-    return StagedFile(FileReport(path, status, results, note))
 
 
 def _moved_hint(view: TreeView, file_patch: FilePatch, max_fuzz: int) -> str:
@@ -298,9 +290,198 @@ def _resolve_plain_names(view: TreeView, file_patch: FilePatch) -> FilePatch:
     return replace(file_patch, old_path=chosen, new_path=chosen)
 
 
+@dataclass(frozen=True)
+class _Paths:
+    """One file patch with its tree paths resolved and its operation decided.
+
+    Attributes:
+        patch: the file patch (plain names resolved).
+        old: the tree path of its old side (``None``: it has none).
+        new: the tree path of its new side (``None``: it has none).
+        op: the operation (a modify of a missing file with an empty old side creates it).
+    """
+
+    patch: FilePatch
+    old: str | None
+    new: str | None
+    op: Operation
+
+    @property
+    def repo_path(self) -> str:
+        """The repository path the report names."""
+        return self.patch.path
+
+    @property
+    def hunks(self) -> tuple[Hunk, ...]:
+        """The file patch's hunks."""
+        return self.patch.hunks
+
+
+def _report(paths: _Paths, status: FileStatus, hunks: tuple[HunkResult, ...] = (),
+            note: str = "", staged: dict[str, bytes | None] | None = None,
+            modes: dict[str, int] | None = None) -> StagedFile:
+    """The decided file: its report and what it stages (nothing unless it applies)."""
+    return StagedFile(FileReport(paths.repo_path, status, hunks, note), staged or {},
+                      modes or {})
+
+
+def _refuse(paths: _Paths, status: FileStatus, note: str) -> StagedFile:
+    """A refusal: every hunk decided by the file (a plain hunk "failed" when the refusal
+    is a plain failure)."""
+    decided_by = None if status == FileStatus.FAILED else status
+    results = tuple(HunkResult(h.index, HunkStatus.FAILED, note=note, decided_by=decided_by)
+                    for h in paths.hunks)
+    return _report(paths, status, results, note)
+
+
+def _resolve(view: TreeView, patch_name: str, file_patch: FilePatch, strip: int) -> _Paths:
+    """The file patch's tree paths and operation.
+
+    Raises:
+        PatchError: a path is outside the tree's layout.
+    """
+    file_patch = _resolve_plain_names(view, file_patch)
+    old = view.tree_path(file_patch.old_path) if file_patch.old_path else None
+    new = view.tree_path(file_patch.new_path) if file_patch.new_path else None
+    if (file_patch.old_path and old is None) or (file_patch.new_path and new is None):
+        raise PatchError(f"{patch_name}: {file_patch.path} (after stripping {strip} leading "
+                         f"path components) is not in the {view.layout.kind} layout, "
+                         "which holds only python/",
+                         "check the strip level, or build from git (--source git) for "
+                         "files outside python/")
+    op = file_patch.operation
+    hunks = file_patch.hunks
+    if op == Operation.MODIFY and old is not None and view.read(old) is None and \
+            len(hunks) == 1 and hunks[0].source_start == hunks[0].source_length == 0:
+        op = Operation.CREATE  # an empty old side on a missing file: GNU and git create it
+    return _Paths(file_patch, old, new, op)
+
+
+def _refusal(view: TreeView, paths: _Paths) -> tuple[FileStatus, str] | None:
+    """Why the file is refused before any hunk is tried (a link, a binary diff, a folder
+    in the way), as ``(status, note)``; ``None`` when nothing stands in the way."""
+    file_patch, old, new = paths.patch, paths.old, paths.new
+    for tree_path in dict.fromkeys(p for p in (old, new) if p is not None):
+        link = view.link_on(tree_path)
+        if link is not None:
+            return FileStatus.SYMLINK, (f"{link} is a symbolic link: a patch never reads or "
+                                        "writes through one (it could lead out of the tree); "
+                                        "patch the file it points to under its own path")
+    if file_patch.symlink:
+        return FileStatus.SYMLINK, ("the patch creates, deletes or retargets a symbolic link "
+                                    "(git mode 120000); the builder never writes links: make "
+                                    "the link in the build instead")
+    if file_patch.binary:
+        return FileStatus.BINARY, ("binary diffs (GIT binary patch) are not supported; ship "
+                                   "the file another way")
+    if old is not None and old not in view.changes and (view.root / old).is_dir():
+        return FileStatus.FAILED, f"{file_patch.old_path} is a folder, not a file"
+    if new is not None and (obstacle := view.obstacle(new)) is not None:
+        return FileStatus.FAILED, f"cannot write {file_patch.new_path}: {obstacle}"
+    return None
+
+
+def _create(view: TreeView, paths: _Paths) -> StagedFile:
+    """A new file: staged, or refused (or already applied) when the file exists."""
+    assert paths.new is not None
+    existing = view.read(paths.new)
+    content = "".join(t for h in paths.hunks for t in h.postimage)
+    if existing is not None:
+        same = existing == content
+        note = ("the file to create already exists with identical content"
+                if same else "the file to create already exists with different content")
+        refused = tuple(HunkResult(h.index, HunkStatus.FAILED, note=note,
+                                   decided_by=FileStatus.NEW_FILE_EXISTS) for h in paths.hunks)
+        return _report(paths, FileStatus.ALREADY_APPLIED if same else
+                       FileStatus.NEW_FILE_EXISTS, refused, note)
+    created = tuple(HunkResult(h.index, HunkStatus.CLEAN, line=1, offset=0, fuzz=0,
+                               changed_line=1) for h in paths.hunks)
+    return _report(paths, FileStatus.CREATED, created,
+                   staged={paths.new: content.encode("utf-8", "surrogateescape")},
+                   modes={paths.new: paths.patch.new_mode or 0o644})
+
+
+def _source_missing(view: TreeView, paths: _Paths, max_fuzz: int) -> StagedFile:
+    """The file to change is absent: a delete or rename already done, or missing."""
+    file_patch, op, new = paths.patch, paths.op, paths.new
+    if op == Operation.DELETE:
+        note = "the file to delete is already absent"
+        return _report(paths, FileStatus.ALREADY_APPLIED, tuple(
+            HunkResult(h.index, HunkStatus.ALREADY_APPLIED, note=note) for h in paths.hunks),
+            note)
+    moved_to = view.read(new) if op == Operation.RENAME and new else None
+    if moved_to is not None:  # renamed already? then the hunks are in the new file
+        results, _, already = _apply_hunks(view, file_patch, moved_to, max_fuzz)
+        if already or not paths.hunks:
+            return _report(paths, FileStatus.ALREADY_APPLIED, tuple(results),
+                           "already renamed")
+    note = f"{file_patch.old_path} does not exist" + _moved_hint(view, file_patch, max_fuzz)
+    return _refuse(paths, FileStatus.MISSING_FILE, note)
+
+
+def _not_applied(paths: _Paths, results: tuple[HunkResult, ...], already: bool
+                 ) -> StagedFile:
+    """Some hunk did not apply: already applied as a whole, partly, or failed."""
+    if already:
+        return _report(paths, FileStatus.ALREADY_APPLIED, results)
+    statuses = {r.status for r in results}
+    if HunkStatus.ALREADY_APPLIED in statuses and statuses <= {
+            HunkStatus.ALREADY_APPLIED, *APPLIED_STATUSES}:
+        note = "some hunks are already applied and others are not"
+    else:
+        note = "; ".join(f"hunk #{r.hunk}: {r.label}" + (f" ({r.note})" if r.note else "")
+                         for r in results if r.status not in APPLIED_STATUSES)
+    eol = any(r.decided_by == FileStatus.EOL_MISMATCH for r in results)
+    return _report(paths, FileStatus.EOL_MISMATCH if eol else FileStatus.FAILED, results, note)
+
+
+def _delete(paths: _Paths, results: tuple[HunkResult, ...], new_lines: list[str]
+            ) -> StagedFile:
+    """A delete whose hunks applied: staged when nothing of the file is left."""
+    assert paths.old is not None
+    if new_lines:
+        note = "the file's content differs from what the patch deletes; not deleting it"
+        return _report(paths, FileStatus.FAILED, results, note)
+    return _report(paths, FileStatus.DELETED, results, staged={paths.old: None})
+
+
+def _mode_only(paths: _Paths, data: bytes, mode: int | None, new_mode: int | None
+               ) -> StagedFile:
+    """A modify without hunks: a change of permissions only."""
+    assert paths.old is not None
+    if new_mode == mode:
+        return _report(paths, FileStatus.ALREADY_APPLIED, (), f"mode is already {new_mode:o}")
+    return _report(paths, FileStatus.MODE, (), f"mode {mode:o} -> {new_mode:o}",
+                   staged={paths.old: data}, modes={paths.old: new_mode or 0o644})
+
+
+def _write(view: TreeView, paths: _Paths, results: tuple[HunkResult, ...], data: bytes,
+           new_mode: int | None, preimage: TreeView | None) -> StagedFile:
+    """A modify, rename or copy whose hunks applied: the new file (and a rename's removed
+    source) staged."""
+    old, new, op = paths.old, paths.new, paths.op
+    assert old is not None and new is not None
+    staged: dict[str, bytes | None] = {new: data}
+    # A rename removes its source, unless an earlier file of this patch wrote that file:
+    # then both oracles keep what that file patch wrote (git apply removes every old
+    # path before it writes any new one, write_out_results in apply.c, git 2.x).
+    written_here = preimage is not None and view.changes.get(old) is not None and (
+        old not in preimage.changes or preimage.changes[old] != view.changes[old])
+    if op == Operation.RENAME and new != old and not written_here:
+        staged[old] = None
+    status = {Operation.RENAME: FileStatus.RENAMED,
+              Operation.COPY: FileStatus.COPIED}.get(op, FileStatus.PATCHED)
+    return _report(paths, status, results, staged=staged, modes={new: new_mode or 0o644})
+
+
 def apply_file(view: TreeView, patch_name: str, file_patch: FilePatch,
-                max_fuzz: int, strip: int, preimage: TreeView | None = None) -> StagedFile:
+               max_fuzz: int, strip: int, preimage: TreeView | None = None) -> StagedFile:
     """Apply one file patch to the view (without changing it); decide its status.
+
+    The steps: resolve the paths, refuse what is never applied (links, binary diffs, a
+    folder in the way), create a new file, find the source (a missing one decides the
+    file), refuse a rename or copy over an existing file, apply the hunks, then stage a
+    delete, a mode change or the new content.
 
     A git copy or rename reads its source as it was before this patch (``preimage``),
     whatever the patch did to it in an earlier file: ``git diff -C`` writes "modify x"
@@ -323,123 +504,30 @@ def apply_file(view: TreeView, patch_name: str, file_patch: FilePatch,
     Raises:
         BuilderError: a path of the file patch is outside the tree's layout.
     """
-    file_patch = _resolve_plain_names(view, file_patch)
-    repo_path = file_patch.path
-    old = view.tree_path(file_patch.old_path) if file_patch.old_path else None
-    new = view.tree_path(file_patch.new_path) if file_patch.new_path else None
-    if (file_patch.old_path and old is None) or (file_patch.new_path and new is None):
-        raise PatchError(f"{patch_name}: {repo_path} (after stripping {strip} leading "
-                         f"path components) is not in the {view.layout.kind} layout, "
-                         "which holds only python/",
-                         "check the strip level, or build from git (--source git) for "
-                         "files outside python/")
-    hunks = file_patch.hunks
-    for tree_path in dict.fromkeys(p for p in (old, new) if p is not None):
-        link = view.link_on(tree_path)
-        if link is not None:
-            return _refuse(repo_path, FileStatus.SYMLINK, f"{link} is a symbolic link: a "
-                           "patch never reads or writes through one (it could lead out of "
-                           "the tree); patch the file it points to under its own path", hunks)
-    if file_patch.symlink:
-        return _refuse(repo_path, FileStatus.SYMLINK, "the patch creates, deletes or "
-                       "retargets a symbolic link (git mode 120000); the builder never "
-                       "writes links: make the link in the build instead", hunks)
-    if file_patch.binary:
-        return _refuse(repo_path, FileStatus.BINARY, "binary diffs (GIT binary patch) are "
-                       "not supported; ship the file another way", hunks)
-    if old is not None and old not in view.changes and (view.root / old).is_dir():
-        return _refuse(repo_path, FileStatus.FAILED,
-                       f"{file_patch.old_path} is a folder, not a file", hunks)
-    if new is not None and (obstacle := view.obstacle(new)) is not None:
-        return _refuse(repo_path, FileStatus.FAILED,
-                       f"cannot write {file_patch.new_path}: {obstacle}", hunks)
-    op = file_patch.operation
-    if op == Operation.MODIFY and old is not None and view.read(old) is None and \
-            len(hunks) == 1 and hunks[0].source_start == hunks[0].source_length == 0:
-        op = Operation.CREATE  # an empty old side on a missing file: GNU and git create it
-    if op == Operation.CREATE:
-        assert new is not None
-        existing = view.read(new)
-        content = "".join(t for h in hunks for t in h.postimage)
-        if existing is not None:
-            same = existing == content
-            note = ("the file to create already exists with identical content"
-                    if same else "the file to create already exists with different content")
-            refused = tuple(HunkResult(h.index, FileStatus.NEW_FILE_EXISTS, note=note)
-                            for h in hunks)
-            return StagedFile(FileReport(repo_path, FileStatus.ALREADY_APPLIED if same else
-                                           FileStatus.NEW_FILE_EXISTS, refused, note))
-        created = tuple(HunkResult(h.index, HunkStatus.CLEAN, line=1, offset=0, fuzz=0,
-                                   changed_line=1) for h in hunks)
-        return StagedFile(FileReport(repo_path, FileStatus.CREATED, created),
-                            {new: content.encode("utf-8", "surrogateescape")},
-                            {new: file_patch.new_mode or 0o644})
+    paths = _resolve(view, patch_name, file_patch, strip)
+    if (refusal := _refusal(view, paths)) is not None:
+        return _refuse(paths, *refusal)
+    if paths.op == Operation.CREATE:
+        return _create(view, paths)
+    file_patch, old, new, op = paths.patch, paths.old, paths.new, paths.op
     assert old is not None
     source_view = preimage if preimage is not None and file_patch.git and \
         op in (Operation.RENAME, Operation.COPY) else view
     current = source_view.read(old)
     if current is None:
-        if op == Operation.DELETE:
-            note = "the file to delete is already absent"
-            return StagedFile(FileReport(repo_path, FileStatus.ALREADY_APPLIED, tuple(
-                HunkResult(h.index, HunkStatus.ALREADY_APPLIED, note=note) for h in hunks),
-                note))
-        moved_to = view.read(new) if op == Operation.RENAME and new else None
-        if moved_to is not None:  # renamed already? then the hunks are in the new file
-            results, _, already = _apply_hunks(view, file_patch, moved_to, max_fuzz)
-            if already or not hunks:
-                return StagedFile(FileReport(repo_path, FileStatus.ALREADY_APPLIED,
-                                               tuple(results), "already renamed"))
-        note = f"{file_patch.old_path} does not exist" + _moved_hint(view, file_patch,
-                                                                       max_fuzz)
-        return _refuse(repo_path, FileStatus.MISSING_FILE, note, hunks)
+        return _source_missing(view, paths, max_fuzz)
     if op in (Operation.RENAME, Operation.COPY) and new is not None and new != old and \
             view.read(new) is not None:
-        note = f"{file_patch.new_path} already exists; the {op} would overwrite it"
-        return _refuse(repo_path, FileStatus.NEW_FILE_EXISTS, note, hunks)
+        return _refuse(paths, FileStatus.NEW_FILE_EXISTS,
+                       f"{file_patch.new_path} already exists; the {op} would overwrite it")
     results, new_lines, already = _apply_hunks(view, file_patch, current, max_fuzz) \
-        if hunks else ([], split_lines(current), False)
-    report_hunks = tuple(results)
+        if paths.hunks else ([], split_lines(current), False)
     if new_lines is None:
-        if already:
-            return StagedFile(FileReport(repo_path, FileStatus.ALREADY_APPLIED,
-                                           report_hunks))
-        statuses = {r.status for r in results}
-        if HunkStatus.ALREADY_APPLIED in statuses and statuses <= {
-                HunkStatus.ALREADY_APPLIED, *APPLIED_STATUSES}:
-            note = "some hunks are already applied and others are not"
-        else:
-            note = "; ".join(f"hunk #{r.hunk}: {r.status}" + (f" ({r.note})" if r.note else "")
-                             for r in results if r.status not in APPLIED_STATUSES)
-        status = FileStatus.EOL_MISMATCH if FileStatus.EOL_MISMATCH in statuses else \
-            FileStatus.FAILED
-        return StagedFile(FileReport(repo_path, status, report_hunks, note))
+        return _not_applied(paths, tuple(results), already)
+    if op == Operation.DELETE:
+        return _delete(paths, tuple(results), new_lines)
     mode = source_view.mode(old)
     new_mode = file_patch.new_mode if file_patch.new_mode is not None else mode
-    if op == Operation.DELETE:
-        if new_lines:
-            note = "the file's content differs from what the patch deletes; not deleting it"
-            return StagedFile(FileReport(repo_path, FileStatus.FAILED, report_hunks, note))
-        return StagedFile(FileReport(repo_path, FileStatus.DELETED, report_hunks),
-                            {old: None})
-    data = _encode(new_lines)
-    if op == Operation.MODIFY and not hunks:
-        if new_mode == mode:
-            return StagedFile(FileReport(repo_path, FileStatus.ALREADY_APPLIED, (),
-                                           f"mode is already {new_mode:o}"))
-        return StagedFile(FileReport(repo_path, FileStatus.MODE, (),
-                                       f"mode {mode:o} -> {new_mode:o}"),
-                            {old: data}, {old: new_mode or 0o644})
-    assert new is not None
-    staged: dict[str, bytes | None] = {new: data}
-    # A rename removes its source, unless an earlier file of this patch wrote that file:
-    # then both oracles keep what that file patch wrote (git apply removes every old
-    # path before it writes any new one, write_out_results in apply.c, git 2.x).
-    written_here = preimage is not None and view.changes.get(old) is not None and (
-        old not in preimage.changes or preimage.changes[old] != view.changes[old])
-    if op == Operation.RENAME and new != old and not written_here:
-        staged[old] = None
-    status = {Operation.RENAME: FileStatus.RENAMED,
-              Operation.COPY: FileStatus.COPIED}.get(op, FileStatus.PATCHED)
-    return StagedFile(FileReport(repo_path, status, report_hunks), staged,
-                        {new: new_mode or 0o644})
+    if op == Operation.MODIFY and not paths.hunks:
+        return _mode_only(paths, _encode(new_lines), mode, new_mode)
+    return _write(view, paths, tuple(results), _encode(new_lines), new_mode, preimage)

@@ -165,9 +165,8 @@ class HunkResult:
 
     Attributes:
         hunk: the hunk's 1-based index in its file.
-        status: see :class:`HunkStatus`; a :class:`~builder.patching.status.FileStatus`
-            refusal (``missing-file``, ``eol-mismatch`` ...) when a fact about the whole
-            file decided the hunk (set by the patch stage, which sees files).
+        status: the matcher's verdict (:class:`HunkStatus`); ``failed`` when a fact
+            about the whole file decided the hunk (see ``decided_by``).
         line: GNU-style landing line in the patched file (``None`` when not placed).
         offset: lines between the stated and the actual position (GNU's offset).
         fuzz: context lines ignored to place it.
@@ -176,10 +175,14 @@ class HunkResult:
         near_miss: for ``failed``, the closest place.
         note: extra explanation.
         text: for ``failed`` and ``ambiguous``, the hunk itself as diff text.
+        decided_by: the file-level refusal that decided the hunk when it is not one of
+            the matcher's own verdicts (``missing-file``, ``eol-mismatch``,
+            ``new-file-exists``, ``binary``, ``symlink``; set by the patch stage, which
+            sees files); ``None`` when the matcher decided.
     """
 
     hunk: int
-    status: HunkStatus | FileStatus
+    status: HunkStatus
     line: int | None = None
     offset: int | None = None
     fuzz: int | None = None
@@ -188,10 +191,17 @@ class HunkResult:
     near_miss: NearMiss | None = None
     note: str = ""
     text: str = ""
+    decided_by: FileStatus | None = None
+
+    @property
+    def label(self) -> str:
+        """The status as reports and ``--json`` show it: the deciding file refusal's value
+        when there is one (``missing-file`` ...), else the matcher's (``fuzz`` ...)."""
+        return str(self.decided_by or self.status)
 
     def to_json(self) -> dict[str, Any]:
         """Return JSON-ready data (``status``, ``line``, ``offset``, ``fuzz`` ...)."""
-        out: dict[str, Any] = {"hunk": self.hunk, "status": str(self.status),
+        out: dict[str, Any] = {"hunk": self.hunk, "status": self.label,
                                "line": self.line, "offset": self.offset, "fuzz": self.fuzz,
                                "changed_line": self.changed_line}
         if self.candidates:
@@ -208,19 +218,21 @@ class HunkResult:
     def from_json(cls, data: dict[str, Any]) -> HunkResult:
         """Rebuild a result from :meth:`to_json` output (for example a stored provenance)."""
         miss = data.get("near_miss")
-        return cls(data["hunk"], _hunk_status(data["status"]), data["line"], data["offset"],
+        status, decided_by = _hunk_status(data["status"])
+        return cls(data["hunk"], status, data["line"], data["offset"],
                    data["fuzz"], data["changed_line"], tuple(data.get("candidates", ())),
                    NearMiss(**miss) if miss else None, data.get("note", ""),
-                   data.get("text", ""))
+                   data.get("text", ""), decided_by)
 
 
-def _hunk_status(value: str) -> HunkStatus | FileStatus:
-    """A stored hunk status: the matcher's when it has that value (``failed`` and
-    ``already-applied`` are in both vocabularies), else a file-level refusal."""
+def _hunk_status(value: str) -> tuple[HunkStatus, FileStatus | None]:
+    """A stored hunk status as ``(status, decided_by)``: the matcher's when it has that
+    value (``failed`` and ``already-applied`` are in both vocabularies), else ``failed``
+    decided by that file-level refusal."""
     try:
-        return HunkStatus(value)
+        return HunkStatus(value), None
     except ValueError:
-        return FileStatus(value)
+        return HunkStatus.FAILED, FileStatus(value)
 
 
 @dataclass

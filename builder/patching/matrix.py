@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
@@ -52,17 +53,37 @@ class Column:
     target: str | None = None
 
 
+class CellStatus(StrEnum):
+    """What one patch does on one release (a matrix cell's ``status`` in ``--json``).
+
+    How it applied (``clean``, ``offset``, ``fuzz``), why it did not (``failed``,
+    ``ambiguous``), or what the series decided (the rest, as
+    :class:`~builder.patching.status.PatchStatus` names them). The values are a contract
+    with users of ``matrix --json``, never renamed.
+    """
+
+    CLEAN = "clean"
+    OFFSET = "offset"
+    FUZZ = "fuzz"
+    FAILED = "failed"
+    AMBIGUOUS = "ambiguous"
+    ALREADY_APPLIED = "already-applied"
+    OBSOLETE = "obsolete"
+    NOT_APPLICABLE = "not-applicable"
+    NOT_REACHED = "not-reached"
+
+
 @dataclass(frozen=True)
 class Cell:
     """One patch on one release."""
 
-    status: str
+    status: CellStatus
     text: str
     intents: bool | None  # None: the patch declares no check, or it did not run
 
     def to_json(self) -> dict[str, Any]:
         """Return JSON-ready data."""
-        return {"status": self.status, "text": self.text, "intents_hold": self.intents}
+        return {"status": str(self.status), "text": self.text, "intents_hold": self.intents}
 
 
 @dataclass(frozen=True)
@@ -120,7 +141,7 @@ class Matrix:
         return json.dumps(self.to_json(), indent=2)
 
 
-def describe_outcome(outcome: PatchOutcome) -> tuple[str, str]:
+def describe_outcome(outcome: PatchOutcome) -> tuple[CellStatus, str]:
     """Return ``(status, text)`` for a cell: ``offset -151``, ``fuzz 1``, ``failed: ...``."""
     hunks = [h for f in outcome.files for h in f.hunks]
     if outcome.status == PatchStatus.APPLIED:
@@ -128,22 +149,22 @@ def describe_outcome(outcome: PatchOutcome) -> tuple[str, str]:
         offsets = [h.offset or 0 for h in hunks]
         offset = max(offsets, key=abs, default=0)
         if fuzz:
-            return "fuzz", f"fuzz {fuzz}" + (f" (allowed up to {outcome.max_fuzz})"
+            return CellStatus.FUZZ, f"fuzz {fuzz}" + (f" (allowed up to {outcome.max_fuzz})"
                                              if outcome.max_fuzz else "")
         if offset:
-            return "offset", f"offset {offset}"
-        return "clean", "clean"
+            return CellStatus.OFFSET, f"offset {offset}"
+        return CellStatus.CLEAN, "clean"
     if outcome.status == PatchStatus.FAILED:
         worst = next((h for h in hunks if h.status not in (
             HunkStatus.CLEAN, HunkStatus.OFFSET, HunkStatus.FUZZ,
             HunkStatus.ALREADY_APPLIED)), None)
         if worst is None:
-            return "failed", "failed"
+            return CellStatus.FAILED, "failed"
         if worst.status == HunkStatus.FAILED and worst.fuzz:
-            return "failed", f"needs fuzz {worst.fuzz} (allowed {outcome.max_fuzz})"
-        return ("ambiguous" if worst.status == HunkStatus.AMBIGUOUS else "failed",
-                str(worst.status) if worst.status != HunkStatus.FAILED else "failed")
-    return str(outcome.status), str(outcome.status)
+            return CellStatus.FAILED, f"needs fuzz {worst.fuzz} (allowed {outcome.max_fuzz})"
+        return (CellStatus.AMBIGUOUS if worst.status == HunkStatus.AMBIGUOUS
+                else CellStatus.FAILED, worst.label)
+    return CellStatus(str(outcome.status)), str(outcome.status)
 
 
 def check_matrix(series: Series, columns: list[Column]) -> Matrix:
@@ -168,7 +189,7 @@ def check_matrix(series: Series, columns: list[Column]) -> Matrix:
     return Matrix(names, tuple(columns), tuple(rows), reports)
 
 
-def run_check(options: Options, *, versions: list[str] | None = None,
+def run_matrix(options: Options, *, versions: list[str] | None = None,
               commits: list[str] | None = None) -> Matrix:
     """The compatibility matrix of the series (``--series`` or the default target's).
 

@@ -452,18 +452,55 @@ def _sections(body: str, offset: int, patch: Path) -> list[_Section]:
     return sections
 
 
+def _moved_names(section: _Section, patch: Path) -> tuple[str | None, str | None]:
+    """The ``rename``/``copy`` ``from`` and ``to`` names, unquoted.
+
+    Raises:
+        BuilderError: a quoted name is malformed.
+    """
+    headers = section.headers
+    try:
+        moved_from = headers.get("rename from", headers.get("copy from"))
+        moved_to = headers.get("rename to", headers.get("copy to"))
+        old, new = (None if v is None else unquote_path(v)[0] if v.startswith('"') else v
+                    for v in (moved_from, moved_to))
+    except ValueError as exc:
+        raise _malformed(patch, section.line, str(exc)) from None
+    return old, new
+
+
+def _side(name: str | None, moved: str | None, git: str | None, strip: int,
+          patch: Path) -> str | None:
+    """One side's path at ``strip``: the ---/+++ name, else the rename or copy line's
+    (which carries no a/ b/ prefix: git strips one component less there), else the diff
+    --git line's."""
+    if name is not None and name != "/dev/null":
+        return _strip(name, strip, patch)
+    if moved is not None:
+        return _strip(moved, max(strip - 1, 0), patch)
+    return None if git is None else _strip(git, strip, patch)
+
+
+def _operation(section: _Section, old: str | None, new: str | None, old_absent: bool,
+               new_absent: bool) -> Operation:
+    """What the file patch does, from its sides and headers."""
+    headers = section.headers
+    if old_absent:
+        return Operation.CREATE
+    if new_absent:
+        return Operation.DELETE
+    if "copy from" in headers:
+        return Operation.COPY
+    if "rename from" in headers or (section.git and old != new):
+        return Operation.RENAME
+    return Operation.MODIFY  # a plain diff naming two files means one file
+
+
 def _file_patch(section: _Section, strip: int, patch: Path) -> FilePatch:
     """Resolve one section's names, creation/deletion and modes at ``strip``."""
     headers = section.headers
     git_old, git_new = section.git_names
-    try:
-        # rename/copy from/to carry no a/ b/ prefix: git strips one component less there.
-        moved_from = headers.get("rename from", headers.get("copy from"))
-        moved_to = headers.get("rename to", headers.get("copy to"))
-        moved = [None if v is None else unquote_path(v)[0] if v.startswith('"') else v
-                 for v in (moved_from, moved_to)]
-    except ValueError as exc:
-        raise _malformed(patch, section.line, str(exc)) from None
+    moved_old, moved_new = _moved_names(section, patch)
     old_absent = "new file mode" in headers
     new_absent = "deleted file mode" in headers
     old_name = new_name = None
@@ -471,34 +508,18 @@ def _file_patch(section: _Section, strip: int, patch: Path) -> FilePatch:
         (old_name, old_stamp), (new_name, new_stamp) = section.minus, section.plus
         old_absent = old_absent or old_name == "/dev/null" or _is_absent_stamp(old_stamp)
         new_absent = new_absent or new_name == "/dev/null" or _is_absent_stamp(new_stamp)
-    old = new = None
-    if old_name is not None and old_name != "/dev/null":
-        old = _strip(old_name, strip, patch)
-    elif moved[0] is not None:
-        old = _strip(moved[0], max(strip - 1, 0), patch)
-    elif git_old is not None:
-        old = _strip(git_old, strip, patch)
-    if new_name is not None and new_name != "/dev/null":
-        new = _strip(new_name, strip, patch)
-    elif moved[1] is not None:
-        new = _strip(moved[1], max(strip - 1, 0), patch)
-    elif git_new is not None:
-        new = _strip(git_new, strip, patch)
+    old = _side(old_name, moved_old, git_old, strip, patch)
+    new = _side(new_name, moved_new, git_new, strip, patch)
     if old_absent and new_absent:
         raise _malformed(patch, section.line, "both sides of a file patch are absent")
     if (old is None and not old_absent) or (new is None and not new_absent):
         raise _malformed(patch, section.line, "cannot tell which file the diff --git "
                          "line names (no ---/+++ or rename lines)")
+    operation = _operation(section, old, new, old_absent, new_absent)
     if old_absent:
-        old, operation = None, Operation.CREATE
+        old = None
     elif new_absent:
-        new, operation = None, Operation.DELETE
-    elif "copy from" in headers:
-        operation = Operation.COPY
-    elif "rename from" in headers or (section.git and old != new):
-        operation = Operation.RENAME
-    else:
-        operation = Operation.MODIFY  # a plain diff naming two files means one file
+        new = None
     modes = {key: int(headers[key], 8) for key in
              ("old mode", "new mode", "new file mode", "deleted file mode")
              if key in headers and re.fullmatch(r"[0-7]{6}", headers[key])}

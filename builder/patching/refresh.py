@@ -17,6 +17,7 @@ import difflib
 import hashlib
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +26,14 @@ from builder.core.errors import ConfigurationError, PatchError
 from builder.core.options import Options
 from builder.core.userfiles import rewrite_user_file
 from builder.patching.apply import (
+    PatchOutcome,
     PatchStep,
     read_series,
     replay_series,
 )
 from builder.patching.hunks import HunkStatus
 from builder.patching.patchfile import Operation, quote_path
-from builder.patching.series import Series, select_series
+from builder.patching.series import Series, repin_entries, select_series
 from builder.patching.status import PatchStatus
 from builder.source.fetch import (
     SourceResult,
@@ -56,6 +58,24 @@ class FuzzedHunk:
                 "after": self.after}
 
 
+class RefreshStatus(StrEnum):
+    """What a refresh did to one patch (``status`` in ``refresh --json``).
+
+    ``refreshed`` (rewritten), ``unchanged`` (already exact), ``kept`` (another patch was
+    selected with ``--patch``), or why it was left alone, as
+    :class:`~builder.patching.status.PatchStatus` names it. The values are a contract with
+    users of ``refresh --json``, never renamed.
+    """
+
+    REFRESHED = "refreshed"
+    UNCHANGED = "unchanged"
+    KEPT = "kept"
+    ALREADY_APPLIED = "already-applied"
+    OBSOLETE = "obsolete"
+    NOT_APPLICABLE = "not-applicable"
+    NOT_REACHED = "not-reached"
+
+
 @dataclass(frozen=True)
 class RefreshedPatch:
     """One patch's refresh.
@@ -71,7 +91,7 @@ class RefreshedPatch:
     """
 
     name: str
-    status: str
+    status: RefreshStatus
     written: Path | None
     old_sha256: str
     new_sha256: str
@@ -79,7 +99,7 @@ class RefreshedPatch:
 
     def to_json(self) -> dict[str, Any]:
         """Return JSON-ready data."""
-        return {"name": self.name, "status": self.status,
+        return {"name": self.name, "status": str(self.status),
                 "written": str(self.written) if self.written else None,
                 "old_sha256": self.old_sha256, "new_sha256": self.new_sha256,
                 "fuzzed": [f.to_json() for f in self.fuzzed]}
@@ -236,6 +256,59 @@ def _covers(hunk_text: str, line: int) -> bool:
     return start <= line < start + length
 
 
+def _left_alone(step: PatchStep | PatchOutcome, only: str | None,
+                accept_fuzz: bool) -> RefreshedPatch | None:
+    """The entry of a patch a refresh leaves alone (not applicable, obsolete, already
+    applied, or not the ``only`` one); ``None`` for a patch to refresh.
+
+    Raises:
+        PatchError: the patch failed, or needs fuzz without ``accept_fuzz``.
+    """
+    if not isinstance(step, PatchStep):
+        return RefreshedPatch(step.name, RefreshStatus(step.status), None, step.sha256,
+                              step.sha256)
+    outcome = step.outcome
+    if only is not None and outcome.name != only and outcome.status == PatchStatus.APPLIED:
+        return RefreshedPatch(outcome.name, RefreshStatus.KEPT, None, outcome.sha256,
+                              outcome.sha256)
+    if outcome.status == PatchStatus.FAILED:
+        needs = [h for f in outcome.files for h in f.hunks if h.fuzz and
+                 h.status == HunkStatus.FAILED and "needs fuzz" in h.note]
+        hint = ("pass --accept-fuzz, then review every hunk shown before and after"
+                if needs and not accept_fuzz else "fix the patch by hand")
+        raise PatchError(f"cannot refresh {outcome.name}: {outcome.message}", hint)
+    if outcome.status != PatchStatus.APPLIED:
+        return RefreshedPatch(outcome.name, RefreshStatus(outcome.status), None,
+                              outcome.sha256, outcome.sha256)
+    fuzzy = [f"{f.path} hunk #{h.hunk} (fuzz {h.fuzz})" for f in outcome.files
+             for h in f.hunks if h.status == HunkStatus.FUZZ]
+    if fuzzy and not accept_fuzz:  # even where the series allows it: review first
+        raise PatchError(f"cannot refresh {outcome.name} without review: "
+                         f"{', '.join(fuzzy)} needed fuzz",
+                         "pass --accept-fuzz, then review every hunk shown before "
+                         "and after")
+    return None
+
+
+def _destination(step: PatchStep, series: Series, output_dir: Path | None) -> Path:
+    """Where a refreshed patch goes: ``output_dir``, else over itself.
+
+    Raises:
+        ConfigurationError: in place, the patch lies outside the series' folder.
+    """
+    name = step.outcome.name
+    destination = (output_dir / name) if output_dir else step.entry.path
+    if output_dir is None and series.path is not None and \
+            not destination.is_relative_to(series.path.parent.resolve()):
+        # An absolute series entry may read a patch kept elsewhere, never rewrite it.
+        raise ConfigurationError(
+            f"{name} is {destination}, outside the series folder "
+            f"{series.path.parent.resolve()}: refresh rewrites patches in place only "
+            "there", "refresh a copy with --output-dir DIR, or move the patch into the "
+            "series folder")
+    return destination
+
+
 def refresh_series(source: SourceResult, series: Series, *, accept_fuzz: bool = False,
                    output_dir: Path | None = None, dry_run: bool = False,
                    only: str | None = None) -> tuple[RefreshedPatch, ...]:
@@ -266,50 +339,23 @@ def refresh_series(source: SourceResult, series: Series, *, accept_fuzz: bool = 
     writes: list[tuple[Path, bytes]] = []
     pins: list[tuple[str, str]] = []
     for step in steps:
-        if not isinstance(step, PatchStep):
-            results.append(RefreshedPatch(step.name, str(step.status), None, step.sha256,
-                                          step.sha256))
+        left = _left_alone(step, only, accept_fuzz)
+        if left is not None:
+            results.append(left)
             continue
+        assert isinstance(step, PatchStep)
         outcome = step.outcome
-        if only is not None and outcome.name != only and outcome.status == PatchStatus.APPLIED:
-            results.append(RefreshedPatch(outcome.name, "kept", None, outcome.sha256,
-                                          outcome.sha256))
-            continue
-        if outcome.status == PatchStatus.FAILED:
-            needs = [h for f in outcome.files for h in f.hunks if h.fuzz and
-                     h.status == HunkStatus.FAILED and "needs fuzz" in h.note]
-            hint = ("pass --accept-fuzz, then review every hunk shown before and after"
-                    if needs and not accept_fuzz else "fix the patch by hand")
-            raise PatchError(f"cannot refresh {outcome.name}: {outcome.message}", hint)
-        if outcome.status != PatchStatus.APPLIED:
-            results.append(RefreshedPatch(outcome.name, str(outcome.status), None,
-                                          outcome.sha256, outcome.sha256))
-            continue
-        fuzzy = [f"{f.path} hunk #{h.hunk} (fuzz {h.fuzz})" for f in outcome.files
-                 for h in f.hunks if h.status == HunkStatus.FUZZ]
-        if fuzzy and not accept_fuzz:  # even where the series allows it: review first
-            raise PatchError(f"cannot refresh {outcome.name} without review: "
-                             f"{', '.join(fuzzy)} needed fuzz",
-                             "pass --accept-fuzz, then review every hunk shown before "
-                             "and after")
         text = _new_text(step)
         data = text.encode("utf-8", "surrogateescape")
         new_sha = hashlib.sha256(data).hexdigest()
         changed = new_sha != outcome.sha256
-        destination = (output_dir / outcome.name) if output_dir else step.entry.path
-        if output_dir is None and series.path is not None and \
-                not destination.is_relative_to(series.path.parent.resolve()):
-            # An absolute series entry may read a patch kept elsewhere, never rewrite it.
-            raise ConfigurationError(
-                f"{outcome.name} is {destination}, outside the series folder "
-                f"{series.path.parent.resolve()}: refresh rewrites patches in place only "
-                "there", "refresh a copy with --output-dir DIR, or move the patch into the "
-                "series folder")
+        destination = _destination(step, series, output_dir)
         if changed or output_dir:
             writes.append((destination, data))
             if output_dir is None:
                 pins.append((outcome.sha256, new_sha))
-        results.append(RefreshedPatch(outcome.name, "refreshed" if changed else "unchanged",
+        results.append(RefreshedPatch(outcome.name, RefreshStatus.REFRESHED if changed
+                                      else RefreshStatus.UNCHANGED,
                                       None if dry_run or not (changed or output_dir)
                                       else destination,
                                       outcome.sha256, new_sha, _fuzzed(step, text)))
@@ -317,10 +363,7 @@ def refresh_series(source: SourceResult, series: Series, *, accept_fuzz: bool = 
         for destination, data in writes:
             rewrite_user_file(destination, data)
         if pins and series.path is not None:
-            data = series.path.read_bytes()  # bytes: its line endings stay as they are
-            for old, new in pins:
-                data = data.replace(old.encode(), new.encode())
-            rewrite_user_file(series.path, data)
+            repin_entries(series.path, pins)
     return tuple(results)
 
 
@@ -366,7 +409,7 @@ def run_refresh(options: Options, *, accept_fuzz: bool = False,
     if dry_run:
         return planned
     if output_dir is None:
-        rewritten = {p.name for p in planned if p.status == "refreshed"}
+        rewritten = {p.name for p in planned if p.status == RefreshStatus.REFRESHED}
         for entry in series.entries:
             if entry.name not in rewritten:
                 continue

@@ -13,9 +13,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import tomlkit
+import tomlkit.exceptions
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from builder.core.arch import SM120
 from builder.core.config import (
     SHA256,
     Target,
@@ -175,7 +178,7 @@ def _parse_behaviour(table: dict[str, Any], where: str) -> Behaviour:
             case = BehaviourCase(model, tuple(chosen.items()))
             if case not in cases:  # tp 1 with ep [1, "tp"] names one case twice
                 cases.append(case)
-    raw = table.get("capability", "12.0")
+    raw = table.get("capability", SM120)
     capabilities = tuple(_capability(c, where) for c in (raw if isinstance(raw, list) else [raw]))
     expect = table.get("expect", {})
     unchanged = table.get("unchanged", [])
@@ -492,3 +495,82 @@ def select_series(options: Options, target: Target | None) -> Series:
     if target is None:
         raise ConfigurationError("no series to apply", "pass --series FILE or --patch FILE")
     return load_series(target.series)
+
+
+def _read_series_document(path: Path) -> tuple[bytes, tomlkit.TOMLDocument]:
+    """The series file's bytes and its tomlkit document.
+
+    Raises:
+        BuilderError: the file cannot be read or is not TOML.
+    """
+    from builder.core.userfiles import read_input
+
+    original = read_input(path, "the series", "give the series file (patches/series.toml)")
+    try:
+        return original, tomlkit.parse(original.decode("utf-8"))
+    except (UnicodeDecodeError, tomlkit.exceptions.ParseError) as exc:
+        raise ConfigurationError(f"{path}: {exc}", "fix the series file") from None
+
+
+def append_entry(path: Path, entry: dict[str, Any]) -> None:
+    """Add one ``[[patch]]`` table at the end of the series file, rendered by tomlkit
+    (the rest of the file byte for byte: tomlkit would regroup the ``[[patch]]`` tables the
+    series interleaves with ``[[behaviour]]`` ones if the table went into the document).
+    Every writer of a series file renders it with tomlkit (``tests/test_architecture.py``).
+
+    Args:
+        path: the series file.
+        entry: the entry's keys (``file``, ``sha256``, ``description`` ...), in order.
+
+    Raises:
+        BuilderError: the file cannot be read or is not TOML, or does not load as a series
+            with the entry (then it is left as it was).
+    """
+    from builder.core.userfiles import rewrite_user_file, with_line_endings_of
+
+    original, _ = _read_series_document(path)
+    table = tomlkit.table()
+    for key, value in entry.items():
+        table.add(key, value)
+    patches = tomlkit.aot()
+    patches.append(table)
+    added = tomlkit.dumps({"patch": patches})
+    text = original.decode("utf-8").rstrip("\r\n") + "\n\n" + added
+    rewrite_user_file(path, with_line_endings_of(original, text))
+    try:
+        load_series(path)
+    except BaseException:
+        rewrite_user_file(path, original)  # the untouched bytes back
+        raise
+
+
+def repin_entries(path: Path, pins: list[tuple[str, str]]) -> None:
+    """Move each entry's ``sha256`` in the series file from an old to a new value.
+
+    The new value is rendered by tomlkit and put in place of the old one at its entry's
+    ``sha256`` key; the rest of the file stays byte for byte. (tomlkit 0.15 cannot write
+    this file back as it read it: ``dumps(parse(text))`` regroups the ``[[patch]]`` tables
+    the series interleaves with ``[[behaviour]]`` ones.)
+
+    Args:
+        path: the series file.
+        pins: ``(old sha256, new sha256)`` pairs.
+
+    Raises:
+        BuilderError: the file cannot be read or is not TOML, or an old value is the
+            ``sha256`` of no entry.
+    """
+    from builder.core.userfiles import rewrite_user_file
+
+    original, document = _read_series_document(path)
+    text = original.decode("utf-8")
+    entries = [str(t.get("sha256", "")) for t in document.get("patch", [])]
+    for old, new in pins:
+        key = re.compile(rf'(?m)^(sha256[ \t]*=[ \t]*)"{re.escape(old)}"')
+        if old not in entries or not key.search(text):
+            raise ConfigurationError(f"{path}: sha256 {old} is the pin of no [[patch]] "
+                                     "entry", "write each pin as sha256 = \"HEX\"")
+        # The value as tomlkit renders it, its backslashes doubled: sub reads escapes.
+        value = tomlkit.string(new).as_string().replace("\\", "\\\\")
+        text = key.sub(rf"\g<1>{value}", text)
+    rewrite_user_file(path, text.encode("utf-8"))

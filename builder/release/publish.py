@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -35,8 +34,9 @@ import requests.exceptions
 from packaging.utils import parse_wheel_filename
 from pypi_simple import NoSuchProjectError, PyPISimple
 
+from builder.core.address import parse_url
 from builder.core.engine import StreamError, read_stream
-from builder.core.errors import BuilderError, ConfigurationError, PublishError
+from builder.core.errors import BuilderError, PublishError
 from builder.core.progress import Reporter
 
 PublishStatus = Literal["published", "already-published"]
@@ -99,19 +99,8 @@ class Index:
         """
         simple = index_url or repository_url.rstrip("/") + "/simple/"
         for url in (repository_url, simple):
-            parts = urllib.parse.urlsplit(url)
-            try:
-                parts.port  # noqa: B018 -- urllib checks the range only when it is read
-            except ValueError as exc:
-                raise ConfigurationError(f"{url!r}: {exc}",
-                                         "pass the index as http(s)://host[:port]/path") from None
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ConfigurationError(f"{url!r} is not an http(s) URL",
-                                         "pass the index as http(s)://host[:port]/path")
-            if parts.username or parts.password:
-                raise ConfigurationError("the index URL carries credentials",
-                                         "put them in TWINE_USERNAME / TWINE_PASSWORD or the "
-                                         "keyring instead, so they are never printed")
+            parse_url(url, ("http", "https"), noun="an http(s) URL",
+                      hint="pass the index as http(s)://host[:port]/path")
         return Index(repository_url, simple if simple.endswith("/") else simple + "/")
 
 

@@ -30,6 +30,7 @@ from builder.core.engine import connect
 from builder.core.errors import BuilderError, PublishError
 from builder.core.lock import VersionLock, lock_path
 from builder.core.options import Options, select_target
+from builder.core.progress import Reporter
 from builder.image.build import (
     ExtraWheel,
     ImageResult,
@@ -39,6 +40,7 @@ from builder.image.run import ImageOptions, run_image
 from builder.release.publish import (
     Index,
     Published,
+    PublishStatus,
     image_state,
     pull_by_digest,
     push_image,
@@ -168,7 +170,7 @@ def image_content_digest(image: ImageResult, dockerfile: Path) -> str:
 def refuse_unreleased_kernels(wheels: Sequence[ExtraWheel], target: Target) -> None:
     """Refuse every kernel wheel that is not ``target``'s released kernel set.
 
-    The one rule both release paths (the image and ``--wheels-only``) apply. Refused:
+    The one rule both release paths (``release image`` and ``release wheels``) apply. Refused:
 
     - a fast build (``kernels --fast-build``: its fused MoE keeps one of the TMA
       warp-specialised tile shapes, for smoke tests), known by its local label segment
@@ -213,8 +215,113 @@ def refuse_unreleased_kernels(wheels: Sequence[ExtraWheel], target: Target) -> N
             raise PublishError(f"{wheel.path.name} is a trial build of {target.name}, not its "
                                "kernels: " + "; ".join(wrong),
                                f"build the target's own set: python -m builder kernels "
-                               f"--target {target.name} (no --modules, --head-dims, "
+                               f"build --target {target.name} (no --modules, --head-dims, "
                                "--arch-list or --fast-build)")
+
+
+@dataclass
+class _Publishing:
+    """A release's state from the built image on: what the publish steps share."""
+
+    client: docker.DockerClient
+    image: ImageResult
+    lock: VersionLock
+    image_digest: str
+    target_name: str
+    reporter: Reporter
+    auth: dict[str, str] | None = None
+    published: set[str] = field(default_factory=set)
+
+    def record_tag(self, summary: ReleaseSummary, published: Published) -> None:
+        """Add an image tag to the summary and record its content in the version lock."""
+        summary.published.append(published)
+        self.published.add(published.name)
+        self.lock.record("image", self.target_name, published.name, self.image_digest)
+
+
+def _build_and_lock(options: Options, image_options: ImageOptions,
+                    client: docker.DockerClient | None) -> _Publishing:
+    # Everything before the gate: the kernel wheels' rule, the image, the version lock.
+    refuse_unreleased_kernels([read_extra_wheel(p) for p in image_options.kernel_wheels],
+                              select_target(options))
+    client = client or connect(image_options.docker_host)
+    image = run_image(options, image_options, client)
+    # One tag, one content (versions.lock): a tag is keyed with its registry and
+    # repository, since that is the name a puller sees.
+    state = _Publishing(client=client, image=image,
+                        lock=VersionLock(lock_path(options.targets_file)),
+                        image_digest=image_content_digest(image, image_options.dockerfile),
+                        target_name=select_target(options).name, reporter=options.reporter)
+    for tag in image.tags:
+        state.lock.require("image", state.target_name, tag, state.image_digest)
+    return state
+
+
+def _stopped(summary: ReleaseSummary, artifacts: list[str], exc: BuilderError,
+             published: set[str]) -> BuilderError:
+    # Every artifact not published and not already listed is "not published", with why.
+    summary.not_published += [(a, f"release stopped: {exc.cause}")
+                              for a in artifacts if a not in published
+                              and a not in {n for n, _ in summary.not_published}]
+    return exc.replaced(report=summary)
+
+
+def _require_passed(result: GateResult) -> None:
+    # The summary names up to three failed checks of the gate's report.
+    if result.passed:
+        return
+    failed = [c for c in result.report.get("checks", []) if not c.get("ok", True)]
+    detail = "; ".join(f"{c['name']}: {c['detail']}" for c in failed[:3])
+    raise PublishError(f"the {result.name} smoke gate failed"
+                       + (f": {detail}" if detail else ""),
+                       "nothing was published; see the gate's report")
+
+
+def _covered_wheels(result: GateResult, image: ImageResult,
+                    summary: ReleaseSummary) -> dict[str, tuple[Path, str]]:
+    # Only the wheels the gate covered are published; the others are listed with why.
+    sha = {w.path.name: (w.path, w.sha256) for w in image.wheels}
+    sha.update({w.path.name: (w.path, w.sha256) for w in image.extra_wheels})
+    covered = set(result.wheels)
+    for name in sha:
+        if name not in covered:
+            summary.not_published.append((name, f"not covered by the {result.name} smoke "
+                                                 "gate (the image installs another wheel)"))
+    return {name: sha[name] for name in sha if name in covered}
+
+
+def _publish_wheels(index: Index, wheels: dict[str, tuple[Path, str]],
+                    states: dict[str, PublishStatus | None], state: _Publishing,
+                    summary: ReleaseSummary) -> None:
+    # An index that has the exact file already counts as published (not uploaded again).
+    for name, (path, digest) in wheels.items():
+        if states[name] == "already-published":
+            summary.published.append(Published("wheel", name, index.simple_url,
+                                               f"sha256:{digest}", "already-published"))
+        else:
+            summary.published.append(upload_wheel(index, path, digest, state.reporter))
+        state.published.add(name)
+
+
+def _publish_tags(tag_states: dict[str, tuple[PublishStatus | None, str | None]],
+                  state: _Publishing, summary: ReleaseSummary) -> None:
+    # Each tag is pushed, pulled back by digest and compared with what passed the gate.
+    image = state.image
+    for tag in image.tags:
+        found, digest_found = tag_states[tag]
+        if found == "already-published" and digest_found:
+            state.record_tag(summary, Published("image", tag, tag.split("/", 1)[0],
+                                                digest_found, "already-published"))
+            continue
+        pushed = push_image(state.client, image.image_id, tag, state.auth, state.reporter)
+        repository, _ = split_reference(tag)
+        pulled = pull_by_digest(state.client, repository, pushed, state.auth)
+        if pulled != image.image_id:
+            raise PublishError(f"{repository}@{pushed} pulled back as {pulled}, not the "
+                               f"image that passed the gate ({image.image_id})",
+                               "check the registry")
+        state.record_tag(summary, Published("image", tag, tag.split("/", 1)[0], pushed,
+                                            "published"))
 
 
 def run_release(options: Options, image_options: ImageOptions, index: Index,
@@ -241,86 +348,30 @@ def run_release(options: Options, image_options: ImageOptions, index: Index,
     """
     summary = ReleaseSummary()
     try:
-        refuse_unreleased_kernels([read_extra_wheel(p) for p in image_options.kernel_wheels],
-                                  select_target(options))
-        client = client or connect(image_options.docker_host)
-        image = run_image(options, image_options, client)
-        # One tag, one content (versions.lock): a tag is keyed with its registry and
-        # repository, since that is the name a puller sees.
-        lock = VersionLock(lock_path(options.targets_file))
-        image_digest = image_content_digest(image, image_options.dockerfile)
-        target_name = select_target(options).name
-        for tag in image.tags:
-            lock.require("image", target_name, tag, image_digest)
+        state = _build_and_lock(options, image_options, client)
     except BuilderError as exc:
         what = f"target {options.target}" if options.target else "the default target"
         summary.not_published.append((f"the wheels and image of {what}",
                                       f"release stopped: {exc.cause}"))
         raise exc.replaced(report=summary) from None  # the failing stage's type and status
-    summary.image = image
+    image = summary.image = state.image
     artifacts = [w.path.name for w in image.wheels] + \
         [w.path.name for w in image.extra_wheels] + list(image.tags)
-
-    def stop(exc: BuilderError, published: set[str]) -> BuilderError:
-        summary.not_published += [(a, f"release stopped: {exc.cause}")
-                                  for a in artifacts if a not in published
-                                  and a not in {n for n, _ in summary.not_published}]
-        return exc.replaced(report=summary)
-
     options.reporter.info(f"smoke gate on {image.image_id}")
     try:
-        result = gate(client, image)
+        summary.gate = gate(state.client, image)
+        _require_passed(summary.gate)
     except BuilderError as exc:
-        raise stop(exc, set()) from None
-    summary.gate = result
-    if not result.passed:
-        failed = [c for c in result.report.get("checks", []) if not c.get("ok", True)]
-        detail = "; ".join(f"{c['name']}: {c['detail']}" for c in failed[:3])
-        raise stop(PublishError(f"the {result.name} smoke gate failed"
-                                + (f": {detail}" if detail else ""),
-                                "nothing was published; see the gate's report"), set())
-    covered = set(result.wheels)
-    sha = {w.path.name: (w.path, w.sha256) for w in image.wheels}
-    sha.update({w.path.name: (w.path, w.sha256) for w in image.extra_wheels})
-    for name in sha:
-        if name not in covered:
-            summary.not_published.append((name, f"not covered by the {result.name} smoke "
-                                                 "gate (the image installs another wheel)"))
-    to_publish = [name for name in sha if name in covered]
-    auth = registry_auth()
-    published: set[str] = set()
+        raise _stopped(summary, artifacts, exc, set()) from None
+    wheels = _covered_wheels(summary.gate, image, summary)
+    state.auth = registry_auth()
     try:
         # Every check that can refuse runs before anything is published.
-        states = {name: wheel_state(index, *sha[name]) for name in to_publish}
-        tag_states = {tag: image_state(client, image.image_id, tag, auth)
+        states = {name: wheel_state(index, *wheels[name]) for name in wheels}
+        tag_states = {tag: image_state(state.client, image.image_id, tag, state.auth)
                       for tag in image.tags}
-        for name in to_publish:
-            path, digest = sha[name]
-            if states[name] == "already-published":
-                summary.published.append(Published("wheel", name, index.simple_url,
-                                                    f"sha256:{digest}", "already-published"))
-            else:
-                summary.published.append(upload_wheel(index, path, digest, options.reporter))
-            published.add(name)
-        for tag in image.tags:
-            state, digest_found = tag_states[tag]
-            if state == "already-published" and digest_found:
-                summary.published.append(Published("image", tag, tag.split("/", 1)[0],
-                                                   digest_found, "already-published"))
-                published.add(tag)
-                lock.record("image", target_name, tag, image_digest)
-                continue
-            pushed = push_image(client, image.image_id, tag, auth, options.reporter)
-            repository, _ = split_reference(tag)
-            pulled = pull_by_digest(client, repository, pushed, auth)
-            if pulled != image.image_id:
-                raise PublishError(f"{repository}@{pushed} pulled back as {pulled}, not the "
-                                   f"image that passed the gate ({image.image_id})",
-                                   "check the registry")
-            summary.published.append(Published("image", tag, tag.split("/", 1)[0], pushed,
-                                               "published"))
-            published.add(tag)
-            lock.record("image", target_name, tag, image_digest)
+        _publish_wheels(index, wheels, states, state, summary)
+        _publish_tags(tag_states, state, summary)
     except BuilderError as exc:
-        raise stop(exc, published) from None
+        raise _stopped(summary, artifacts, exc, state.published) from None
     return summary

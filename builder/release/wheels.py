@@ -9,11 +9,11 @@ list each file with our sha256.
 The gate:
 
 * ``smoke`` (the default): the smoke test's report from a GPU runner, written by
-  ``smoke --mode host --sglang-wheel WHEEL --output FILE`` there; it must have passed and
+  ``smoke host --sglang-wheel WHEEL --output FILE`` there; it must have passed and
   tested exactly this wheel (its provenance digest, :func:`builder.smoke.gpu.require_passed`).
   Only the wheels it covered are published.
 * ``build``: the build's own checks alone (every patch applied within its fuzz policy,
-  every intent check held, the version lock): chosen explicitly, like ``release --gate
+  every intent check held, the version lock): chosen explicitly, like ``release image --gate
   static``, for an index that does not need proof from a GPU.
 
 Kernel wheels (``--kernel-wheel``, what the kernel stage wrote: FlashInfer >= 0.7's
@@ -54,7 +54,7 @@ def _report(gate: WheelGate, smoke_report: Path | None) -> SmokeReport | None:
     if smoke_report is None:
         raise ConfigurationError(
             "the smoke gate needs the smoke test's report from a GPU runner",
-            "there: python -m builder smoke --mode host --sglang-wheel WHEEL --output "
+            "there: python -m builder smoke host --sglang-wheel WHEEL --output "
             "smoke.json, then --smoke-report smoke.json; or --gate build to publish on the "
             "build's own checks alone")
     return load_report(smoke_report)
@@ -101,7 +101,7 @@ def kernel_wheels_for(paths: tuple[Path, ...], target: Target,
             raise PublishError(f"{wheel.path.name} is not a kernel wheel of this target "
                                f"(local version {local or 'none'}, the target's label is "
                                f"{label})", "pass the wheels `python -m builder kernels "
-                               "--target NAME` wrote for this target")
+                               "build --target NAME` wrote for this target")
     refuse_unreleased_kernels(wheels, target)
     manifests = [w for w in wheels if w.manifest is not None]
     if wheels and not manifests:
@@ -115,7 +115,7 @@ def kernel_wheels_for(paths: tuple[Path, ...], target: Target,
     return wheels
 
 
-def run_publish_wheels(options: Options, index: Index, *, gate: WheelGate = "smoke",
+def run_release_wheels(options: Options, index: Index, *, gate: WheelGate = "smoke",
                        smoke_report: Path | None = None,
                        kernel_wheels: tuple[Path, ...] = ()) -> ReleaseSummary:
     """Build the target's wheel(s), gate them and publish them to ``index``.

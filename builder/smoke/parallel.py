@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.smoke.server import ServerSpec, free_port, run_server_check
-from builder.smoke.shared import FAILED, NOT_RUN, PASSED, WARNING
+from builder.smoke.shared import Status
 
 #: NVLink multicast off in the server, as on every lent multi-GPU machine: NCCL's NVLS
 #: algorithms, PyTorch's symmetric-memory multicast and NVSHMEM's NVLS (the lent hosts
@@ -55,7 +55,7 @@ class ParallelOutcome:
             difference when there is one.
     """
 
-    status: str
+    status: Status
     detail: str
     data: dict[str, Any]
 
@@ -156,14 +156,14 @@ def run_parallel_check(command: Callable[[int, tuple[str, ...]], tuple[str, ...]
     if experts is None or experts % need:
         found = "no expert count in its config.json (" + ", ".join(EXPERT_KEYS) + ")" \
             if experts is None else f"{experts} experts"
-        return ParallelOutcome(FAILED, f"EP {need} needs an expert count divisible by "
+        return ParallelOutcome(Status.FAILED, f"EP {need} needs an expert count divisible by "
                                f"{need}; the model has {found}", data)
     results: list[dict[str, Any]] = data["legs"]
     for leg in legs:
         entry: dict[str, Any] = {"leg": leg.name, "tp": leg.tp, "ep": leg.ep}
         results.append(entry)
         if leg.tp > gpus:
-            entry.update(status=NOT_RUN, detail=f"TP {leg.tp} needs {leg.tp} GPUs, {gpus} "
+            entry.update(status=Status.NOT_RUN, detail=f"TP {leg.tp} needs {leg.tp} GPUs, {gpus} "
                          "visible")
             continue
         port = free_port()
@@ -179,7 +179,7 @@ def run_parallel_check(command: Callable[[int, tuple[str, ...]], tuple[str, ...]
                      command=outcome.data.get("command"),
                      stopped_by=outcome.data.get("stopped_by"),
                      seconds=outcome.data.get("seconds"))
-        if outcome.status not in (PASSED, WARNING):
+        if outcome.status not in (Status.PASSED, Status.WARNING):
             entry["log_tail"] = outcome.data.get("log_tail")
     return _judge(data)
 
@@ -188,14 +188,14 @@ def _judge(data: dict[str, Any]) -> ParallelOutcome:
     """The verdict over the legs in ``data["legs"]`` (the first is the reference)."""
     legs = data["legs"]
     for entry in legs:
-        if entry["status"] not in (PASSED, WARNING, NOT_RUN):
-            return ParallelOutcome(FAILED, f"{entry['leg']}: {entry['detail']}", data)
+        if entry["status"] not in (Status.PASSED, Status.WARNING, Status.NOT_RUN):
+            return ParallelOutcome(Status.FAILED, f"{entry['leg']}: {entry['detail']}", data)
     reference = legs[0]
-    if reference["status"] == NOT_RUN:
-        return ParallelOutcome(NOT_RUN, f"{reference['leg']}: {reference['detail']}", data)
+    if reference["status"] == Status.NOT_RUN:
+        return ParallelOutcome(Status.NOT_RUN, f"{reference['leg']}: {reference['detail']}", data)
     ref_ids = reference["output_ids"]
     for entry in legs[1:]:
-        if entry["status"] == NOT_RUN:
+        if entry["status"] == Status.NOT_RUN:
             continue
         position = first_difference(ref_ids, entry["output_ids"])
         if position is None:
@@ -211,11 +211,11 @@ def _judge(data: dict[str, Any]) -> ParallelOutcome:
         if margin is not None:
             detail += (f" ({reference['leg']}'s top-2 logprob margin there: {margin:g}; "
                        "near 0 is bf16 noise, large is a fault)")
-        return ParallelOutcome(FAILED, detail, data)
-    ran = [e["leg"] for e in legs if e["status"] != NOT_RUN]
-    skipped = [f"{e['leg']} not run: {e['detail']}" for e in legs if e["status"] == NOT_RUN]
+        return ParallelOutcome(Status.FAILED, detail, data)
+    ran = [e["leg"] for e in legs if e["status"] != Status.NOT_RUN]
+    skipped = [f"{e['leg']} not run: {e['detail']}" for e in legs if e["status"] == Status.NOT_RUN]
     same = (f"{', '.join(ran)} returned the same {len(ref_ids)} token ids" if len(ran) > 1
             else f"{ran[0]} returned {len(ref_ids)} token ids, nothing to compare them with")
     if skipped:
-        return ParallelOutcome(NOT_RUN, f"{same}; " + "; ".join(skipped), data)
-    return ParallelOutcome(PASSED, same, data)
+        return ParallelOutcome(Status.NOT_RUN, f"{same}; " + "; ".join(skipped), data)
+    return ParallelOutcome(Status.PASSED, same, data)

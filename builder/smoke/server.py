@@ -32,9 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.smoke.shared import (
-    FAILED,
-    PASSED,
-    WARNING,
+    Status,
     autotune_summary,
     classify_line,
     count_warnings,
@@ -149,7 +147,7 @@ class ServerOutcome:
         data: timings, patterns seen, the answer, warnings, how it stopped, the log's tail.
     """
 
-    status: str
+    status: Status
     detail: str
     data: dict[str, Any]
 
@@ -249,7 +247,7 @@ def run_server_check(spec: ServerSpec) -> ServerOutcome:
     assert process.stdout is not None
     watcher = _LogWatcher(process.stdout, spec.patterns)
     data: dict[str, Any] = {"command": list(spec.command)}
-    status, detail = FAILED, ""
+    status, detail = Status.FAILED, ""
     session = requests.Session()
     try:
         healthy_at = None
@@ -287,9 +285,9 @@ def run_server_check(spec: ServerSpec) -> ServerOutcome:
                 tuned = autotune_summary(list(watcher.autotuner_lines))
                 data["autotune"] = tuned
                 untuned = tuning_failure(tuned) if spec.require_tuning else None
-                if status == PASSED and untuned:
-                    status, detail = FAILED, f"{untuned} ({detail})"
-                elif status == PASSED and spec.require_tuning:
+                if status == Status.PASSED and untuned:
+                    status, detail = Status.FAILED, f"{untuned} ({detail})"
+                elif status == Status.PASSED and spec.require_tuning:
                     detail += (f"; autotune profiled {tuned['profiled']} tactics, chose "
                                f"{'/'.join(tuned['chosen']) or '?'}")
     finally:
@@ -302,10 +300,10 @@ def run_server_check(spec: ServerSpec) -> ServerOutcome:
                 warning_lines=watcher.warning_lines[:20], log_tail=list(watcher.tail),
                 seconds=round(time.monotonic() - started, 2))
     if "orphans" in data["stopped_by"]:
-        status, detail = FAILED, f"{detail}; processes survived the stop" if detail else \
+        status, detail = Status.FAILED, f"{detail}; processes survived the stop" if detail else \
             "processes of the server survived SIGKILL"
-    if status == PASSED and any(data["warnings"].values()):
-        status = WARNING
+    if status == Status.PASSED and any(data["warnings"].values()):
+        status = Status.WARNING
         detail += "; autotune warnings: " + ", ".join(
             f"{k} {n}" for k, n in data["warnings"].items() if n)
     return ServerOutcome(status, detail, data)
@@ -329,7 +327,7 @@ def tuning_failure(tuned: dict[str, Any]) -> str | None:
     return None
 
 
-def _generate(session: Any, spec: ServerSpec, data: dict[str, Any]) -> tuple[str, str]:
+def _generate(session: Any, spec: ServerSpec, data: dict[str, Any]) -> tuple[Status, str]:
     import requests
 
     params: dict[str, Any] = {"max_new_tokens": spec.max_new_tokens, "temperature": 0}
@@ -343,31 +341,31 @@ def _generate(session: Any, spec: ServerSpec, data: dict[str, Any]) -> tuple[str
         answer = session.post(f"{spec.base_url}/generate", json=body,
                               timeout=spec.request_timeout)
     except requests.RequestException as exc:
-        return FAILED, f"POST /generate failed: {exc}"
+        return Status.FAILED, f"POST /generate failed: {exc}"
     if answer.status_code != 200:
-        return FAILED, f"POST /generate answered {answer.status_code}: {answer.text[:200]}"
+        return Status.FAILED, f"POST /generate answered {answer.status_code}: {answer.text[:200]}"
     if spec.input_ids is not None:
         try:
             ids = answer.json()["output_ids"]
         except (ValueError, KeyError, TypeError):
-            return FAILED, f"POST /generate answered no output_ids: {answer.text[:200]}"
+            return Status.FAILED, f"POST /generate answered no output_ids: {answer.text[:200]}"
         if not isinstance(ids, list) or not ids or \
                 not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-            return FAILED, f"POST /generate answered no token ids: {answer.text[:200]}"
+            return Status.FAILED, f"POST /generate answered no token ids: {answer.text[:200]}"
         data["generated_ids"] = ids
         if spec.top_logprobs:
             data["top_logprobs"] = _top_logprobs(answer.json())
-        return PASSED, (f"/health after {data['seconds_to_health']} s, autotune ran, /generate "
-                        f"answered {len(ids)} token ids")
+        return Status.PASSED, (f"/health after {data['seconds_to_health']} s, autotune ran, "
+                               f"/generate answered {len(ids)} token ids")
     try:
         text = answer.json()["text"]
     except (ValueError, KeyError, TypeError):
-        return FAILED, f"POST /generate answered no text: {answer.text[:200]}"
+        return Status.FAILED, f"POST /generate answered no text: {answer.text[:200]}"
     if not isinstance(text, str) or not text.strip():
-        return FAILED, f"POST /generate answered an empty text: {answer.text[:200]}"
+        return Status.FAILED, f"POST /generate answered an empty text: {answer.text[:200]}"
     data["generated_text"] = text
-    return PASSED, (f"/health after {data['seconds_to_health']} s, autotune ran, /generate "
-                    f"answered {text.strip()[:60]!r}")
+    return Status.PASSED, (f"/health after {data['seconds_to_health']} s, autotune ran, "
+                           f"/generate answered {text.strip()[:60]!r}")
 
 
 def _top_logprobs(answer: Any) -> list[list[list[float]]] | None:

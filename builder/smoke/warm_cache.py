@@ -198,3 +198,83 @@ def restore(artifact_path: Path, running: WarmCacheKey, dest: Path) -> bool:
         return False
     atomic_write_bytes(dest, (json.dumps(cache, indent=2) + "\n").encode())
     return True
+
+
+def _read_key(path: Path) -> Any:
+    """The JSON in the ``--key`` file (its shape is checked by ``WarmCacheKey``).
+
+    Raises:
+        ConfigurationError: the file cannot be read (a named pipe or a folder is refused at
+            once, never waited on) or is not JSON.
+    """
+    try:
+        return read_json_input(path, "the key file", "give a JSON object of the key's fields")
+    except ConfigurationError as exc:
+        raise exc.replaced(cause=f"cannot read the key: {exc.cause}") from None
+
+
+def _autotune_file(cache_dir: Path) -> Path:
+    """The one autotune file SGLang wrote under ``cache_dir``.
+
+    SGLang 0.5.16 writes it at ``flashinfer/autotune/<FlashInfer version>/sm<cc>/<model
+    hash>/rank_tp<r>_pp<r>_dp<r>.json`` (``flashinfer_autotune_cache_path`` in
+    ``sglang/srt/model_executor/runner/flashinfer_autotune.py``).
+
+    Raises:
+        ConfigurationError: none or more than one such file.
+    """
+    files = sorted(cache_dir.glob("flashinfer/autotune/*/*/*/rank_*.json"))
+    if len(files) != 1:
+        raise ConfigurationError(
+            f"{cache_dir} holds {len(files)} SGLang autotune files "
+            f"(flashinfer/autotune/*/*/*/rank_*.json), not one: "
+            + (", ".join(str(f.relative_to(cache_dir)) for f in files) or "none"),
+            "pass the one to keep with --autotune-file")
+    return files[0]
+
+
+def run_warm_cache_capture(key_file: Path, output: Path, *, autotune_file: Path | None = None,
+                           sglang_cache_dir: Path | None = None) -> dict[str, Any]:
+    """Keep the fused-MoE entries of an autotune file for the key's shape, in one artifact.
+
+    Args:
+        key_file: the JSON file of the key (:class:`WarmCacheKey`'s fields).
+        output: where the artifact goes.
+        autotune_file: FlashInfer's autotune file itself; else
+        sglang_cache_dir: SGLang's cache folder holding exactly one such file.
+
+    Returns:
+        ``{"action": "capture", "source", "artifact", "entries"}``.
+
+    Raises:
+        ConfigurationError: the key cannot be read or is malformed, the folder holds not
+            exactly one autotune file, or the file is not FlashInfer's for that key.
+    """
+    key = WarmCacheKey.from_mapping(_read_key(key_file))
+    source = autotune_file or _autotune_file(sglang_cache_dir or Path())
+    artifact = capture(source, key)
+    write_artifact(artifact, output)
+    return {"action": "capture", "source": str(source), "artifact": str(output),
+            "entries": len(artifact["flashinfer_cache"]) - 1}
+
+
+def run_warm_cache_restore(key_file: Path, artifact: Path, dest: Path) -> dict[str, Any]:
+    """Write the artifact's autotune file to ``dest`` only when the key equals the captured
+    one (:func:`restore`).
+
+    Args:
+        key_file: the JSON file of the running key.
+        artifact: the captured artifact.
+        dest: the autotune file the server will read.
+
+    Returns:
+        ``{"action": "restore", "artifact", "dest", "restored"}``.
+
+    Raises:
+        ConfigurationError: the key cannot be read or is malformed, or ``dest`` is not a
+            file.
+    """
+    key = WarmCacheKey.from_mapping(_read_key(key_file))
+    written = restore(artifact, key, dest)
+    return {"action": "restore", "artifact": str(artifact), "dest": str(dest),
+            "restored": written}

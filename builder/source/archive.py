@@ -46,14 +46,17 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.metadata import parse_email
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import VerificationError
 
-#: Larger archives (compressed or not) are unpacked as a stream instead of in memory.
-_IN_MEMORY_LIMIT = 1 << 30
+#: Larger archives (compressed or not) are unpacked as a stream instead of in memory. Low:
+#: a whole sdist in memory set a cold build's peak (0.5.9's, 25 MiB uncompressed: 77 MiB
+#: peak in memory, 27 MiB streamed, the same CPU time within noise, three runs each on
+#: a shared 2-core machine; benchmarks/bench_wheel.py), and the build's pip processes,
+#: forked from this one, start with its peak.
+_IN_MEMORY_LIMIT = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,8 @@ def read_metadata(data: bytes, where: str) -> ArchiveMetadata:
         BuilderError: no single ``Name`` or ``Version`` field, or a version that is not
             PEP 440.
     """
+    from packaging.metadata import parse_email  # here: email's parser costs ~10 ms to import
+
     raw, unparsed = parse_email(data)
     for field in ("name", "version"):
         if field in unparsed or field not in raw:

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import os
 import time
-import urllib.parse
-import urllib.request
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from builder.core.address import file_name, local_path
+from builder.core.address import scheme as url_scheme
 from builder.core.cache import sha256_file
 from builder.core.errors import BuilderError, ConfigurationError, SourceError, VerificationError
 from builder.core.progress import Reporter
@@ -93,7 +93,7 @@ def download(url: str, destination: Path, sha256: str, partial: Path,
             or the file's sha256 is not ``sha256`` (the partial file is removed).
     """
     partial.parent.mkdir(parents=True, exist_ok=True)
-    scheme = urllib.parse.urlparse(url).scheme
+    scheme = url_scheme(url)
     if scheme == "file":
         _copy_local(url, partial, reporter)
     elif scheme in ("http", "https"):
@@ -113,7 +113,7 @@ def download(url: str, destination: Path, sha256: str, partial: Path,
 
 
 def _copy_local(url: str, partial: Path, reporter: Reporter) -> None:
-    path = Path(urllib.request.url2pathname(urllib.parse.urlparse(url).path))
+    path = local_path(url)
     try:
         with path.open("rb") as source, partial.open("wb") as out, \
                 reporter.download(f"Copying {path.name}", path.stat().st_size) as bar:
@@ -154,7 +154,7 @@ def _fetch_http(url: str, partial: Path, reporter: Reporter) -> None:
                 length = r.headers.get("Content-Length")
                 total = (int(length) + (have if resumed else 0)) if length else None
                 # The file's name from the URL: the partial file is named by its hash.
-                name = urllib.parse.unquote(urllib.parse.urlparse(url).path.rsplit("/", 1)[-1])
+                name = file_name(url)
                 label = f"{'Resuming' if resumed else 'Downloading'} {name or partial.name}"
                 with partial.open(mode) as out, reporter.download(label, total) as bar:
                     if resumed:

@@ -7,13 +7,10 @@ verified against the pin), or a folder the user already has (``--source-dir``).
 
 from __future__ import annotations
 
-import email.message
-import email.parser
 import glob
 import hashlib
 import os
 import shutil
-import urllib.parse
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +25,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from builder.core.address import file_name
 from builder.core.cache import Cache, legacy_entry, sha256_file, sha256_tree
 from builder.core.config import GitPin, Pin, SdistPin, SourceKind, Target, WheelPin
 from builder.core.errors import BuilderError, ConfigurationError, SourceError, VerificationError
@@ -42,12 +40,14 @@ from builder.source.archive import (
     unpack_sdist,
     unzip_wheel,
 )
-from builder.source.download import download
-from builder.source.index import project_files
 
-# gitpython, requests and remotezip are imported where they are used: a build from the
-# cache needs none of them.
+# The network modules (builder.source.download and .index: urllib.request, http.client,
+# ssl) and gitpython, requests and remotezip are imported where they are used: a build
+# from the cache needs none of them (about 25 ms of a no-op rebuild's start, measured
+# with -X importtime; benchmarks/bench_wheel.py).
 if TYPE_CHECKING:
+    import email.message
+
     import git
 
 #: Bumped when the unpack rule changes, so older cache entries are unpacked again.
@@ -273,6 +273,8 @@ def _download_pinned(pin: SdistPin | WheelPin, cache: Cache, index_url: str | No
         # The partial file lives outside the entry being built, so an interrupted
         # download survives for the next run to resume (builder.source.download).
         partial = cache.root / "partial" / f"{pin.sha256}.{pin.filename}.part"
+        from builder.source.download import download
+
         download(url, tmp / pin.filename, pin.sha256, partial, reporter)
         return {"file": pin.filename}
 
@@ -298,6 +300,8 @@ def download_pinned(pin: SdistPin | WheelPin, cache: Cache, index_url: str | Non
 
 def _find_on_index(pin: SdistPin | WheelPin, index_url: str) -> str:
     """Find the URL of the file with the pinned sha256 on a simple index."""
+    from builder.source.index import project_files
+
     page_url, files = project_files(pin.project, index_url)
     for item in files:
         if item.sha256 == pin.sha256:
@@ -331,6 +335,8 @@ def find_release(project: str, version: str, index_url: str | None = None
     Raises:
         BuilderError: the index is unreachable or lists no usable file for ``version``.
     """
+    from builder.source.index import project_files
+
     page_url, files = project_files(project, resolve_index(index_url).url)
     wanted = Version(version)
     normalized = str(wanted)
@@ -391,6 +397,8 @@ def list_releases(project: str, index_url: str | None = None) -> list[IndexRelea
     Raises:
         BuilderError: the index is unreachable or answers with an error.
     """
+    from builder.source.index import project_files
+
     _, files = project_files(project, resolve_index(index_url).url)
     found: dict[Version, list[bool]] = {}
     for item in files:
@@ -428,6 +436,8 @@ def release_files(project: str, version: str | Version,
     """
     wanted = Version(str(version))
     found = []
+    from builder.source.index import project_files
+
     for item in project_files(project, resolve_index(index_url).url)[1]:
         try:
             file_version = (parse_wheel_filename(item.name)[1] if item.name.endswith(".whl")
@@ -463,7 +473,7 @@ def remote_wheel_metadata(url: str, filename: str | None = None) -> email.messag
     import requests
     from remotezip import RemoteZip, RemoteZipError
 
-    name = filename or urllib.parse.unquote(urllib.parse.urlparse(url).path.rsplit("/", 1)[-1])
+    name = filename or file_name(url)
     try:
         project, version = parse_wheel_filename(name)[:2]
     except (InvalidWheelFilename, InvalidVersion):
@@ -492,6 +502,8 @@ def remote_wheel_metadata(url: str, filename: str | None = None) -> email.messag
                           "does); or pass --cuda-lane") from None
     check_claims(f"{name}: METADATA", read_metadata(data, f"{name}: METADATA"),
                  str(project), str(version))
+    import email.parser
+
     return email.parser.BytesParser().parsebytes(data)
 
 

@@ -12,14 +12,12 @@ breaks the spec is one :class:`BuilderError` naming the entry, never a traceback
 from __future__ import annotations
 
 import json
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from builder.core.address import local_path, scheme
 from builder.core.errors import BuilderError, SourceError, VerificationError
 from builder.source.download import TIMEOUT_S, session, unreachable
 
@@ -68,7 +66,7 @@ def project_files(project: str, index_url: str) -> tuple[str, list[IndexFile]]:
 
     page_url = project_page_url(project, index_url)
     try:
-        if urllib.parse.urlparse(page_url).scheme == "file":
+        if scheme(page_url) == "file":
             page_url, page = _file_page(project, page_url)
         else:
             page_url, page = _http_page(project, page_url)
@@ -111,7 +109,7 @@ def _http_page(project: str, page_url: str) -> tuple[str, Any]:
 def _file_page(project: str, page_url: str) -> tuple[str, Any]:
     from pypi_simple import ProjectPage
 
-    folder = Path(urllib.request.url2pathname(urllib.parse.urlparse(page_url).path))
+    folder = local_path(page_url)
     for name in ("index.json", "index.html"):
         if (folder / name).is_file():
             body = (folder / name).read_bytes()

@@ -135,63 +135,80 @@ def repack_wheel(original: Path, tree: Path, version: str, provenance_name: str,
         new_info = f"{dist}-{version}.dist-info"
         old_data, new_data = old_info[:-len(".dist-info")] + ".data", f"{dist}-{version}.data"
         destination = out_dir / f"{dist}-{version}-{'-'.join(tags)}.whl"
-        changed, removed, seen = [], [], set()
-        entries: list[tuple[zipfile.ZipInfo, bytes]] = []
+        changed: list[str] = []
+        removed: list[str] = []
+        seen: set[str] = set()
+        # The .dist-info entries go last and are small; every other entry is written as it
+        # is read, so the whole wheel is never held in memory (peak: one entry).
         metadata_entries: list[tuple[zipfile.ZipInfo, bytes]] = []
-        for info in source.infolist():
-            entry = info.filename
-            seen.add(entry)
-            if entry == f"{old_info}/RECORD" or info.is_dir():
-                continue
-            data = source.read(info)
-            if entry.startswith((old_info + "/", old_data + "/")):
-                on_disk = tree / entry
-                if not on_disk.is_file() or on_disk.read_bytes() != data:
-                    refuse_unshipped(entry)  # a patch touched the wheel's metadata
-            if entry.startswith(old_info + "/"):
-                new_name = new_info + entry[len(old_info):]
-                if entry == f"{old_info}/METADATA":
-                    data = _new_metadata(data, version)
-                metadata_entries.append((_like(info, new_name), data))
-                continue
-            new_name = new_data + entry[len(old_data):] if entry.startswith(old_data + "/") \
-                else entry
-            on_disk = tree / entry
-            if not on_disk.is_file():
-                refuse_unshipped(entry)
-                removed.append(entry)
-                continue
-            patched = on_disk.read_bytes()
-            copy = _like(info, new_name)
-            executable = bool(on_disk.stat().st_mode & 0o111)
-            if executable != bool((info.external_attr >> 16) & 0o111):  # a mode change
-                copy.external_attr = (stat.S_IFREG | (0o755 if executable else 0o644)) << 16
-                patched_mode = True
-            else:
-                patched_mode = False
-            if patched != data or patched_mode:
-                refuse_unshipped(entry)
-                changed.append(entry)
-            entries.append((copy, patched))
-        added = sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*")
-                       if p.is_file() and p.relative_to(tree).as_posix() not in seen)
-        for entry in added:
-            refuse_unshipped(entry)
-            info = zipfile.ZipInfo(entry, date_time=epoch_time)
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            entries.append((info, (tree / entry).read_bytes()))
-        stamp = zipfile.ZipInfo(f"{new_info}/{provenance_name}", date_time=epoch_time)
-        stamp.compress_type = zipfile.ZIP_DEFLATED
-        stamp.external_attr = 0o644 << 16
-        metadata_entries.append((stamp, provenance))
         from wheel.wheelfile import WheelFile  # here: a cached build never writes a wheel
 
         with record_timestamp(epoch), WheelFile(destination, "w") as target:
-            for info, data in [*entries, *metadata_entries]:
+            _repack_entries(source, target, tree, version, old_info, old_data, new_info,
+                            new_data, seen, changed, removed, metadata_entries)
+            added = sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*")
+                           if p.is_file() and p.relative_to(tree).as_posix() not in seen)
+            for entry in added:
+                refuse_unshipped(entry)
+                info = zipfile.ZipInfo(entry, date_time=epoch_time)
+                info.compress_type = zipfile.ZIP_DEFLATED
+                info.external_attr = 0o644 << 16
+                target.writestr(info, (tree / entry).read_bytes())
+            stamp = zipfile.ZipInfo(f"{new_info}/{provenance_name}", date_time=epoch_time)
+            stamp.compress_type = zipfile.ZIP_DEFLATED
+            stamp.external_attr = 0o644 << 16
+            metadata_entries.append((stamp, provenance))
+            for info, data in metadata_entries:
                 target.writestr(info, data)
     return RepackResult(destination, tuple(changed), tuple(added), tuple(removed), new_info,
                         new_data)
+
+
+def _repack_entries(source: zipfile.ZipFile, target: zipfile.ZipFile, tree: Path,
+                    version: str, old_info: str, old_data: str, new_info: str, new_data: str,
+                    seen: set[str], changed: list[str], removed: list[str],
+                    metadata_entries: list[tuple[zipfile.ZipInfo, bytes]]) -> None:
+    """Write upstream's entries, patched from ``tree``, into ``target`` in their order;
+    collect the renamed ``.dist-info`` entries in ``metadata_entries`` (written last).
+
+    Raises:
+        BuilderError: a patch changed compiled code, a build file or the wheel's metadata.
+    """
+    for info in source.infolist():
+        entry = info.filename
+        seen.add(entry)
+        if entry == f"{old_info}/RECORD" or info.is_dir():
+            continue
+        data = source.read(info)
+        if entry.startswith((old_info + "/", old_data + "/")):
+            on_disk = tree / entry
+            if not on_disk.is_file() or on_disk.read_bytes() != data:
+                refuse_unshipped(entry)  # a patch touched the wheel's metadata
+        if entry.startswith(old_info + "/"):
+            new_name = new_info + entry[len(old_info):]
+            if entry == f"{old_info}/METADATA":
+                data = _new_metadata(data, version)
+            metadata_entries.append((_like(info, new_name), data))
+            continue
+        new_name = new_data + entry[len(old_data):] if entry.startswith(old_data + "/") \
+            else entry
+        on_disk = tree / entry
+        if not on_disk.is_file():
+            refuse_unshipped(entry)
+            removed.append(entry)
+            continue
+        patched = on_disk.read_bytes()
+        copy = _like(info, new_name)
+        executable = bool(on_disk.stat().st_mode & 0o111)
+        if executable != bool((info.external_attr >> 16) & 0o111):  # a mode change
+            copy.external_attr = (stat.S_IFREG | (0o755 if executable else 0o644)) << 16
+            patched_mode = True
+        else:
+            patched_mode = False
+        if patched != data or patched_mode:
+            refuse_unshipped(entry)
+            changed.append(entry)
+        target.writestr(copy, patched)
 
 
 def _like(info: zipfile.ZipInfo, name: str) -> zipfile.ZipInfo:

@@ -1,4 +1,4 @@
-"""Record every patch outcome the engine decides, for ``tests/test_patch_statuses.py``.
+"""Record every patch outcome the engine decides, for ``tests/patching/test_status.py``.
 
 That test puts this folder first on ``PYTHONPATH`` of a pytest run, so Python imports
 this module at start-up in that run and in every process it starts (``python -m builder``

@@ -58,8 +58,14 @@ def moe_kwargs(config: dict[str, Any], layer_id: int) -> dict[str, Any]:
     return {}
 
 
+def _text(config: dict[str, Any]) -> dict[str, Any]:
+    """The language model's part of a config (multimodal exports nest it)."""
+    nested = config.get("text_config")
+    return nested if isinstance(nested, dict) else config
+
+
 def _shape(config: dict[str, Any]) -> dict[str, int]:
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    text = _text(config)
     experts = int(text.get("n_routed_experts") or text.get("num_experts")
                   or text.get("num_local_experts") or 8)
     return {"num_experts": experts,
@@ -77,14 +83,14 @@ def expert_prefix(config: dict[str, Any], quant: dict[str, Any] | None) -> str:
     for table in tables:
         for name in sorted(table.get("quantized_layers") or {}):
             if ".experts." in name:
-                return name[:name.index(".experts.")] + ".experts"
+                return str(name[:name.index(".experts.")]) + ".experts"
     nested = isinstance(config.get("text_config"), dict)
     return "model.language_model.layers.1.mlp.experts" if nested else \
         "model.layers.1.mlp.experts"
 
 
 def _is_moe(config: dict[str, Any]) -> bool:
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    text = _text(config)
     return any(text.get(k) for k in ("n_routed_experts", "num_experts", "num_local_experts",
                                       "moe_num_experts"))
 

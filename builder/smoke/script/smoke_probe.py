@@ -50,15 +50,21 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sm120_arch import arch_runs_on, flashinfer_arch
 from smoke_shared import (
-    FAILED,
     MANIFEST_FILE,
-    NOT_RUN,
-    PASSED,
     RESULT_PREFIX,
-    WARNING,
+    CrashData,
+    KernelsData,
     Manifest,
+    MoeData,
+    MoeModule,
     ProbeCheck,
+    ProbeData,
     Reason,
+    RunnerData,
+    RunnerInfo,
+    SglangData,
+    Status,
+    VersionsData,
     autotune_summary,
     classify_line,
     count_warnings,
@@ -84,7 +90,7 @@ RESULT_NAMES: Final = {"runner": "runner", "sglang": "sglang-data",
 # Check 5's verdict, the FlashInfer module choice and the manifest on disk (no torch).
 
 
-def moe_verdict(variants: list[dict[str, Any]]) -> tuple[str, str]:
+def moe_verdict(variants: list[dict[str, Any]]) -> tuple[Status, str]:
     """Check 5's status and detail from its variants' results and autotune summaries.
 
     Fails when a variant's numbers are wrong, when a variant's autotune profiled no
@@ -129,8 +135,8 @@ def moe_verdict(variants: list[dict[str, Any]]) -> tuple[str, str]:
             warned = True
             parts[-1] += f" ({hardware} skipped for the hardware, {other} for other causes)"
     if failures:
-        return FAILED, "; ".join(failures)
-    return (WARNING if warned else PASSED), "; ".join(parts)
+        return Status.FAILED, "; ".join(failures)
+    return (Status.WARNING if warned else Status.PASSED), "; ".join(parts)
 
 
 def moe_module_name(capability: tuple[int, int]) -> str | None:
@@ -315,12 +321,12 @@ def moe_case(tokens: int = 256, hidden: int = 512, inter: int = 512, experts: in
 
 
 # ---------------------------------------------------------------------------------------
-# Checks. Each returns {"name", "status", "detail", "data"}.
+# Checks. Each returns a ProbeCheck, its data one of smoke_shared's ProbeData payloads.
 
 
-def _result(name: str, status: str, detail: str, *, reason: Reason | None = None,
-            **data: Any) -> ProbeCheck:
-    return ProbeCheck(name, status, detail, data, reason)
+def _result(name: str, status: Status, detail: str, data: ProbeData | None = None, *,
+            reason: Reason | None = None) -> ProbeCheck:
+    return ProbeCheck(name, status, detail, data.to_json() if data else {}, reason)
 
 
 #: The detail and reason of a GPU check when there is no GPU.
@@ -329,7 +335,7 @@ NO_DEVICE: Final[NoGpu] = ("no CUDA device", Reason.NO_DEVICE)
 
 
 def _no_gpu(name: str, no_gpu: NoGpu) -> ProbeCheck:
-    return _result(name, FAILED, no_gpu[0], reason=no_gpu[1])
+    return _result(name, Status.FAILED, no_gpu[0], reason=no_gpu[1])
 
 
 def _emit(result: ProbeCheck) -> None:
@@ -391,11 +397,11 @@ def check_runner() -> ProbeCheck:
     try:
         import torch
     except ImportError as exc:
-        return _result("runner", FAILED, f"torch is not installed: {exc}",
+        return _result("runner", Status.FAILED, f"torch is not installed: {exc}",
                        reason=Reason.NO_TORCH)
-    data: dict[str, Any] = {"torch": torch.__version__, "torch_cuda": torch.version.cuda}
     if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
-        return _result("runner", FAILED, NO_DEVICE[0], reason=NO_DEVICE[1], **data)
+        return _result("runner", Status.FAILED, NO_DEVICE[0],
+                       RunnerInfo(torch.__version__, torch.version.cuda), reason=NO_DEVICE[1])
     props = torch.cuda.get_device_properties(0)
     capability = (props.major, props.minor)
     smem = getattr(props, "shared_memory_per_block_optin", None)
@@ -406,20 +412,20 @@ def check_runner() -> ProbeCheck:
         version = ctypes.c_int()
         if ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(version)) == 0:
             driver_cuda = f"{version.value // 1000}.{version.value % 1000 // 10}"
-    data.update(gpu=props.name, devices=torch.cuda.device_count(),
-                compute_capability=f"{capability[0]}.{capability[1]}",
-                flashinfer_arch=flashinfer_arch(capability, flashinfer)
-                if (flashinfer := _installed("flashinfer-python")) else None,
-                driver=_driver_version(),
-                driver_cuda=driver_cuda, cuda_runtime=torch.version.cuda,
-                shared_memory_per_block_optin=smem,
-                multiprocessors=props.multi_processor_count,
-                memory_gib=round(props.total_memory / 2**30, 1))
+    data = RunnerData(
+        torch=torch.__version__, torch_cuda=torch.version.cuda, gpu=props.name,
+        devices=torch.cuda.device_count(),
+        compute_capability=f"{capability[0]}.{capability[1]}",
+        flashinfer_arch=flashinfer_arch(capability, flashinfer)
+        if (flashinfer := _installed("flashinfer-python")) else None,
+        driver=_driver_version(), driver_cuda=driver_cuda, cuda_runtime=torch.version.cuda,
+        shared_memory_per_block_optin=smem, multiprocessors=props.multi_processor_count,
+        memory_gib=round(props.total_memory / 2**30, 1))
     smem_text = f"{smem / 1024:.0f} KiB" if isinstance(smem, int) else "unknown"
-    detail = (f"{props.name}, sm_{capability[0]}{capability[1]}, driver {data['driver']}, "
+    detail = (f"{props.name}, sm_{capability[0]}{capability[1]}, driver {data.driver}, "
               f"CUDA runtime {torch.version.cuda}, shared memory per block (opt-in) "
               f"{smem_text}")
-    return _result("runner", PASSED, detail, **data)
+    return _result("runner", Status.PASSED, detail, data)
 
 
 def collect_sglang(patterns: Sequence[str]) -> ProbeCheck:
@@ -432,7 +438,7 @@ def collect_sglang(patterns: Sequence[str]) -> ProbeCheck:
     try:
         dist = metadata.distribution("sglang")
     except metadata.PackageNotFoundError:
-        return _result("sglang-data", FAILED, "sglang is not installed")
+        return _result("sglang-data", Status.FAILED, "sglang is not installed")
     provenance = dist.read_text("sm120-provenance.json")
     record: dict[str, str | None] = {}
     mismatched: list[str] = []
@@ -452,9 +458,9 @@ def collect_sglang(patterns: Sequence[str]) -> ProbeCheck:
             mismatched.append(name)
         if any(fnmatch.fnmatchcase(name, p) for p in patterns):
             texts[name] = path.read_text(encoding="utf-8", errors="replace")
-    return _result("sglang-data", PASSED, "collected", version=dist.version,
-                   provenance=provenance, requires=list(dist.requires or []),
-                   record=record, mismatched=mismatched, missing=missing, texts=texts)
+    return _result("sglang-data", Status.PASSED, "collected", SglangData(
+        version=dist.version, provenance=provenance, requires=list(dist.requires or []),
+        record=record, mismatched=mismatched, missing=missing, texts=texts))
 
 
 def collect_versions() -> ProbeCheck:
@@ -472,8 +478,9 @@ def collect_versions() -> ProbeCheck:
         import torch
 
         torch_cuda = torch.version.cuda
-    return _result("versions-data", PASSED, "collected", versions=versions,
-                   manifest=manifest, manifest_error=manifest_error, torch_cuda=torch_cuda)
+    return _result("versions-data", Status.PASSED, "collected", VersionsData(
+        versions=versions, manifest=manifest, manifest_error=manifest_error,
+        torch_cuda=torch_cuda))
 
 
 @contextlib.contextmanager
@@ -609,13 +616,12 @@ def check_kernels(capability: tuple[int, int] | None,
     try:
         manifest, jit_dir = read_manifest()
     except Exception as exc:
-        return _result(name, FAILED, f"kernel wheel unusable: {_error_text(exc)}")
+        return _result(name, Status.FAILED, f"kernel wheel unusable: {_error_text(exc)}")
     try:
-        import torch
         from flashinfer.jit import core as jit_core
         from flashinfer.jit import env as jit_env
     except Exception as exc:
-        return _result(name, FAILED, f"flashinfer does not import: {_error_text(exc)}")
+        return _result(name, Status.FAILED, f"flashinfer does not import: {_error_text(exc)}")
     problems: list[str] = []
     # FlashInfer >= 0.7 resolves each module through the providers (get_aot_path); older
     # ones read one folder, FLASHINFER_AOT_DIR.
@@ -625,37 +631,63 @@ def check_kernels(capability: tuple[int, int] | None,
                         f"not in the kernel wheel's {jit_dir}")
     # 0.7 made JitSpec abstract; the nvcc spec is JitSpecNvcc.
     spec_class = getattr(jit_core, "JitSpecNvcc", jit_core.JitSpec)
-    modules: list[dict[str, Any]] = []
-    for module in manifest.modules:
-        entry: dict[str, Any] = {"name": module.name, "sass": list(module.sass)}
-        library = jit_dir / module.path
-        archs = module.sass or manifest.arch_list
-        entry["runs_on_gpu"] = any(arch_runs_on(a, capability) for a in archs)
-        if not library.is_file():
-            entry["error"] = f"{module.path} is not in the wheel"
-        elif sha256_file(library) != module.sha256:
-            entry["error"] = f"{module.path} does not match the manifest's sha256"
-        elif not entry["runs_on_gpu"]:
-            entry["error"] = (f"built for {', '.join(archs)}, which cannot run on sm_"
-                              f"{capability[0]}{capability[1]}")
-        else:
-            try:
-                spec = spec_class(name=module.name, sources=[], extra_cflags=None,
-                                  extra_cuda_cflags=None, extra_ldflags=None,
-                                  extra_include_dirs=None)
-                if not spec.is_aot:
-                    raise RuntimeError(f"FlashInfer does not find it ({spec.aot_path})")
-                if Path(spec.aot_path).resolve() != library.resolve():
-                    raise RuntimeError(f"FlashInfer picks {spec.aot_path}, not the kernel "
-                                       f"wheel's {library}")
-                spec.build_and_load()
-                entry["loaded"] = True
-            except Exception as exc:
-                entry["error"] = _error_text(exc)
-        if "error" in entry:
-            problems.append(f"{module.name}: {entry['error']}")
-        modules.append(entry)
-    shipped = {m.name for m in manifest.modules}
+    modules = [_load_module(module, manifest, jit_dir, capability, spec_class)
+               for module in manifest.modules]
+    problems += [f"{entry['name']}: {entry['error']}" for entry in modules if "error" in entry]
+    tests = _run_known_answer_tests({m.name for m in manifest.modules}, problems)
+    compiled = sorted(str(p) for p in Path(jit_env.FLASHINFER_JIT_DIR).rglob("*.so")) \
+        if Path(jit_env.FLASHINFER_JIT_DIR).is_dir() else []
+    if compiled:
+        problems.append(f"something was compiled at run time: {compiled[:3]}")
+    data = KernelsData(jit_cache_dir=str(jit_dir),
+                       disable_jit=os.environ.get("FLASHINFER_DISABLE_JIT"), modules=modules,
+                       known_answer_tests=tests, compiled_at_run_time=compiled)
+    if problems:
+        return _result(name, Status.FAILED, "; ".join(problems[:4]) +
+                       (f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""),
+                       data)
+    return _result(name, Status.PASSED, f"{len(modules)} modules load for sm_{capability[0]}"
+                   f"{capability[1]} with FLASHINFER_DISABLE_JIT=1; {len(tests)} known-answer "
+                   "tests match torch", data)
+
+
+def _load_module(module: Any, manifest: Manifest, jit_dir: Path,
+                 capability: tuple[int, int], spec_class: Any) -> dict[str, Any]:
+    """Check 4 for one module of the manifest: in the wheel, its sha256, built for this
+    GPU, found and loaded by FlashInfer (``error`` says what failed)."""
+    entry: dict[str, Any] = {"name": module.name, "sass": list(module.sass)}
+    library = jit_dir / module.path
+    archs = module.sass or manifest.arch_list
+    entry["runs_on_gpu"] = any(arch_runs_on(a, capability) for a in archs)
+    if not library.is_file():
+        entry["error"] = f"{module.path} is not in the wheel"
+    elif sha256_file(library) != module.sha256:
+        entry["error"] = f"{module.path} does not match the manifest's sha256"
+    elif not entry["runs_on_gpu"]:
+        entry["error"] = (f"built for {', '.join(archs)}, which cannot run on sm_"
+                          f"{capability[0]}{capability[1]}")
+    else:
+        try:
+            spec = spec_class(name=module.name, sources=[], extra_cflags=None,
+                              extra_cuda_cflags=None, extra_ldflags=None,
+                              extra_include_dirs=None)
+            if not spec.is_aot:
+                raise RuntimeError(f"FlashInfer does not find it ({spec.aot_path})")
+            if Path(spec.aot_path).resolve() != library.resolve():
+                raise RuntimeError(f"FlashInfer picks {spec.aot_path}, not the kernel "
+                                   f"wheel's {library}")
+            spec.build_and_load()
+            entry["loaded"] = True
+        except Exception as exc:
+            entry["error"] = _error_text(exc)
+    return entry
+
+
+def _run_known_answer_tests(shipped: set[str], problems: list[str]) -> list[dict[str, Any]]:
+    """Run the known-answer tests of the modules the wheel ships (every required group
+    runs); each failure is added to ``problems``."""
+    import torch
+
     tests: list[dict[str, Any]] = []
     try:
         known_answer_tests = _known_answer_tests("cuda")
@@ -680,20 +712,7 @@ def check_kernels(capability: tuple[int, int] | None,
                                            if isinstance(outcome["error"], float)
                                            else str(outcome["error"])))
         tests.append(outcome)
-    compiled = sorted(str(p) for p in Path(jit_env.FLASHINFER_JIT_DIR).rglob("*.so")) \
-        if Path(jit_env.FLASHINFER_JIT_DIR).is_dir() else []
-    if compiled:
-        problems.append(f"something was compiled at run time: {compiled[:3]}")
-    data: dict[str, Any] = {"jit_cache_dir": str(jit_dir), "disable_jit":
-            os.environ.get("FLASHINFER_DISABLE_JIT"), "modules": modules,
-            "known_answer_tests": tests, "compiled_at_run_time": compiled}
-    if problems:
-        return _result(name, FAILED, "; ".join(problems[:4]) +
-                       (f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""),
-                       **data)
-    return _result(name, PASSED, f"{len(modules)} modules load for sm_{capability[0]}"
-                   f"{capability[1]} with FLASHINFER_DISABLE_JIT=1; {len(tests)} known-answer "
-                   "tests match torch", **data)
+    return tests
 
 
 def _time_ms(run: Callable[[], Any], iterations: int = 20) -> float:
@@ -835,21 +854,21 @@ def check_moe(capability: tuple[int, int] | None, mode: str,
         return _no_gpu(name, no_gpu)
     module = moe_module_name(capability)
     if module is None:
-        return _result(name, NOT_RUN, f"FlashInfer has no CUTLASS fused MoE for sm_"
+        return _result(name, Status.NOT_RUN, f"FlashInfer has no CUTLASS fused MoE for sm_"
                        f"{capability[0]}{capability[1]}")
     try:
         manifest, _ = read_manifest()
     except Exception as exc:
-        return _result(name, NOT_RUN if mode == "auto" else FAILED,
+        return _result(name, Status.NOT_RUN if mode == "auto" else Status.FAILED,
                        f"kernel wheel unusable: {_error_text(exc)}")
     if manifest.module(module) is None:
-        return _result(name, NOT_RUN, f"the kernel wheel has no {module} module, and with "
+        return _result(name, Status.NOT_RUN, f"the kernel wheel has no {module} module, and with "
                        "FLASHINFER_DISABLE_JIT=1 it is not compiled at run time",
-                       module=module)
+                       MoeModule(module))
     try:
         from flashinfer.jit.core import logger
     except Exception as exc:
-        return _result(name, FAILED, f"flashinfer does not import: {_error_text(exc)}")
+        return _result(name, Status.FAILED, f"flashinfer does not import: {_error_text(exc)}")
     variants: list[dict[str, Any]] = []
     kinds = ["bf16"] + (["fp8"] if capability >= (8, 9) else [])
     case = moe_case()
@@ -867,21 +886,21 @@ def check_moe(capability: tuple[int, int] | None, mode: str,
     if capability[0] in (10, 11, 12):
         variants.append({"variant": "nvfp4", "ok": None,
                          "error": "not run: the nvfp4 variant is not written yet"})
-    warnings = count_warnings(lines)
-    data = {"module": module, "variants": variants, "warnings": warnings,
-            "autotuner_module": AUTOTUNER_MODULE,
-            "autotuner_module_shipped": manifest.module(AUTOTUNER_MODULE) is not None,
-            "tactics_missing_a_module": sum(v.get("autotune", {}).get("skipped", {})
-                                            .get("missing_module", 0) for v in variants),
-            "warning_lines": [line for line in lines if classify_line(line)][:20]}
-    if not data["autotuner_module_shipped"]:
+    data = MoeData(
+        module=module, variants=variants, warnings=count_warnings(lines),
+        autotuner_module=AUTOTUNER_MODULE,
+        autotuner_module_shipped=manifest.module(AUTOTUNER_MODULE) is not None,
+        tactics_missing_a_module=sum(v.get("autotune", {}).get("skipped", {})
+                                     .get("missing_module", 0) for v in variants),
+        warning_lines=[line for line in lines if classify_line(line)][:20])
+    if not data.autotuner_module_shipped:
         # FlashInfer's autotuner calls delay_kernel (trtllm_utils) while timing each tactic;
         # without it, under FLASHINFER_DISABLE_JIT=1 every tactic is skipped.
-        return _result(name, FAILED, f"the kernel wheel does not ship {AUTOTUNER_MODULE}: "
-                       "FlashInfer's autotuner cannot time any tactic without it; "
-                       + moe_verdict(variants)[1], **data)
+        return _result(name, Status.FAILED, f"the kernel wheel does not ship "
+                       f"{AUTOTUNER_MODULE}: FlashInfer's autotuner cannot time any tactic "
+                       "without it; " + moe_verdict(variants)[1], data)
     status, detail = moe_verdict(variants)
-    return _result(name, status, detail, **data)
+    return _result(name, status, detail, data)
 
 
 def _capability() -> tuple[tuple[int, int] | None, NoGpu]:
@@ -928,9 +947,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 _emit(table[check]())
             except Exception as exc:  # one broken check must not hide the others
-                _emit(_result(RESULT_NAMES[check], FAILED,
+                _emit(_result(RESULT_NAMES[check], Status.FAILED,
                               f"the check crashed: {_error_text(exc)}",
-                              trace=traceback.format_exc(limit=5)))
+                              CrashData(traceback.format_exc(limit=5))))
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
     return 0

@@ -1,0 +1,1 @@
+"""Tests of builder/behaviour/ (docs/testing.md)."""

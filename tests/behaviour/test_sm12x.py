@@ -1,0 +1,109 @@
+"""The SM12x verdict on one served configuration, and the one table it reads.
+
+The observations below have the shape the ``serve`` check records
+(``builder/behaviour/script/serving.py``); the slow tests in ``test_behaviour.py`` feed the
+judge the real ones, from each release's own code. Here each rule is held on its own, and the
+table of backends without SM12x kernels is held against the copy patch 0007 ships.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from builder.behaviour.run import checkpoint_cells, expand_zoo, zoo_forms
+from builder.behaviour.sm12x import NO_SM12X_KERNELS, judge, no_kernel
+from builder.patching.series import load_series
+from tests.helpers.paths import REPO
+
+PATCHES = REPO / "patches"
+
+SERVING = {"form": "qwen3-235b-a22b-nvfp4", "family": "nvfp4", "tp_size": 2, "ep_size": 1,
+           "moe_runner_backend": "flashinfer_cutlass", "layer_moe_backend": "flashinfer_cutlass",
+           "fp4_gemm_backend": "flashinfer_cutlass", "model_quantization": "modelopt_fp4",
+           "moe_method": "ModelOptNvFp4FusedMoEMethod", "skip_local_expert_mapping": True,
+           "clamp_configured": False, "stood_in_calls": [],
+           "payload": {"type": "FlashInferCutlassMoeQuantInfo", "clamp": {}, "ep_size": 1}}
+
+
+def test_a_configuration_on_sm12x_kernels_serves() -> None:
+    assert judge(SERVING).outcome == "serves"
+
+
+def test_a_backend_without_sm12x_kernels_crashes_and_the_verdict_names_its_source() -> None:
+    verdict = judge({**SERVING, "layer_moe_backend": "flashinfer_trtllm"})
+    assert verdict.outcome == "crashes"
+    assert "get_trtllm_moe_sm100_module" in verdict.why
+    assert judge({**SERVING, "dsa_prefill_backend": "flashmla_sparse"}).outcome == "crashes"
+    assert judge({**SERVING, "fp4_gemm_backend": "flashinfer_trtllm"}).outcome == "crashes"
+    # the FP4 GEMM matters only where the checkpoint has FP4 linear layers
+    bf16 = {**SERVING, "family": "bf16", "model_quantization": None,
+            "fp4_gemm_backend": "flashinfer_trtllm"}
+    assert judge(bf16).outcome == "serves"
+
+
+def test_a_refusal_at_start_up_is_refused() -> None:
+    verdict = judge({"refused": "ValueError: SM12x: DeepseekV4ForCausalLM (fp8) ..."})
+    assert verdict.outcome == "refused" and "SM12x:" in verdict.why
+
+
+def test_a_clamp_the_cutlass_runner_does_not_get_is_wrong_numbers() -> None:
+    clamped = {**SERVING, "clamp_configured": True}
+    assert judge(clamped).outcome == "wrong-numbers"
+    passed = {"swiglu_alpha": True, "swiglu_beta": True, "swiglu_limit": True}
+    assert judge({**clamped, "payload": {**SERVING["payload"], "clamp": passed}}).outcome \
+        == "serves"
+    unknown = {**clamped, "payload": None, "payload_error": "AssertionError: no GPU"}
+    assert judge(unknown).outcome == "unjudged"
+
+
+@pytest.mark.parametrize(("backend", "skip", "outcome"), [
+    ("flashinfer_cutlass", True, "serves"), ("flashinfer_cutlass", False, "wrong-numbers"),
+    ("triton", False, "serves"), ("triton", True, "wrong-numbers")])
+def test_expert_ids_must_arrive_in_the_form_the_runner_expects(backend: str, skip: bool,
+                                                             outcome: str) -> None:
+    observed = {**SERVING, "ep_size": 2, "layer_moe_backend": backend,
+                "skip_local_expert_mapping": skip,
+                "payload": {"type": "FlashInferCutlassMoeQuantInfo" if backend ==
+                            "flashinfer_cutlass" else "TritonMoeQuantInfo", "clamp": {}}}
+    assert judge(observed).outcome == outcome
+
+
+def test_a_stood_in_kernel_call_leaves_the_case_unjudged() -> None:
+    assert judge({**SERVING, "stood_in_calls": ["sgl_kernel.x"]}).outcome == "unjudged"
+
+
+def test_every_entry_of_the_table_has_a_source_and_patch_0007_ships_the_same_backends() -> None:
+    assert all(e.source and e.kind in ("moe", "attention", "dsa", "fp4_gemm")
+               for e in NO_SM12X_KERNELS)
+    assert no_kernel("moe", "flashinfer_cutlass") is None
+    for patch in sorted(PATCHES.glob("0007-*.patch")):
+        added = "\n".join(line for line in patch.read_text().splitlines()
+                          if line.startswith("+    "))
+        shipped = set(re.findall(r'"(\w+)"', added))
+        for entry in NO_SM12X_KERNELS:
+            assert entry.backend in shipped, (patch.name, entry.backend)
+
+
+def test_the_zoo_expands_to_the_forms_a_release_loads() -> None:
+    series = load_series(PATCHES / "series.toml")
+    first = series.invariants[0]
+    on_16 = expand_zoo(first, "0.5.16")
+    on_20 = expand_zoo(first, "0.5.20")
+    names_16 = {c.model for c in on_16.cases}
+    names_20 = {c.model for c in on_20.cases}
+    assert len(names_20) >= 20 and "zoo" not in names_20
+    # GLM-5.3-Flash's Glm5Next is registered from 0.5.20 on
+    assert "glm-5.3-flash-nvfp4" in names_20 - names_16
+    assert len(on_20.cases) == len(names_20) * len(first.cases)
+    assert {f.name for f in zoo_forms().FORMS} >= names_20
+
+
+def test_table_cells_count_each_outcome_worst_first() -> None:
+    report = {"target": "t", "results": [{"patch": "series invariant", "cases": [
+        {"case": "a tp_size=1", "upstream": {"outcome": "serves"},
+         "patched": {"outcome": "serves"}},
+        {"case": "a tp_size=8", "upstream": {"outcome": "crashes"},
+         "patched": {"outcome": "refused"}}]}]}
+    assert checkpoint_cells(report) == {"a": ("crashes 1, serves 1", "refused 1, serves 1")}

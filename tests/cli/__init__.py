@@ -1,0 +1,1 @@
+"""Tests of builder/cli/ (docs/testing.md)."""

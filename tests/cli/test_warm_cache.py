@@ -1,0 +1,97 @@
+"""The ``warm-cache`` command: capture the autotune file SGLang 0.5.16's server wrote on the
+lent H200 (``reports/2026-12-01-h200-cold-start/``: the tiny Qwen3-MoE, 40 fused-MoE
+entries), then restore it only for an equal key.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.cli import run_cli, run_cli_process
+from tests.helpers.paths import REPO
+
+REPORT_FILE = (REPO / "reports"
+               / "2026-12-01-h200-cold-start" / "sglang-autotune-cache.json")
+# Where SGLang 0.5.16 put it: flashinfer_autotune_cache_path, under SGLANG_CACHE_DIR.
+RELATIVE = Path("flashinfer/autotune/0.6.14/sm90/d4e4eb6f01a747dc/rank_tp0_pp0_dp0.json")
+KEY = {"gpu_name": "NVIDIA H200", "compute_capability": "9.0", "flashinfer_version": "0.6.14",
+       "release": "sglang-0.5.16", "hidden": 1024, "experts": 8, "top_k": 2,
+       "intermediate": 512, "tp": 1, "dtype": "bf16"}
+
+
+def _server_cache(root: Path) -> Path:
+    (root / RELATIVE).parent.mkdir(parents=True)
+    (root / RELATIVE).write_bytes(REPORT_FILE.read_bytes())
+    return root
+
+
+def _key(path: Path, **change: object) -> Path:
+    path.write_text(json.dumps({**KEY, **change}))
+    return path
+
+
+def test_capture_then_restore_gives_the_server_its_file_back(tmp_path: Path) -> None:
+    cache = _server_cache(tmp_path / "sglang")
+    done = run_cli("warm-cache", "capture", "--sglang-cache-dir", str(cache),
+                   "--key", str(_key(tmp_path / "key.json")),
+                   "--output", str(tmp_path / "warm.json"), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["entries"] == 40
+    dest = tmp_path / "fresh" / RELATIVE
+    done = run_cli("warm-cache", "restore", "--artifact", str(tmp_path / "warm.json"),
+                   "--key", str(tmp_path / "key.json"), "--dest", str(dest), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["restored"] is True
+    assert json.loads(dest.read_text()) == json.loads(REPORT_FILE.read_text())
+
+
+@pytest.mark.parametrize("change", [{"tp": 2}, {"dtype": "fp8"},
+                                    {"gpu_name": "NVIDIA GeForce RTX 5090",
+                                     "compute_capability": "12.0"}])
+def test_restore_ignores_another_key_with_one_warning(tmp_path: Path,
+                                                      change: dict[str, object]) -> None:
+    cache = _server_cache(tmp_path / "sglang")
+    assert run_cli("warm-cache", "capture", "--sglang-cache-dir", str(cache),
+                   "--key", str(_key(tmp_path / "key.json")),
+                   "--output", str(tmp_path / "warm.json")).returncode == 0
+    dest = tmp_path / "fresh" / RELATIVE
+    # a process of its own: the warning reaches stderr as a user sees it, not pytest's capture
+    done = run_cli_process("warm-cache", "restore", "--artifact", str(tmp_path / "warm.json"),
+                           "--key", str(_key(tmp_path / "other.json", **change)),
+                           "--dest", str(dest), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["restored"] is False
+    assert done.stderr.count("its key does not match") == 1
+    assert all(f"{name}: captured" in done.stderr for name in change)
+    assert not (tmp_path / "fresh").exists()
+
+
+def test_capture_refuses_a_cache_without_exactly_one_file(tmp_path: Path) -> None:
+    key = str(_key(tmp_path / "key.json"))
+    done = run_cli("warm-cache", "capture", "--sglang-cache-dir", str(tmp_path / "empty"),
+                   "--key", key, "--output", str(tmp_path / "warm.json"))
+    assert done.returncode == 2
+    assert "holds 0 SGLang autotune files" in done.stderr and "--autotune-file" in done.stderr
+    cache = _server_cache(tmp_path / "sglang")
+    second = cache / RELATIVE.with_name("rank_tp1_pp0_dp0.json")
+    second.write_bytes(REPORT_FILE.read_bytes())
+    done = run_cli("warm-cache", "capture", "--sglang-cache-dir", str(cache),
+                   "--key", key, "--output", str(tmp_path / "warm.json"))
+    assert done.returncode == 2 and "holds 2 SGLang autotune files" in done.stderr
+    assert not (tmp_path / "warm.json").exists()
+
+
+def test_capture_refuses_a_key_for_another_shape_or_a_bad_key(tmp_path: Path) -> None:
+    cache = _server_cache(tmp_path / "sglang")
+    done = run_cli("warm-cache", "capture", "--sglang-cache-dir", str(cache),
+                   "--key", str(_key(tmp_path / "key.json", hidden=2048)),
+                   "--output", str(tmp_path / "warm.json"))
+    assert done.returncode == 2 and "no fused-MoE entry for fc1 weights" in done.stderr
+    (tmp_path / "bad.json").write_text("{not json")
+    done = run_cli("warm-cache", "capture", "--sglang-cache-dir", str(cache),
+                   "--key", str(tmp_path / "bad.json"), "--output", str(tmp_path / "warm.json"))
+    assert done.returncode == 2 and "cannot read the key" in done.stderr
+    assert not (tmp_path / "warm.json").exists()

@@ -1,0 +1,1 @@
+"""Tests of builder/core/ (docs/testing.md)."""

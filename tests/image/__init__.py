@@ -1,0 +1,1 @@
+"""Tests of builder/image/ (docs/testing.md)."""

@@ -1,0 +1,1 @@
+"""Tests of builder/kernels/ (docs/testing.md)."""

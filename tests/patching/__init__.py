@@ -1,0 +1,1 @@
+"""Tests of builder/patching/ (docs/testing.md)."""

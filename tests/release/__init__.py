@@ -1,0 +1,1 @@
+"""Tests of builder/release/ (docs/testing.md)."""

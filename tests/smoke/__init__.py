@@ -1,0 +1,1 @@
+"""Tests of builder/smoke/ (docs/testing.md)."""

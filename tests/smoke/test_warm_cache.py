@@ -1,0 +1,100 @@
+"""The warm autotune cache's key and refusal rules (:mod:`builder.smoke.warm_cache`), on the
+autotune file FlashInfer 0.6.14 wrote on the lent H200 (``reports/2026-12-01-h200-moe-shapes/``:
+five bf16 MoE shapes in one file).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from builder.core.errors import ConfigurationError
+from builder.smoke.warm_cache import WarmCacheKey, capture, restore, write_artifact
+from tests.helpers.paths import REPO
+
+H200_FILE = (REPO / "reports" / "2026-12-01-h200-moe-shapes"
+             / "autotune-cache-pass2.json")
+KEY = WarmCacheKey(gpu_name="NVIDIA H200", compute_capability="9.0",
+                   flashinfer_version="0.6.14", release="sglang-0.5.16", hidden=7168,
+                   experts=256, top_k=8, intermediate=256, tp=8, dtype="bf16")
+
+
+def test_capture_keeps_only_the_keys_shape(tmp_path: Path) -> None:
+    artifact = capture(H200_FILE, KEY)
+    entries = [k for k in artifact["flashinfer_cache"] if k != "_metadata"]
+    # 2 GEMMs x 5 token buckets for deepseek-v3-tp8, out of the file's 5 shapes.
+    source = json.loads(H200_FILE.read_text())
+    assert len(source) - 1 == 50
+    assert len(entries) == 10
+    assert all("(256, 512, 7168)" in k for k in entries)
+    assert artifact["key"]["dtype"] == "bf16"
+    write_artifact(artifact, tmp_path / "warm.json")
+    assert json.loads((tmp_path / "warm.json").read_text()) == artifact
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"gpu_name": "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"},
+     "was written with gpu 'NVIDIA H200'"),
+    ({"flashinfer_version": "0.6.18"}, "was written with flashinfer_version '0.6.14'"),
+    ({"hidden": 6144, "intermediate": 128}, "no fused-MoE entry for fc1 weights [256, 256, 6144]"),
+])
+def test_capture_refuses_a_file_from_elsewhere(change: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message.replace("[", r"\[")) as info:
+        capture(H200_FILE, dataclasses.replace(KEY, **change))  # type: ignore[arg-type]
+    assert info.value.exit_status == 2
+
+
+def test_restore_writes_the_file_for_the_same_key(tmp_path: Path,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    write_artifact(capture(H200_FILE, KEY), tmp_path / "warm.json")
+    with caplog.at_level(logging.WARNING, logger="builder.smoke.warm_cache"):
+        assert restore(tmp_path / "warm.json", KEY, tmp_path / "out" / "cache.json")
+    assert caplog.records == []
+    written = json.loads((tmp_path / "out" / "cache.json").read_text())
+    assert written["_metadata"]["gpu"] == "NVIDIA H200" and len(written) == 11
+
+
+@pytest.mark.parametrize("change", [
+    {"dtype": "fp8"},  # FlashInfer's own keys would collide: the H200 fp8 run crashed on them
+    {"tp": 4}, {"release": "sglang-0.5.17"}, {"compute_capability": "12.0"},
+    {"gpu_name": "NVIDIA GeForce RTX 5090"}, {"flashinfer_version": "0.6.15"},
+    {"top_k": 6}, {"experts": 128}, {"hidden": 6144}, {"intermediate": 512},
+])
+def test_restore_ignores_another_key_with_one_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, change: dict[str, object]) -> None:
+    write_artifact(capture(H200_FILE, KEY), tmp_path / "warm.json")
+    running = dataclasses.replace(KEY, **change)  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, logger="builder.smoke.warm_cache"):
+        assert not restore(tmp_path / "warm.json", running, tmp_path / "cache.json")
+    assert len(caplog.records) == 1
+    (field,) = change
+    assert f"{field}: captured" in caplog.records[0].getMessage()
+    assert not (tmp_path / "cache.json").exists()
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"format": 2}', "[]",
+                                  '{"format": 1, "key": {"gpu_name": "x"}}'])
+def test_restore_ignores_a_broken_artifact_with_one_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, text: str) -> None:
+    (tmp_path / "warm.json").write_text(text)
+    with caplog.at_level(logging.WARNING, logger="builder.smoke.warm_cache"):
+        assert not restore(tmp_path / "warm.json", KEY, tmp_path / "cache.json")
+    assert len(caplog.records) == 1 and "unreadable" in caplog.records[0].getMessage()
+    assert not (tmp_path / "cache.json").exists()
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ({**dataclasses.asdict(KEY), "dtype": "int4"}, "dtype 'int4' is not one of"),
+    ({**dataclasses.asdict(KEY), "tp": "8"}, "tp must be a positive integer"),
+    ({**dataclasses.asdict(KEY), "tp": 0}, "tp must be a positive integer"),
+    ({k: v for k, v in dataclasses.asdict(KEY).items() if k != "release"},
+     r"missing \['release'\]"),
+])
+def test_key_fields_are_checked(data: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        WarmCacheKey.from_mapping(data)
+    assert WarmCacheKey.from_mapping(dataclasses.asdict(KEY)) == KEY

@@ -1,0 +1,1 @@
+"""Tests of builder/source/ (docs/testing.md)."""

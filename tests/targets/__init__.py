@@ -1,0 +1,1 @@
+"""Tests of builder/ci/ (docs/testing.md)."""

@@ -1,0 +1,1 @@
+"""Tests of builder/wheel/ (docs/testing.md)."""
