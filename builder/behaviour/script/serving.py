@@ -46,6 +46,7 @@ def moe_kwargs(config: dict[str, Any], layer_id: int) -> dict[str, Any]:
     per layer); ``models/deepseek_v2.py:DeepseekV2MoE`` (GLM-5.x-Flash's ``Glm5Next``, HY-V4)
     passes ``swiglu_limit=config.swiglu_limit``.
     """
+    config = _text(config)
     model_type = str(config.get("model_type", ""))
     if model_type == "gpt_oss" and config.get("swiglu_limit") is not None:
         return {"gemm1_alpha": 1.702, "gemm1_clamp_limit": float(config["swiglu_limit"])}
