@@ -526,7 +526,9 @@ def checkpoint_table(reports: list[dict[str, Any]]) -> str:
     rule = "| --- |" + " --- | --- |" * len(targets)
     rows = [head, rule]
     for form in forms:
-        row = [f"`{form.name}` ({form.stands_for})"]
+        stands_for = form.stands_for if form.stands_for.startswith("(") else \
+            f"({form.stands_for})"
+        row = [f"`{form.name}` {stands_for}"]
         for target in targets:
             upstream, patched = cells[target].get(form.name, ("not loaded", "not loaded"))
             row += [upstream, patched]
