@@ -242,7 +242,7 @@ def serve(case: dict[str, Any], models: Path) -> dict[str, Any]:
     import zoo_forms
 
     # device placement only: the tiny weights stay on the CPU
-    torch.Tensor.cuda = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
+    torch.Tensor.cuda = lambda self, *args, **kwargs: self  # type: ignore[method-assign,unused-ignore]
     form = next(f for f in zoo_forms.FORMS if f.name == case["model"])
     model = zoo_forms.write(form, models)
     args = dict(case["args"])
