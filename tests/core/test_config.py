@@ -43,7 +43,12 @@ def test_shipped_files_parse() -> None:
         "0004-sm12x-nvfp4-shared-expert-fusion-0.5.18.patch",
         "0005-sm12x-fp4-gemm-auto-b12x.patch",
         "0005-sm12x-fp4-gemm-auto-b12x-0.5.13.patch",
-        "0005-sm12x-fp4-gemm-auto-b12x-0.5.14.patch"]
+        "0005-sm12x-fp4-gemm-auto-b12x-0.5.14.patch",
+        "0006-moe-cutlass-swiglu-clamp.patch",
+        "0006-moe-cutlass-swiglu-clamp-0.5.20.patch",
+        "0007-sm12x-refuse-backends-without-kernels.patch",
+        "0007-sm12x-refuse-backends-without-kernels-0.5.20.patch",
+        "0007-sm12x-refuse-backends-without-kernels-0.5.23.patch"]
     assert [str(t.upstream_version) for t in targets.targets.values()][-3:] == [
         "0.5.16", "0.5.23", "0.5.20"]  # written by python -m builder add-target
 

@@ -25,9 +25,9 @@ from tests.helpers.files import hardlink_tree
 from tests.helpers.kernels import TARGET, TORCH
 
 
-def _kernels(*args: str, env: dict[str, str] | None = None):
+def _kernels(*args: str, env: dict[str, str] | None = None, mode: str = "build"):
     # A process per build, as a user runs it (and as the container mode does).
-    result = run_cli_process("kernels", "build", *TARGET, *TORCH, "--modules", "norm", *args,
+    result = run_cli_process("kernels", mode, *TARGET, *TORCH, "--modules", "norm", *args,
                              "--json", env=env)
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
     return json.loads(result.stdout)
@@ -164,7 +164,7 @@ def test_container_build_with_pypi_toolkit_is_found_by_flashinfer(docker_engine,
     # The build log streamed out of the container while it ran (not only at the end).
     assert "Building the build container" in done.stderr
     assert "[sm120-builder] building norm" in done.stderr
-    built = _kernels(*args, "--dist", str(tmp_path / "dist"))  # the same inputs: cached
+    built = _kernels(*args, "--dist", str(tmp_path / "dist"), mode="container")  # cached
     assert built["cached"] is True
     module = built["manifest"]["modules"][0]
     assert module["name"] == "norm" and module["sass"] == ["sm_120a"] and module["ptx"] == []
@@ -177,7 +177,7 @@ def test_container_build_with_pypi_toolkit_is_found_by_flashinfer(docker_engine,
     manifest = found["manifest"]
     assert isinstance(manifest, dict) and manifest["arch_list"] == ["12.0a"]
 
-    again = _kernels(*args, "--dist", str(tmp_path / "again"))
+    again = _kernels(*args, "--dist", str(tmp_path / "again"), mode="container")
     assert again["cached"] is True and again["sha256"] == built["sha256"]
     assert (tmp_path / "dist" / Path(built["wheel"]).name).read_bytes() == \
         (tmp_path / "again" / Path(built["wheel"]).name).read_bytes()
