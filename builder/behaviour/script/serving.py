@@ -187,6 +187,7 @@ def moe_layer(server: Any, config: dict[str, Any], prefix: str, tp: int, ep: int
     # block 128, NVFP4 padding); the checkpoint's own width is a tiny model's, not a rule
     shape["intermediate_size"] = 256 * max(tp // ep, 1)
     layer_id = int(prefix.split(".layers.")[1].split(".")[0]) if ".layers." in prefix else 1
+    clamp = moe_kwargs(config, layer_id)
     quant = _quant_config(server)
     out: dict[str, Any] = {"quant_config": type(quant).__name__ if quant else None,
                            "expert_prefix": prefix}
@@ -195,7 +196,7 @@ def moe_layer(server: Any, config: dict[str, Any], prefix: str, tp: int, ep: int
                          intermediate_size=shape["intermediate_size"], layer_id=layer_id,
                          top_k=shape["top_k"], quant_config=quant,
                          prefix=prefix,
-                         params_dtype=torch.bfloat16, **moe_kwargs(config, layer_id))
+                         params_dtype=torch.bfloat16, **clamp)
         method = layer.quant_method
         owner = _runner_owner(layer, method)
         runner = getattr(owner, "runner", None)
@@ -213,7 +214,7 @@ def moe_layer(server: Any, config: dict[str, Any], prefix: str, tp: int, ep: int
             "dispatcher": type(dispatcher).__name__,
             "skip_local_expert_mapping": bool(getattr(dispatcher,
                                                       "skip_local_expert_mapping", False)),
-            "clamp_configured": bool(moe_kwargs(config, layer_id)),
+            "clamp_configured": bool(clamp),
         })
         try:
             method.process_weights_after_loading(layer)
@@ -227,12 +228,6 @@ def moe_layer(server: Any, config: dict[str, Any], prefix: str, tp: int, ep: int
         except Exception as exc:  # a kernel the CPU cannot run: the payload stays unknown
             out["payload_error"] = _message(exc)
     return out
-
-
-def _published(name: str) -> Any:
-    import behaviour_checks
-
-    return behaviour_checks._published(name)
 
 
 def serve(case: dict[str, Any], models: Path) -> dict[str, Any]:
@@ -268,7 +263,7 @@ def serve(case: dict[str, Any], models: Path) -> dict[str, Any]:
                  "attention_backend", "prefill_attention_backend", "decode_attention_backend",
                  "speculative_moe_runner_backend", "moe_a2a_backend", "quantization",
                  "enable_dp_attention"):
-        published = _published(name)
+        published = behaviour_checks._published(name)
         observed[name] = published if published is not None else \
             _value(getattr(server, name, None))
     observed["model_quantization"] = getattr(_model_config(server), "quantization", None)
