@@ -5,7 +5,8 @@
 and refuses what is not a regular file (a named pipe would wait forever for a writer, a
 folder or a device is never an input) or is over a size cap, with one configuration error
 naming the file. :func:`read_json_input` adds JSON's own faults (not UTF-8, not JSON,
-nested beyond Python's recursion limit).
+an object naming one key twice, nested beyond Python's recursion limit); :func:`parse_json`
+is the one JSON parser of everything the builder reads.
 
 The new content goes to a temporary file beside the file, is flushed to disk
 (``os.fsync``), gets the file's permission bits (and owner, where allowed) and then
@@ -102,6 +103,43 @@ def read_input(path: Path, what: str, hint: str, *, limit: int = INPUT_LIMIT) ->
     return data
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice (Python's ``json`` would keep the last silently)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` of :func:`parse_json`: the object, refusing a repeated key."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise DuplicateKeyError(f"the key {key!r} appears twice in one object")
+        found[key] = value
+    return found
+
+
+def parse_json(text: str | bytes) -> Any:
+    """The one JSON parser for what the builder reads: ``json.loads`` that refuses an
+    object naming one key twice.
+
+    RFC 8259 section 4 says the names within an object SHOULD be unique and leaves the
+    meaning of repeated ones to each reader; Python's ``json`` (3.11) keeps the last
+    silently, so a merge that left two digests for one version in ``versions.lock`` would
+    be read as the second alone.
+
+    Args:
+        text: the document.
+
+    Returns:
+        The parsed value.
+
+    Raises:
+        DuplicateKeyError: an object names a key twice (a ``ValueError``).
+        ValueError: the text is not JSON (``json.JSONDecodeError``).
+        RecursionError: it nests deeper than the interpreter's recursion limit.
+    """
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
 def read_json_input(path: Path, what: str, hint: str) -> Any:
     """The JSON value in the user's input file ``path`` (:func:`read_input`).
 
@@ -115,16 +153,19 @@ def read_json_input(path: Path, what: str, hint: str) -> Any:
 
     Raises:
         ConfigurationError: the file cannot be read (:func:`read_input`), is not UTF-8, is
-            not JSON, or nests deeper than the interpreter's recursion limit.
+            not JSON, names one key twice in an object (:func:`parse_json`), or nests
+            deeper than the interpreter's recursion limit.
     """
     data = read_input(path, what, hint)
     try:
-        return json.loads(data.decode("utf-8"))
+        return parse_json(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ConfigurationError(f"{what} {path} is not UTF-8 text (byte {exc.start}: "
                                  f"{exc.reason})", hint) from None
     except RecursionError:
         raise ConfigurationError(f"{what} {path} nests too deeply to be read", hint) from None
+    except DuplicateKeyError as exc:  # a merge or a hand edit: which value is meant?
+        raise ConfigurationError(f"{what} {path} is malformed: {exc}", hint) from None
     except ValueError as exc:
         raise ConfigurationError(f"{what} {path} is not JSON: {exc}", hint) from None
 
