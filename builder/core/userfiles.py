@@ -170,6 +170,33 @@ def read_json_input(path: Path, what: str, hint: str) -> Any:
         raise ConfigurationError(f"{what} {path} is not JSON: {exc}", hint) from None
 
 
+@contextlib.contextmanager
+def exclusive(path: Path) -> Iterator[Path]:
+    """Hold an exclusive ``flock`` for a read-modify-write of the user's file ``path``.
+
+    The lock is taken on the folder of the file itself (every symbolic link resolved):
+    the file is replaced by a rename, so its inode cannot carry the lock, and two names
+    of one file (a link in each of two projects) must share one lock.
+
+    Args:
+        path: the file as the user named it (it may not exist yet).
+
+    Yields:
+        The file really edited (``path`` with every link resolved).
+    """
+    real = Path(os.path.realpath(path))
+    # A link to nothing: its own folder (the rewrite refuses it; nothing made where it
+    # points).
+    folder = real.parent if real.parent.is_dir() else path.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield real
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 def _locked_temporary(real: Path) -> tuple[int, Path]:
     """A new temporary file beside ``real``, open and exclusively ``flock``-ed.
 

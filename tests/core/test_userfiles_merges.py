@@ -112,7 +112,8 @@ def test_concurrent_next_label_runs_lose_no_bump(tmp_path: Path) -> None:
             for _ in range(6)]
     outputs = [r.communicate(timeout=120) for r in runs]
     assert [r.returncode for r in runs] == [0] * 6, outputs
-    new = sorted(json.loads(out)["new"] for out, _ in outputs)
+    new = sorted((json.loads(out)["new"] for out, _ in outputs),
+                 key=lambda label: int(label.rsplit(".", 1)[1]))
     number = int(old.rsplit(".", 1)[1])
     prefix = old.rsplit(".", 1)[0]
     assert new == [f"{prefix}.{number + n}" for n in range(1, 7)]
