@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from builder.core.errors import BuildError, ConfigurationError
+from builder.core.userfiles import parse_json
 
 _CHUNK = 1 << 20
 IN_USE_FILE = ".in-use"
@@ -412,7 +413,7 @@ def legacy_entry(name: str, files: Callable[[dict[str, Any]], dict[str, str]] | 
     """
     def adopt(path: Path) -> dict[str, Any] | None:
         try:
-            meta = json.loads((path / name).read_text())
+            meta = parse_json((path / name).read_text())
             if not isinstance(meta, dict):
                 return None
             for file, digest in (files(meta) if files else {}).items():
@@ -428,7 +429,7 @@ def _read_manifest(path: Path, kind: str, key: str) -> CachedArtifact | None:
     """The entry at ``path`` as its manifest describes it (``None``: no readable manifest
     of this schema, as in an entry made by an older builder)."""
     try:
-        data = json.loads((path / MANIFEST).read_text())
+        data = parse_json((path / MANIFEST).read_text())
         if data.get("schema") != MANIFEST_SCHEMA or data.get("kind") != kind or \
                 data.get("key") != key:
             return None

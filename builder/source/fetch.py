@@ -26,7 +26,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from builder.core.address import file_name
-from builder.core.cache import CachedArtifact, Cache, legacy_entry, sha256_file, sha256_tree
+from builder.core.cache import Cache, CachedArtifact, legacy_entry, sha256_file, sha256_tree
 from builder.core.config import GitPin, Pin, SdistPin, SourceKind, Target, WheelPin
 from builder.core.errors import BuilderError, ConfigurationError, SourceError, VerificationError
 from builder.core.layout import Layout
