@@ -280,16 +280,15 @@ def temporary_beside(path: Path, data: bytes) -> Iterator[Path]:
         temporary.unlink(missing_ok=True)
 
 
-def rewrite_user_file(path: Path, data: bytes) -> Path:
-    """Replace the content of the user's file ``path`` with ``data``, atomically.
+def check_rewritable(path: Path) -> tuple[Path, os.stat_result | None]:
+    """The checks :func:`rewrite_user_file` makes before it writes, alone: for a command
+    that writes several files and must refuse before the first of them.
 
     Args:
-        path: the file as the user named it (a link to it is fine).
-        data: the complete new content (line endings are the caller's: read the file as
-            bytes to keep them).
+        path: the file as the user named it (a link to it is fine; it may not exist).
 
     Returns:
-        The file really written (``path`` with every symbolic link resolved).
+        The file really written (every link resolved) and its status (``None``: new).
 
     Raises:
         ConfigurationError: ``path`` is not a regular file, is a link to nothing, or has
@@ -311,6 +310,24 @@ def rewrite_user_file(path: Path, data: bytes) -> Path:
             f"{path} has {info.st_nlink} hard links: replacing it would leave the other "
             "names with the old content", "make it one file (cp it over itself under one "
             "name), or a symbolic link, and run the command again; nothing was changed")
+    return real, info
+
+
+def rewrite_user_file(path: Path, data: bytes) -> Path:
+    """Replace the content of the user's file ``path`` with ``data``, atomically.
+
+    Args:
+        path: the file as the user named it (a link to it is fine).
+        data: the complete new content (line endings are the caller's: read the file as
+            bytes to keep them).
+
+    Returns:
+        The file really written (``path`` with every symbolic link resolved).
+
+    Raises:
+        ConfigurationError: as :func:`check_rewritable`.
+    """
+    real, info = check_rewritable(path)
     real.parent.mkdir(parents=True, exist_ok=True)  # a new file in a new folder
     remove_dead_temporaries(real)
     fd, temporary = _locked_temporary(real)
@@ -337,6 +354,20 @@ def rewrite_user_file(path: Path, data: bytes) -> Path:
     finally:
         os.close(folder)
     return real
+
+
+def newline_of(original: bytes) -> bytes:
+    """The line ending of lines added to a file: CRLF when most of its lines end so (a
+    CRLF checkout where a merge left one LF line is still a CRLF file), else LF.
+
+    Args:
+        original: the file's bytes.
+
+    Returns:
+        ``b"\\r\\n"`` or ``b"\\n"``.
+    """
+    crlf = original.count(b"\r\n")
+    return b"\r\n" if crlf and 2 * crlf > original.count(b"\n") else b"\n"
 
 
 def with_line_endings_of(original: bytes, text: str) -> bytes:

@@ -512,21 +512,36 @@ def _read_series_document(path: Path) -> tuple[bytes, tomlkit.TOMLDocument]:
         raise ConfigurationError(f"{path}: {exc}", "fix the series file") from None
 
 
-def append_entry(path: Path, entry: dict[str, Any]) -> None:
+def append_entry(path: Path, entry: dict[str, Any], *,
+                 patch_file: tuple[Path, bytes] | None = None) -> None:
     """Add one ``[[patch]]`` table at the end of the series file, rendered by tomlkit
     (the rest of the file byte for byte: tomlkit would regroup the ``[[patch]]`` tables the
     series interleaves with ``[[behaviour]]`` ones if the table went into the document).
     Every writer of a series file renders it with tomlkit (``tests/test_architecture.py``).
 
+    Everything is checked before the first write: the series with the entry is loaded
+    from a temporary file beside it (an error names the series file), and the series must
+    be a file that can be replaced. Then ``patch_file`` is written, then the series; when
+    the series cannot be written, ``patch_file`` is removed again. The added lines end as
+    most of the file's lines do (:func:`builder.core.userfiles.newline_of`).
+
     Args:
         path: the series file.
         entry: the entry's keys (``file``, ``sha256``, ``description`` ...), in order.
+        patch_file: the patch the entry names and its bytes, written with the entry.
 
     Raises:
         BuilderError: the file cannot be read or is not TOML, or does not load as a series
-            with the entry (then it is left as it was).
+            with the entry, or cannot be replaced (hard links, not a file). Nothing is
+            written then.
     """
-    from builder.core.userfiles import rewrite_user_file, with_line_endings_of
+    from builder.core.errors import BuilderError
+    from builder.core.userfiles import (
+        check_rewritable,
+        newline_of,
+        rewrite_user_file,
+        temporary_beside,
+    )
 
     original, _ = _read_series_document(path)
     table = tomlkit.table()
@@ -534,13 +549,22 @@ def append_entry(path: Path, entry: dict[str, Any]) -> None:
         table.add(key, value)
     patches = tomlkit.aot()
     patches.append(table)
-    added = tomlkit.dumps({"patch": patches})
-    text = original.decode("utf-8").rstrip("\r\n") + "\n\n" + added
-    rewrite_user_file(path, with_line_endings_of(original, text))
+    newline = newline_of(original)
+    added = tomlkit.dumps({"patch": patches}).encode("utf-8").replace(b"\n", newline)
+    data = original.rstrip(b"\r\n") + newline * 2 + added
+    with temporary_beside(path, data) as temporary:
+        try:
+            load_series(temporary)
+        except BuilderError as exc:
+            raise exc.replaced(cause=exc.cause.replace(str(temporary), str(path))) from None
+    check_rewritable(path)
+    if patch_file is not None:
+        rewrite_user_file(*patch_file)
     try:
-        load_series(path)
+        rewrite_user_file(path, data)
     except BaseException:
-        rewrite_user_file(path, original)  # the untouched bytes back
+        if patch_file is not None:
+            patch_file[0].unlink(missing_ok=True)
         raise
 
 
