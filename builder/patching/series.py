@@ -568,33 +568,57 @@ def append_entry(path: Path, entry: dict[str, Any], *,
         raise
 
 
-def repin_entries(path: Path, pins: list[tuple[str, str]]) -> None:
-    """Move each entry's ``sha256`` in the series file from an old to a new value.
+_PATCH_HEADER = re.compile(r"(?m)^[ \t]*\[\[[ \t]*patch[ \t]*\]\][ \t]*(?:#.*)?\r?$")
+_ANY_HEADER = re.compile(r"(?m)^[ \t]*\[")
 
-    The new value is rendered by tomlkit and put in place of the old one at its entry's
-    ``sha256`` key; the rest of the file stays byte for byte. (tomlkit 0.15 cannot write
-    this file back as it read it: ``dumps(parse(text))`` regroups the ``[[patch]]`` tables
-    the series interleaves with ``[[behaviour]]`` ones.)
+
+def repin_entries(path: Path, pins: list[tuple[int, str, str]]) -> None:
+    """Move each named entry's ``sha256`` in the series file from an old to a new value.
+
+    The new value is rendered by tomlkit and put in place of the old one at that entry's
+    ``sha256`` key (between its ``[[patch]]`` header and the next table header): another
+    entry that pins the same sha256 (a copy of the patch kept for other versions) keeps
+    its pin. The rest of the file stays byte for byte. (tomlkit 0.15 cannot write this
+    file back as it read it: ``dumps(parse(text))`` regroups the ``[[patch]]`` tables the
+    series interleaves with ``[[behaviour]]`` ones.)
 
     Args:
         path: the series file.
-        pins: ``(old sha256, new sha256)`` pairs.
+        pins: ``(entry index, old sha256, new sha256)``: the index counts the file's
+            ``[[patch]]`` entries from 0, in order.
 
     Raises:
-        BuilderError: the file cannot be read or is not TOML, or an old value is the
-            ``sha256`` of no entry.
+        BuilderError: the file cannot be read or is not TOML, or an entry's ``sha256`` is
+            not the old value, or is not written as ``sha256 = "HEX"`` under its own
+            ``[[patch]]`` header.
     """
     from builder.core.userfiles import rewrite_user_file
 
     original, document = _read_series_document(path)
     text = original.decode("utf-8")
     entries = [str(t.get("sha256", "")) for t in document.get("patch", [])]
-    for old, new in pins:
+    headers = list(_PATCH_HEADER.finditer(text))
+    hint = "write each entry as a [[patch]] table with sha256 = \"HEX\""
+    edits: list[tuple[int, int, str]] = []
+    for index, old, new in pins:
+        if not 0 <= index < len(entries) or entries[index] != old:
+            raise ConfigurationError(f"{path}: sha256 {old} is not the pin of [[patch]] "
+                                     f"entry #{index + 1}", hint)
+        if len(headers) != len(entries):
+            raise ConfigurationError(f"{path}: {len(entries)} [[patch]] entries but "
+                                     f"{len(headers)} [[patch]] headers: cannot find "
+                                     f"entry #{index + 1}'s pin", hint)
+        start = headers[index].end()
+        following = _ANY_HEADER.search(text, start)
+        end = following.start() if following else len(text)
         key = re.compile(rf'(?m)^(sha256[ \t]*=[ \t]*)"{re.escape(old)}"')
-        if old not in entries or not key.search(text):
-            raise ConfigurationError(f"{path}: sha256 {old} is the pin of no [[patch]] "
-                                     "entry", "write each pin as sha256 = \"HEX\"")
-        # The value as tomlkit renders it, its backslashes doubled: sub reads escapes.
-        value = tomlkit.string(new).as_string().replace("\\", "\\\\")
-        text = key.sub(rf"\g<1>{value}", text)
+        found = key.search(text, start, end)
+        if found is None:
+            raise ConfigurationError(f"{path}: [[patch]] entry #{index + 1} has no "
+                                     f'sha256 = "{old}" line', hint)
+        # The value as tomlkit renders it.
+        edits.append((found.start(), found.end(),
+                      found[1] + tomlkit.string(new).as_string()))
+    for start, end, replacement in sorted(edits, reverse=True):
+        text = text[:start] + replacement + text[end:]
     rewrite_user_file(path, text.encode("utf-8"))
