@@ -78,7 +78,7 @@ def add_commands(commands: Any) -> None:
     bump.add_argument("version", metavar="VERSION",
                       help="the upstream release (PEP 440), e.g. 0.5.23")
     index_url_arg(bump)
-    bump.add_argument("--local-label", default="sm120.1", metavar="LABEL",
+    bump.add_argument("--local-label", default="sm120.1", metavar="LABEL", type=_local_label,
                       help="our PEP 440 local label (default: %(default)s)")
     bump.add_argument("--cuda-lane", metavar="X.Y",
                       help="the CUDA lane, instead of reading torch's wheel on the index")
@@ -93,6 +93,22 @@ def add_commands(commands: Any) -> None:
                            "was written (ci/upstream.yml)")
     bump.set_defaults(handler=_cmd_add_target)
     _add_lock_commands(commands)
+
+
+def _local_label(text: str) -> str:
+    """argparse type of ``--local-label``: checked before anything is fetched or written
+    (the targets file's own rule, :data:`builder.core.config.LOCAL_LABEL`).
+
+    Raises:
+        argparse.ArgumentTypeError: not lowercase letters and digits separated by dots.
+    """
+    from builder.core.config import LOCAL_LABEL
+
+    if not LOCAL_LABEL.match(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a PEP 440 local label: use lowercase letters and digits "
+            "separated by dots, e.g. sm120.2")
+    return text
 
 
 def _cmd_plan(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:

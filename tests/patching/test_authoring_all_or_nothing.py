@@ -107,6 +107,23 @@ def test_refresh_repins_only_its_own_entry_when_two_share_a_sha256(work: Path) -
     assert pins == [new, sha]
 
 
+def test_refresh_in_place_refuses_a_file_two_entries_name(work: Path) -> None:
+    """One file named by two entries (other version ranges): rewriting it would leave the
+    other entry's pin stale, so the in-place refresh is refused and nothing is written."""
+    patches = work / "refresh" / "patches"
+    (patches / "a.patch").write_text(SHIFTED)
+    sha = hashlib.sha256(SHIFTED.encode()).hexdigest()
+    (patches / "s2.toml").write_text(
+        "".join(f'[[patch]]\nfile = "a.patch"\nsha256 = "{sha}"\ndescription = "a"\n'
+                f'strip = 1\nversions = "{versions}"\n\n' for versions in (">=0.5.9", "<0.5.9")))
+    before = snapshot(work)
+    done = run_cli("refresh", "--targets-file", "targets.toml", "--source-dir", "../tree",
+                   "--upstream-version", "0.5.9", "--series", "patches/s2.toml",
+                   cwd=work / "refresh", cache=work / "cache")
+    refused(done, "a.patch is also the file of another entry", "--output-dir")
+    assert snapshot(work) == before
+
+
 def test_add_target_checks_local_label_before_anything(work: Path) -> None:
     """A --local-label that makes no PEP 440 version is the flag's error (exit 2), before
     the index is asked (port 9: nothing listens) or any file is written."""
@@ -114,5 +131,5 @@ def test_add_target_checks_local_label_before_anything(work: Path) -> None:
     done = run_cli("add-target", "0.5.9", "--cuda-lane", "12.9", "--local-label", "bad!",
                    "--index-url", "http://127.0.0.1:9/simple", "--targets-file", "targets.toml",
                    cwd=work / "refresh", cache=work / "cache")
-    refused(done, "--local-label 'bad!'")
+    refused(done, "--local-label", "'bad!' is not a PEP 440 local label")
     assert snapshot(work) == before
