@@ -26,7 +26,14 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from builder.core.address import file_name
-from builder.core.cache import Cache, CachedArtifact, legacy_entry, sha256_file, sha256_tree
+from builder.core.cache import (
+    Cache,
+    CachedArtifact,
+    hold_cache,
+    legacy_entry,
+    sha256_file,
+    sha256_tree,
+)
 from builder.core.config import GitPin, Pin, SdistPin, SourceKind, Target, WheelPin
 from builder.core.errors import BuilderError, ConfigurationError, SourceError, VerificationError
 from builder.core.layout import Layout
@@ -293,6 +300,7 @@ def _download_pinned(pin: SdistPin | WheelPin, cache: Cache, index_url: str | No
         return cache.artifact("downloads", pin.sha256, fetch,
                               record=glob.escape(pin.filename), adopt=made_before_manifests)
 
+    hold_cache(cache.root)  # marked and held before its partial/ folder is made
     if cache.entry("downloads", pin.sha256).is_dir():
         return entry().file(pin.filename)
     # Missing: the lock is held until the entry is in place, so a command that waited
