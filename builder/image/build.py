@@ -320,8 +320,8 @@ def ensure_base(client: docker.DockerClient, base: BaseImage, reporter: Reporter
 def _context(dockerfile: Path, wheels: Sequence[Path], mtime: int, out: Path,
              profile: LaunchProfile) -> None:
     """Write the build context: the Dockerfile, ``wheels/`` and ``sm120/`` (the launch
-    profile, the launcher and its profile reader), fixed metadata (GNU tar: the engine takes a PAX archive's
-    first header for a Dockerfile, measured here)."""
+    profile, the launcher and its profile reader), fixed metadata (GNU tar: the engine
+    takes a PAX archive's first header for a Dockerfile, measured here)."""
     with tarfile.open(out, "w", format=tarfile.GNU_FORMAT) as tar:
         def add(path: Path, name: str, mode: int) -> None:
             info = tar.gettarinfo(str(path), arcname=name)

@@ -104,7 +104,7 @@ def test_a_profile_naming_another_target_is_refused(tmp_path: Path) -> None:
     bad = tmp_path / "p.toml"
     bad.write_text(PROFILE.read_text().replace('target = "sglang-0.5.23"',
                                                'target = "sglang-0.5.20"'))
-    with pytest.raises(BuilderError, match="is for target sglang-0.5.20, not sglang-0.5.23"):
+    with pytest.raises(BuilderError, match=r"is for target sglang-0\.5\.20, not sglang-0\.5\.23"):
         load_profile(bad, TARGET)
     done = serve(profile=bad)
     assert done.returncode == 2 and "is for target sglang-0.5.20" in done.stdout
