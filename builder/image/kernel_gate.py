@@ -181,6 +181,7 @@ def gate_kernel_wheels(options: Options, target: Target, wheels: Sequence[ExtraW
     """
     if not wheels:
         return
+    # What the files alone tell first: a refusal there fetches nothing.
     refuse_other_labels(wheels, target, error)
-    refuse_foreign_kernels(wheels, target, pinned_flashinfer(options, target))
     refuse_unreleased_kernels(wheels, target, error)
+    refuse_foreign_kernels(wheels, target, pinned_flashinfer(options, target))
