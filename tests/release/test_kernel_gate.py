@@ -17,7 +17,6 @@ import pytest
 from builder.core.config import load_targets
 from builder.core.errors import ConfigurationError
 from builder.image.build import read_extra_wheel
-from builder.image.kernel_gate import refuse_foreign_kernels
 from builder.kernels.build import DEFAULT_HEAD_DIMS
 from builder.kernels.pins import default_groups
 from tests.helpers.cli import run_cli
@@ -127,6 +126,8 @@ def test_an_image_tagged_as_the_release_takes_no_trial_or_foreign_kernels(
 def test_a_shim_is_judged_by_its_version(tmp_path: Path) -> None:
     """A shim has no manifest: its version must still be the pinned FlashInfer's."""
     from packaging.version import Version
+
+    from builder.image.kernel_gate import refuse_foreign_kernels
 
     target = load_targets(REPO / "targets.toml").get("sglang-0.5.23")
     shim = tmp_path / "flashinfer_jit_cache-0.7.1+sm120.1.cu130-py3-none-any.whl"
