@@ -49,7 +49,10 @@ def project(sdists: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -
     """The project, one per module: its cache keeps the sdist fetched once."""
     root = write_project(tmp_path_factory.mktemp("gate") / "p", sdist=sdists["0.5.9"])
     shutil.copytree(REPO / "images", root / "images")
-    shutil.copy(root / "images/profiles/sglang-0.5.9.toml", root / "images/profiles/t.toml")
+    # (a profile names its target: the copy is target t's)
+    (root / "images/profiles/t.toml").write_text((root / "images/profiles/sglang-0.5.9.toml")
+                                                  .read_text().replace('target = "sglang-0.5.9"',
+                                                                       'target = "t"'))
     return root
 
 
