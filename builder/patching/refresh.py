@@ -368,10 +368,11 @@ def refresh_series(source: SourceResult, series: Series, *, accept_fuzz: bool = 
                                       else destination,
                                       outcome.sha256, new_sha, _fuzzed(step, text)))
     if not dry_run:
-        for destination, data in writes:
-            rewrite_user_file(destination, data)
-        if pins and series.path is not None:
-            repin_entries(series.path, pins)
+        if pins and series.path is not None:  # in place: the patches and their pins
+            repin_entries(series.path, pins, patch_files=writes)
+        else:
+            for destination, data in writes:
+                rewrite_user_file(destination, data)
     return tuple(results)
 
 

@@ -572,7 +572,8 @@ _PATCH_HEADER = re.compile(r"(?m)^[ \t]*\[\[[ \t]*patch[ \t]*\]\][ \t]*(?:#.*)?\
 _ANY_HEADER = re.compile(r"(?m)^[ \t]*\[")
 
 
-def repin_entries(path: Path, pins: list[tuple[int, str, str]]) -> None:
+def repin_entries(path: Path, pins: list[tuple[int, str, str]], *,
+                  patch_files: list[tuple[Path, bytes]] | None = None) -> None:
     """Move each named entry's ``sha256`` in the series file from an old to a new value.
 
     The new value is rendered by tomlkit and put in place of the old one at that entry's
@@ -582,17 +583,22 @@ def repin_entries(path: Path, pins: list[tuple[int, str, str]]) -> None:
     file back as it read it: ``dumps(parse(text))`` regroups the ``[[patch]]`` tables the
     series interleaves with ``[[behaviour]]`` ones.)
 
+    Everything is checked before the first write (the new pins found, the series and
+    each of ``patch_files`` replaceable); then the patches are written, then the series.
+    A write that fails puts back what the ones before it replaced.
+
     Args:
         path: the series file.
         pins: ``(entry index, old sha256, new sha256)``: the index counts the file's
             ``[[patch]]`` entries from 0, in order.
+        patch_files: the rewritten patches whose pins move, and their new bytes.
 
     Raises:
         BuilderError: the file cannot be read or is not TOML, or an entry's ``sha256`` is
             not the old value, or is not written as ``sha256 = "HEX"`` under its own
-            ``[[patch]]`` header.
+            ``[[patch]]`` header, or a file cannot be replaced. Nothing is written then.
     """
-    from builder.core.userfiles import rewrite_user_file
+    from builder.core.userfiles import check_rewritable, read_input, rewrite_user_file
 
     original, document = _read_series_document(path)
     text = original.decode("utf-8")
@@ -621,4 +627,16 @@ def repin_entries(path: Path, pins: list[tuple[int, str, str]]) -> None:
                       found[1] + tomlkit.string(new).as_string()))
     for start, end, replacement in sorted(edits, reverse=True):
         text = text[:start] + replacement + text[end:]
-    rewrite_user_file(path, text.encode("utf-8"))
+    writes = [*(patch_files or []), (path, text.encode("utf-8"))]
+    for file, _ in writes:
+        check_rewritable(file)
+    done: list[tuple[Path, bytes]] = []
+    try:
+        for file, data in writes:
+            before = read_input(file, "the file", "restore it from git")
+            rewrite_user_file(file, data)
+            done.append((file, before))
+    except BaseException:
+        for file, before in reversed(done):  # all or none
+            rewrite_user_file(file, before)
+        raise

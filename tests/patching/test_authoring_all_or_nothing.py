@@ -124,6 +124,23 @@ def test_refresh_in_place_refuses_a_file_two_entries_name(work: Path) -> None:
     assert snapshot(work) == before
 
 
+def test_refresh_that_cannot_repin_writes_no_patch(work: Path) -> None:
+    """A series that cannot be replaced (hard links) is refused before the refreshed
+    patch is written: never a patch whose pin was not moved with it."""
+    patches = work / "refresh" / "patches"
+    (patches / "a.patch").write_text(SHIFTED)
+    sha = hashlib.sha256(SHIFTED.encode()).hexdigest()
+    (patches / "s2.toml").write_text(f'[[patch]]\nfile = "a.patch"\nsha256 = "{sha}"\n'
+                                     'description = "a"\nstrip = 1\nversions = ">=0.5.9"\n')
+    os.link(patches / "s2.toml", work / "s2-copy.toml")
+    before = snapshot(work)
+    done = run_cli("refresh", "--targets-file", "targets.toml", "--source-dir", "../tree",
+                   "--upstream-version", "0.5.9", "--series", "patches/s2.toml",
+                   cwd=work / "refresh", cache=work / "cache")
+    refused(done, "s2.toml has 2 hard links")
+    assert snapshot(work) == before
+
+
 def test_add_target_checks_local_label_before_anything(work: Path) -> None:
     """A --local-label that makes no PEP 440 version is the flag's error (exit 2), before
     the index is asked (port 9: nothing listens) or any file is written."""
