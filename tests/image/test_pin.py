@@ -17,6 +17,7 @@ import pytest
 
 from builder.core.basepins import load_base_pins
 from builder.kernels.container import DEFAULT_BASES
+from builder.targets.gaps import upstream_base_name
 from tests.helpers.cli import run_cli
 from tests.helpers.paths import REPO
 from tests.helpers.services import (
@@ -28,6 +29,7 @@ from tests.helpers.services import (
     start_registry,
     start_token_server,
 )
+from tests.helpers.targets import current_targets, targets
 
 HEADER = "# Pins for the test: this comment must survive pin-images.\n"
 INDEX = "application/vnd.oci.image.index.v1+json"
@@ -237,10 +239,11 @@ def test_token_registry_bearer_flow(token_registry: tuple[Registry, TokenServer]
 def test_repository_pins_name_every_default_kernel_base() -> None:
     pins = load_base_pins(REPO / "images/pins.toml")
     assert {lane: pins.kernel_base(lane).name for lane in DEFAULT_BASES} == DEFAULT_BASES
+    # the current targets' bases (from targets.toml), as add-target writes them
+    current = [targets().get(n) for n in current_targets()]
     assert [p.name for p in pins.runtime()] == [
         "docker.io/lmsysorg/sglang:v0.5.9-cu129-amd64-runtime",
-        *(f"docker.io/lmsysorg/sglang:v{v}-cu130-runtime" for v in ("0.5.16", "0.5.20",
-                                                                      "0.5.23"))]
+        *(upstream_base_name(str(t.upstream_version), t.cuda_lane) for t in current)]
 
 
 def test_kernel_stage_refuses_an_unpinned_default_base_naming_pin_images(
