@@ -179,11 +179,8 @@ def _cmd_add_target(args: argparse.Namespace, reporter: Reporter) -> dict[str, A
         _check_body_file(args.body_file)  # before targets.toml changes
     report = run_add_target(options(args, reporter), args.version,
                             local_label=args.local_label, cuda_lane=args.cuda_lane,
-                            replace=args.replace, dry_run=args.dry_run)
-    if args.body_file is not None and report.status in ("added", "replaced"):
-        from builder.core.cache import atomic_write_bytes
-
-        atomic_write_bytes(args.body_file, report.to_markdown().encode())
+                            replace=args.replace, dry_run=args.dry_run,
+                            body_file=args.body_file)  # written with the others, or none
     if args.format == "markdown":
         reporter.raw(report.to_markdown())
     elif report.target is None:

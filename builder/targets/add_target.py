@@ -47,12 +47,13 @@ from builder.source.fetch import (
 )
 from builder.targets.gaps import (
     Gap,
+    base_entry_bytes,
     check_stub_paths,
+    profile_stub_bytes,
     target_gaps,
-    write_base_entry,
-    write_profile_stub,
 )
 from builder.targets.upstream import Finding, assess
+from builder.targets.writes import Writes, check_writable
 
 DEFAULT_LABEL = "sm120.1"
 Status = Literal["added", "replaced", "up-to-date", "dry-run"]
@@ -287,13 +288,17 @@ def _target_table(target: NewTarget, series: str) -> tomlkit.items.Table:
     return table
 
 
-def write_target(path: Path, target: NewTarget, *, replace: bool = False) -> Literal[
-        "added", "replaced"]:
-    """Add (or, with ``replace``, swap in) ``target`` in the targets file.
+def render_target(path: Path, target: NewTarget, *, replace: bool = False
+                  ) -> tuple[bytes, Literal["added", "replaced"]]:
+    """The targets file with ``target`` added (or, with ``replace``, swapped in); nothing
+    is written.
 
-    Everything else in the file (comments, order, formatting) is kept; the result is
-    checked by :func:`builder.core.config.load_targets` before it atomically replaces the
-    file (a temporary file in the same folder, then ``os.replace``).
+    Everything else in the file (comments, order, formatting, line endings) is kept; the
+    result is checked by :func:`builder.core.config.load_targets` on a temporary copy
+    beside the file (its series path is relative to it).
+
+    Returns:
+        The new file's bytes, and whether the target was added or replaced one.
 
     Raises:
         BuilderError: a target of that name or upstream version exists and ``replace``
@@ -330,8 +335,20 @@ def write_target(path: Path, target: NewTarget, *, replace: bool = False) -> Lit
         except BuilderError as exc:
             raise type(exc)(exc.cause.replace(str(temporary), str(path)).replace(
                 temporary.name, path.name), exc.hint) from None
+    return output, "replaced" if existing else "added"
+
+
+def write_target(path: Path, target: NewTarget, *, replace: bool = False) -> Literal[
+        "added", "replaced"]:
+    """Add (or, with ``replace``, swap in) ``target`` in the targets file, atomically
+    (:func:`render_target`, then :func:`builder.core.userfiles.rewrite_user_file`).
+
+    Raises:
+        BuilderError: as :func:`render_target`.
+    """
+    output, status = render_target(path, target, replace=replace)
     rewrite_user_file(path, output)
-    return "replaced" if existing else "added"
+    return status
 
 
 def _same_version(text: object, version: str) -> bool:
@@ -343,8 +360,12 @@ def _same_version(text: object, version: str) -> bool:
 
 def run_add_target(options: Options, version: str, *, local_label: str = DEFAULT_LABEL,
                    cuda_lane: str | None = None, replace: bool = False,
-                   dry_run: bool = False) -> BumpReport:
+                   dry_run: bool = False, body_file: Path | None = None) -> BumpReport:
     """Pin ``version`` as a new target.
+
+    Every file it writes (``targets.toml``, ``images/pins.toml``, the launch profile,
+    ``body_file``) is checked before the first write, and a write that fails anyway puts
+    back the ones already written (:mod:`builder.targets.writes`): all or none.
 
     Args:
         options: the run's options (targets file, cache, index URL, reporter).
@@ -353,13 +374,14 @@ def run_add_target(options: Options, version: str, *, local_label: str = DEFAULT
         cuda_lane: the CUDA lane, instead of reading it from torch's wheel.
         replace: overwrite an existing target for the same name or version.
         dry_run: work everything out and report it, write nothing.
+        body_file: also write the Markdown pull request body there (``--body-file``).
 
     Returns:
         What was pinned and what the series does on it.
 
     Raises:
-        BuilderError: as :func:`plan_target` and :func:`write_target`; or ``version`` is
-            not a PEP 440 version.
+        BuilderError: as :func:`plan_target` and :func:`render_target`; a file cannot be
+            written (nothing was); or ``version`` is not a PEP 440 version.
     """
     targets = load_targets(options.targets_file)
     project = targets.get(None).sdist_project
@@ -375,24 +397,43 @@ def run_add_target(options: Options, version: str, *, local_label: str = DEFAULT
                                  "pass --replace to overwrite it explicitly")
     root = options.targets_file.parent
     check_stub_paths(root)
+    writes = Writes()
+    if body_file is not None and not dry_run:
+        check_writable(body_file, "--body-file")  # before the slow part, as before
     options.reporter.info(f"Pinning {project} {wanted} from {_index_url(options)}")
     target = plan_target(options, wanted, local_label=local_label, cuda_lane=cuda_lane)
     matrix = run_matrix(options, versions=[str(wanted)])
     findings, unpatched = assess(matrix)
     status: Status = "dry-run"
     written: list[str] = []
+    data, added = render_target(options.targets_file, target, replace=replace)
+    pins_file = root / PINS_FILE
+    profile = root / PROFILES_DIR / f"{target.name}.toml"
     if not dry_run:
-        status = write_target(options.targets_file, target, replace=replace)
-        pins_file = root / PINS_FILE
-        if write_base_entry(pins_file, target.upstream_version, target.cuda_lane):
-            written.append(str(pins_file))
-        profile = root / PROFILES_DIR / f"{target.name}.toml"
-        if write_profile_stub(profile, target.name, target.upstream_version):
-            written.append(str(profile))
+        status = added
+        writes.add(options.targets_file, data, "the targets file")
+        pins = base_entry_bytes(pins_file, target.upstream_version, target.cuda_lane)
+        if pins is not None:
+            writes.add(pins_file, pins, "the base pins file")
+        stub = profile_stub_bytes(profile, target.name, target.upstream_version)
+        if stub is not None:
+            writes.add(profile, stub, "the launch profile")
+        written = [str(p) for p, _, _ in writes.planned[1:]]
+        if body_file is not None:
+            check_writable(body_file, "--body-file")
+        writes.check()  # every destination, before the first write
+        writes.apply()
     default = targets.get(None)
     series = load_series(options.series) if options.series else load_series(default.series)
-    gaps = target_gaps(series=series, matrix=matrix, version=str(wanted),
-                       lane=target.cuda_lane, name=target.name, root=root,
-                       older=[t.upstream_version for t in targets.targets.values()])
-    return BumpReport(status, options.targets_file, str(wanted), target, matrix, findings,
-                      bool(unpatched), gaps, tuple(written))
+    try:
+        gaps = target_gaps(series=series, matrix=matrix, version=str(wanted),
+                           lane=target.cuda_lane, name=target.name, root=root,
+                           older=[t.upstream_version for t in targets.targets.values()])
+        report = BumpReport(status, options.targets_file, str(wanted), target, matrix,
+                            findings, bool(unpatched), gaps, tuple(written))
+        if body_file is not None and not dry_run:
+            writes.write(body_file, report.to_markdown().encode(), "--body-file")
+    except BaseException:
+        writes.undo()
+        raise
+    return report

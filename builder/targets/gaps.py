@@ -29,7 +29,7 @@ from packaging.version import Version
 
 from builder.core.basepins import PINS_FILE, load_base_pins
 from builder.core.errors import ConfigurationError
-from builder.core.userfiles import rewrite_user_file, with_line_endings_of
+from builder.core.userfiles import with_line_endings_of
 from builder.image.profile import PROFILES_DIR
 from builder.patching.matrix import Cell, Matrix
 from builder.patching.series import Series
@@ -79,33 +79,29 @@ def upstream_base_name(version: str, lane: str) -> str:
     return f"{UPSTREAM_IMAGE}:v{version}-cu{lane.replace('.', '')}-runtime"
 
 
-def _replace_atomically(path: Path, text: str) -> None:
-    # A new file of the user's: the same atomic, kill -9 safe write as an edit.
-    rewrite_user_file(path, text.encode("utf-8"))
-
-
-def write_base_entry(pins_path: Path, version: str, lane: str) -> bool:
-    """Add a ``[[base]]`` for ``version`` / ``lane`` (digest ``""``) after the last one.
+def base_entry_bytes(pins_path: Path, version: str, lane: str) -> bytes | None:
+    """``images/pins.toml`` with a ``[[base]]`` for ``version`` / ``lane`` (digest ``""``)
+    after the last one; nothing is written.
 
     The text is inserted (tomlkit would move the comments that follow the last entry);
-    the result is parsed by :func:`builder.core.basepins.load_base_pins` before it
-    replaces the file, atomically.
+    the result is parsed by :func:`builder.core.basepins.load_base_pins` (from a temporary
+    file) and keeps the file's line endings.
 
     Args:
-        pins_path: ``images/pins.toml`` (created when absent).
+        pins_path: ``images/pins.toml`` (a new one gets a header when absent).
         version: the upstream release.
         lane: its CUDA lane.
 
     Returns:
-        ``True`` when written, ``False`` when an entry for them was already there.
+        The new file's bytes, or ``None`` when an entry for them is already there.
 
     Raises:
         BuilderError: the existing file is malformed.
     """
-    original = pins_path.read_bytes() if pins_path.exists() else b""
+    original = pins_path.read_bytes() if pins_path.is_file() else b""
     text = original.decode("utf-8").replace("\r\n", "\n") if original else _PINS_HEADER
-    if pins_path.exists() and lane in load_base_pins(pins_path).lanes(Version(version)):
-        return False
+    if original and lane in load_base_pins(pins_path).lanes(Version(version)):
+        return None
     entry = (f'[[base]]\nupstream_version = "{version}"\ncuda_lane = "{lane}"\n'
              f'name = "{upstream_base_name(version, lane)}"\ndigest = ""\n')
     lines = text.splitlines(keepends=True)
@@ -125,29 +121,24 @@ def write_base_entry(pins_path: Path, version: str, lane: str) -> bool:
         load_base_pins(Path(probe))  # never write a file the stages cannot read
     finally:
         os.unlink(probe)
-    if original:  # the user's file: its identity and line endings kept
-        rewrite_user_file(pins_path, with_line_endings_of(original, new))
-    else:
-        _replace_atomically(pins_path, new)
-    return True
+    return with_line_endings_of(original, new)
 
 
-def write_profile_stub(path: Path, name: str, version: str) -> bool:
-    """Write a launch profile with no values for target ``name`` where none exists.
+def profile_stub_bytes(path: Path, name: str, version: str) -> bytes | None:
+    """A launch profile with no values for target ``name``, where none exists.
 
     Returns:
-        ``True`` when written, ``False`` when the file was there.
+        The stub's bytes, or ``None`` when a file is there.
     """
     if path.exists():
-        return False
-    _replace_atomically(path, (
+        return None
+    return (
         f"# SM120 launch profile of the image for target {name} (SGLang {version}): a stub\n"
         "# written by `python -m builder add-target`. Fill [args] and the [gpu.rtx-pro-6000]\n"
         "# and [gpu.rtx-5090] tables from the nearest release's profile, with the evidence\n"
         "# for each value as a comment; `serve-command --check` parses them with the release's\n"
         "# own server arguments.\n"
-        f'target = "{name}"\nupstream_version = "{version}"\n\n[args]\n'))
-    return True
+        f'target = "{name}"\nupstream_version = "{version}"\n\n[args]\n').encode()
 
 
 def _family(name: str) -> str:
