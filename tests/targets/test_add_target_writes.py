@@ -35,11 +35,11 @@ def test_each_destination_is_checked_with_its_own_name(tmp_path: Path) -> None:
                        r"\.toml: .*images is not a folder"):
         check_writable(tmp_path / "images" / "profiles" / "x.toml", "the launch profile")
     (tmp_path / "link.toml").symlink_to(tmp_path / "gone" / "p.toml")
-    with pytest.raises(ConfigurationError, match="link.toml is a symbolic link to .*which "
-                                                 "does not exist"):
+    with pytest.raises(ConfigurationError, match=r"link\.toml is a symbolic link to .*which "
+                                                 r"does not exist"):
         check_writable(tmp_path / "link.toml", "the launch profile")
     (tmp_path / "dir.md").mkdir()
-    with pytest.raises(ConfigurationError, match="--body-file .*dir.md is not a regular file"):
+    with pytest.raises(ConfigurationError, match=r"--body-file .*dir\.md is not a regular file"):
         check_writable(tmp_path / "dir.md", "--body-file")
     check_writable(tmp_path / "a" / "b" / "new.toml", "a new file")  # folders made later
 
