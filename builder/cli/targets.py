@@ -202,6 +202,11 @@ def _cmd_add_target(args: argparse.Namespace, reporter: Reporter) -> dict[str, A
             reporter.result(f"{target.name} still lacks:")
             for gap in report.gaps:
                 reporter.result(f"  {gap.line()}")
+        if report.steps:
+            from builder.targets.checklist import checklist_lines
+
+            reporter.result(f"Checklist for {target.name} (docs/new-release.md):\n"
+                            + "\n".join(checklist_lines(report.steps)))
     return report.to_json()
 
 

@@ -45,6 +45,7 @@ from builder.source.fetch import (
     release_files,
     remote_wheel_metadata,
 )
+from builder.targets.checklist import Step, checklist
 from builder.targets.gaps import (
     Gap,
     base_entry_bytes,
@@ -109,6 +110,8 @@ class BumpReport:
         unpatched: ``True`` when no patch changes the release: its wheel is upstream's own.
         gaps: what the new target still lacks (:mod:`builder.targets.gaps`).
         written: the stub files written besides targets.toml (pins file, profile).
+        steps: the checklist from here to a served, CI-green target
+            (:func:`builder.targets.checklist.checklist`).
     """
 
     status: Status
@@ -120,6 +123,7 @@ class BumpReport:
     unpatched: bool
     gaps: tuple[Gap, ...] = ()
     written: tuple[str, ...] = ()
+    steps: tuple[Step, ...] = ()
 
     @property
     def needs_refresh(self) -> bool:
@@ -134,6 +138,7 @@ class BumpReport:
                 "needs_refresh": self.needs_refresh, "unpatched": self.unpatched,
                 "findings": [f.to_json() for f in self.findings],
                 "gaps": [g.to_json() for g in self.gaps], "written": list(self.written),
+                "checklist": [s.to_json() for s in self.steps],
                 "matrix": self.matrix.to_json() if self.matrix else None}
 
     def to_markdown(self) -> str:
@@ -169,6 +174,11 @@ class BumpReport:
             lines += ["### What the target still lacks", "",
                       *(f"- {g.kind}: `{g.subject}`: {g.detail} (fix: {g.fix})"
                         for g in self.gaps), ""]
+        if self.steps:
+            lines += ["### Checklist (docs/new-release.md)", "",
+                      *(f"{n}. **{s.title}**: {s.what}: "
+                        + ", ".join(f"`{c}`" for c in s.commands)
+                        for n, s in enumerate(self.steps, 1)), ""]
         lines += ["### Compatibility matrix", "", self.matrix.to_markdown().rstrip("\n")]
         return "\n".join(lines) + "\n"
 
@@ -429,8 +439,11 @@ def run_add_target(options: Options, version: str, *, local_label: str = DEFAULT
         gaps = target_gaps(series=series, matrix=matrix, version=str(wanted),
                            lane=target.cuda_lane, name=target.name, root=root,
                            older=[t.upstream_version for t in targets.targets.values()])
+        steps = checklist(target.name, str(wanted),
+                          failing=[g.subject for g in gaps if g.kind == "patch"],
+                          ended=[g.subject for g in gaps if g.kind == "patch-range"])
         report = BumpReport(status, options.targets_file, str(wanted), target, matrix,
-                            findings, bool(unpatched), gaps, tuple(written))
+                            findings, bool(unpatched), gaps, tuple(written), steps)
         if body_file is not None and not dry_run:
             writes.write(body_file, report.to_markdown().encode(), "--body-file")
     except BaseException:

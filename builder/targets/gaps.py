@@ -9,7 +9,8 @@ runtime tag, digest left to ``pin-images``) and a launch profile stub
 * ``patch``: a patch that fails on the release, is not reached, or applies but whose
   intent checks fail (it needs a refresh);
 * ``patch-range``: a patch in effect on an older pinned target whose version range ends
-  before the release, with no other copy of it (same ``NNNN-`` number) in effect there;
+  before the release, with no other copy of it (same ``NNNN-`` number) in effect there nor
+  one the matrix finds ``obsolete`` there (upstream has the change);
 * ``base-digest``: no ``[[base]]`` for the release and lane, or its digest unresolved;
 * ``launch-profile``: no profile, or one without values;
 * ``behaviour``: a patch in effect on the release that no behaviour case checks there.
@@ -146,25 +147,30 @@ def _family(name: str) -> str:
     return found.group(0) if found else name
 
 
-def _patch_gaps(cells: dict[str, Cell], version: str) -> list[Gap]:
+def _patch_gaps(cells: dict[str, Cell], version: str, name: str) -> list[Gap]:
     # ``patch``: failed, ambiguous or unreached hunks, or applied with failing intents.
     gaps = []
     for patch, cell in cells.items():
         if cell.status in ("failed", "ambiguous", "not-reached"):
             gaps.append(Gap("patch", patch, f"{cell.text} on {version}",
-                            f"python -m builder refresh {patch} (then extend its range)"))
+                            f"python -m builder refresh --target {name} --patch patches/{patch} "
+                            "--output-dir refreshed, then add-patch the copy for this release "
+                            "(docs/new-release.md)"))
         elif cell.status in _IN_EFFECT and cell.intents is False:
             gaps.append(Gap("patch", patch, f"applies on {version} ({cell.text}) but its "
-                            "intent checks fail", "refresh the patch or its intents"))
+                            "intent checks fail", "refresh the patch (python -m builder "
+                            f"refresh --target {name} --patch patches/{patch} --output-dir "
+                            "refreshed) or its intents"))
     return gaps
 
 
-def _range_gaps(series: Series, in_effect: set[str], version: str,
+def _range_gaps(series: Series, in_effect: set[str], obsolete: set[str], version: str,
                 older: list[Version]) -> list[Gap]:
     # ``patch-range``: in effect on an older pinned target, ended before the release,
-    # and no other copy of it (same ``NNNN-`` number) in effect on the release.
+    # and no other copy of it (same ``NNNN-`` number) in effect on the release, nor one
+    # the matrix found obsolete there (upstream has the change: the range ended rightly).
     release = Version(version)
-    families = {_family(p) for p in in_effect}
+    families = {_family(p) for p in in_effect | obsolete}
     gaps = []
     for entry in series.entries:
         if entry.applies_to(release) or _family(entry.name) in families:
@@ -240,7 +246,9 @@ def target_gaps(*, series: Series, matrix: Matrix, version: str, lane: str, name
                                                       strict=True)}
     in_effect = {p for p, cell in cells.items()
                  if cell.status in _IN_EFFECT and cell.intents is not False}
-    return tuple(_patch_gaps(cells, version) + _range_gaps(series, in_effect, version, older)
+    obsolete = {p for p, cell in cells.items() if cell.status == "obsolete"}
+    return tuple(_patch_gaps(cells, version, name)
+                 + _range_gaps(series, in_effect, obsolete, version, older)
                  + _base_gaps(root, version, lane) + _profile_gaps(root, name)
                  + _behaviour_gaps(series, in_effect, version))
 

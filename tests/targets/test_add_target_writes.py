@@ -5,13 +5,20 @@ cannot be written), and a write that fails anyway puts back the files already wr
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from builder.core.errors import ConfigurationError
+from builder.patching.matrix import Cell, CellStatus, Column, Matrix
+from builder.targets.checklist import TITLES, checklist
+from builder.targets.gaps import target_gaps
 from builder.targets.writes import Writes, check_writable
+from tests.helpers import targets as shipped
 from tests.helpers.cli import run_cli
+from tests.helpers.paths import REPO
 
 
 def test_a_failed_write_puts_back_the_files_written_before_it(tmp_path: Path) -> None:
@@ -64,3 +71,58 @@ def test_add_target_refused_before_anything_is_written(index: str, project: Path
     assert (project / "targets.toml").read_bytes() == before
     assert sorted(p.name for p in images.iterdir()) == ["profiles"]  # no pins.toml
     assert not (tmp_path / "body.md").exists()
+
+
+def _one_column(version: str, statuses: dict[str, str]) -> Matrix:
+    """A compatibility matrix of the repo's series with one column, every cell
+    ``not-applicable`` but those given (the statuses the matrix gives; no source read)."""
+    names = tuple(e.name for e in shipped.series().entries)
+    cells = tuple((Cell(CellStatus(statuses.get(n, "not-applicable")),
+                        statuses.get(n, "not-applicable"), None),) for n in names)
+    return Matrix(names, (Column(version, None, None),), cells, ())  # type: ignore[arg-type]
+
+
+def test_no_range_ended_gap_where_another_copy_is_obsolete(tmp_path: Path) -> None:
+    # 0001's first copy ends before 0.5.11 (in effect on the 0.5.9 target); on 0.5.16 its
+    # 0.5.11 copy is in range. When upstream has the change there (the matrix says
+    # obsolete), the first copy's range ended rightly: no gap.
+    copy = "0001-enable-flashinfer-cutlass-autotune-0.5.11.patch"
+
+    def ranges(status: str) -> list[str]:
+        gaps = target_gaps(series=shipped.series(), matrix=_one_column("0.5.16", {
+            copy: status}), version="0.5.16", lane="13.0", name="sglang-0.5.16",
+            root=tmp_path, older=[Version("0.5.9")])
+        return [g.subject for g in gaps if g.kind == "patch-range"]
+
+    assert ranges("obsolete") == []
+    assert ranges("clean") == []
+    # the gap itself still comes where no copy of 0001 is in effect or obsolete
+    assert ranges("not-applicable") == ["0001-enable-flashinfer-cutlass-autotune.patch"]
+
+
+def test_the_checklist_names_real_commands_and_the_docs_page_lists_every_step() -> None:
+    from builder.cli.common import SHARED_DEST
+    from builder.cli.main import _hoist_shared, build_parser
+
+    steps = checklist("sglang-0.5.24", "0.5.24", failing=["0002-x.patch"],
+                      ended=["0004-y.patch"])
+    assert [s.title for s in steps] == list(TITLES)
+    parser = build_parser()
+    for step in steps:
+        for command in step.commands:
+            if not command.startswith("python -m builder "):
+                continue
+            # parsed as main() parses (shared options hoisted): every option exists
+            arguments, shared = _hoist_shared(shlex.split(command.split("  #")[0])[3:])
+            try:
+                args, extra = parser.parse_known_args(arguments)
+            except SystemExit as exc:
+                raise AssertionError(f"not a valid command: {command}") from exc
+            extra += [flag for flag, _ in shared if SHARED_DEST[flag] not in args.shared]
+            assert not extra, f"{command}: {extra} not read by the command"
+    page = (REPO / "docs" / "new-release.md").read_text()
+    for step in checklist("sglang-0.5.24", "0.5.24"):
+        assert f"## {TITLES.index(step.title) + 1}. " in page, step.title
+        for command in step.commands:
+            assert command.replace("0.5.24", "VERSION").replace(
+                "sglang-VERSION", "NAME") in page, command
