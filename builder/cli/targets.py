@@ -198,6 +198,14 @@ def _cmd_add_target(args: argparse.Namespace, reporter: Reporter) -> dict[str, A
             reporter.result(f"{finding.action}: {finding.patch}: {finding.detail}")
         for path in report.written:
             reporter.result(f"wrote {path}")
+        if report.derived is not None:
+            derived = report.derived
+            reporter.result(
+                f"launch profile derived from {derived.neighbour}'s (patches in effect: "
+                + ("the same" if derived.same_patches else ", ".join(derived.differ))
+                + f"); {len(derived.recheck)} claim(s) to re-check in "
+                f"{target.upstream_version}'s code, marked RE-CHECK in the file:\n"
+                + "\n".join(f"  {line}" for line in derived.recheck))
         if report.gaps:
             reporter.result(f"{target.name} still lacks:")
             for gap in report.gaps:

@@ -46,10 +46,12 @@ from builder.source.fetch import (
     remote_wheel_metadata,
 )
 from builder.targets.checklist import Step, checklist
+from builder.targets.derive import DerivedProfile, derive_profile
 from builder.targets.gaps import (
     Gap,
     base_entry_bytes,
     check_stub_paths,
+    in_effect,
     profile_stub_bytes,
     target_gaps,
 )
@@ -112,6 +114,8 @@ class BumpReport:
         written: the stub files written besides targets.toml (pins file, profile).
         steps: the checklist from here to a served, CI-green target
             (:func:`builder.targets.checklist.checklist`).
+        derived: the launch profile derived from a neighbour's, with the claims to
+            re-check (``None`` when a profile was there or no neighbour has one).
     """
 
     status: Status
@@ -124,6 +128,7 @@ class BumpReport:
     gaps: tuple[Gap, ...] = ()
     written: tuple[str, ...] = ()
     steps: tuple[Step, ...] = ()
+    derived: DerivedProfile | None = None
 
     @property
     def needs_refresh(self) -> bool:
@@ -139,6 +144,10 @@ class BumpReport:
                 "findings": [f.to_json() for f in self.findings],
                 "gaps": [g.to_json() for g in self.gaps], "written": list(self.written),
                 "checklist": [s.to_json() for s in self.steps],
+                "profile": None if self.derived is None else {
+                    "from": self.derived.neighbour, "same_patches": self.derived.same_patches,
+                    "differ": list(self.derived.differ),
+                    "recheck": list(self.derived.recheck)},
                 "matrix": self.matrix.to_json() if self.matrix else None}
 
     def to_markdown(self) -> str:
@@ -174,6 +183,13 @@ class BumpReport:
             lines += ["### What the target still lacks", "",
                       *(f"- {g.kind}: `{g.subject}`: {g.detail} (fix: {g.fix})"
                         for g in self.gaps), ""]
+        if self.derived is not None:
+            d = self.derived
+            lines += [f"### Launch profile derived from `{d.neighbour}`", "",
+                      "Its patches in effect are the same." if d.same_patches else
+                      f"Its patches in effect differ: {', '.join(d.differ)}.",
+                      "Claims to re-check in this release's code (marked `# RE-CHECK`):", "",
+                      *(f"- {line}" for line in d.recheck), ""]
         if self.steps:
             lines += ["### Checklist (docs/new-release.md)", "",
                       *(f"{n}. **{s.title}**: {s.what}: "
@@ -419,13 +435,23 @@ def run_add_target(options: Options, version: str, *, local_label: str = DEFAULT
     data, added = render_target(options.targets_file, target, replace=replace)
     pins_file = root / PINS_FILE
     profile = root / PROFILES_DIR / f"{target.name}.toml"
+    default = targets.get(None)
+    series = load_series(options.series) if options.series else load_series(default.series)
+    derived = None
+    if not profile.exists() and not profile.is_symlink():
+        derived = derive_profile(name=target.name, version=str(wanted),
+                                 in_effect=in_effect(matrix, str(wanted)), series=series,
+                                 targets=[t for t in targets.targets.values()
+                                          if t.name != target.name],
+                                 profiles=root / PROFILES_DIR)
     if not dry_run:
         status = added
         writes.add(options.targets_file, data, "the targets file")
         pins = base_entry_bytes(pins_file, target.upstream_version, target.cuda_lane)
         if pins is not None:
             writes.add(pins_file, pins, "the base pins file")
-        stub = profile_stub_bytes(profile, target.name, target.upstream_version)
+        stub = (profile_stub_bytes(profile, target.name, target.upstream_version)
+                if derived is None else derived.text.encode())
         if stub is not None:
             writes.add(profile, stub, "the launch profile")
         written = [str(p) for p, _, _ in writes.planned[1:]]
@@ -433,17 +459,17 @@ def run_add_target(options: Options, version: str, *, local_label: str = DEFAULT
             check_writable(body_file, "--body-file")
         writes.check()  # every destination, before the first write
         writes.apply()
-    default = targets.get(None)
-    series = load_series(options.series) if options.series else load_series(default.series)
     try:
         gaps = target_gaps(series=series, matrix=matrix, version=str(wanted),
                            lane=target.cuda_lane, name=target.name, root=root,
                            older=[t.upstream_version for t in targets.targets.values()])
         steps = checklist(target.name, str(wanted),
                           failing=[g.subject for g in gaps if g.kind == "patch"],
-                          ended=[g.subject for g in gaps if g.kind == "patch-range"])
+                          ended=[g.subject for g in gaps if g.kind == "patch-range"],
+                          recheck=derived.recheck if derived else (),
+                          derived_from=derived.neighbour if derived else None)
         report = BumpReport(status, options.targets_file, str(wanted), target, matrix,
-                            findings, bool(unpatched), gaps, tuple(written), steps)
+                            findings, bool(unpatched), gaps, tuple(written), steps, derived)
         if body_file is not None and not dry_run:
             writes.write(body_file, report.to_markdown().encode(), "--body-file")
     except BaseException:

@@ -57,7 +57,8 @@ def _patch_commands(name: str, version: str, failing: Iterable[str],
 
 
 def checklist(name: str, version: str, *, failing: Iterable[str] = (),
-              ended: Iterable[str] = (), recheck: Iterable[str] = ()) -> tuple[Step, ...]:
+              ended: Iterable[str] = (), recheck: Iterable[str] = (),
+              derived_from: str | None = None) -> tuple[Step, ...]:
     """The steps that take target ``name`` (release ``version``) to a served, CI-green one.
 
     Args:
@@ -66,6 +67,7 @@ def checklist(name: str, version: str, *, failing: Iterable[str] = (),
         failing: patches that fail, are not reached, or whose intent checks fail there.
         ended: patches whose range ended before the release (``patch-range`` gaps).
         recheck: the profile's claims to re-check in the release's code (step ``profile``).
+        derived_from: the target whose profile add-target copied.
 
     Returns:
         The steps, in the order of :data:`TITLES`.
@@ -86,9 +88,12 @@ def checklist(name: str, version: str, *, failing: Iterable[str] = (),
         Step("behaviour", "every SM12x behaviour of the series proven on the release (the "
              "first run installs its environment: minutes, about 5 GB)", (
                  f"python -m builder behaviour --target {name}",)),
-        Step("profile", f"re-check {profile}'s claims in the release's code"
-             + (": " + "; ".join(recheck) if recheck else ""), (
-                 f"$EDITOR {profile}",)),
+        Step("profile", (f"{profile} was derived from {derived_from}'s: check the "
+                         f"{len(recheck)} claim(s) marked RE-CHECK in the release's code, "
+                         "then remove the marks" if derived_from else
+                         f"fill {profile} from the nearest release's profile and check "
+                         "each value's evidence in the release's code"), (
+                             f"$EDITOR {profile}",)),
         Step("check", "every GPU x TP of the profile parsed by the release's own server "
              "arguments, in one run", (
                  f"python -m builder serve-command --target {name} --check --all",)),

@@ -12,7 +12,8 @@ runtime tag, digest left to ``pin-images``) and a launch profile stub
   before the release, with no other copy of it (same ``NNNN-`` number) in effect there nor
   one the matrix finds ``obsolete`` there (upstream has the change);
 * ``base-digest``: no ``[[base]]`` for the release and lane, or its digest unresolved;
-* ``launch-profile``: no profile, or one without values;
+* ``launch-profile``: no profile, one without per-GPU values, or one derived from a
+  neighbour's with claims still marked ``# RE-CHECK`` (:mod:`builder.targets.derive`);
 * ``behaviour``: a patch in effect on the release that no behaviour case checks there.
 """
 
@@ -34,6 +35,7 @@ from builder.core.userfiles import with_line_endings_of
 from builder.image.profile import PROFILES_DIR
 from builder.patching.matrix import Cell, Matrix
 from builder.patching.series import Series
+from builder.targets.derive import MARK
 
 #: Upstream's runtime image repository on Docker Hub.
 UPSTREAM_IMAGE = "docker.io/lmsysorg/sglang"
@@ -200,13 +202,19 @@ def _base_gaps(root: Path, version: str, lane: str) -> list[Gap]:
 
 
 def _profile_gaps(root: Path, name: str) -> list[Gap]:
-    # ``launch-profile``: no profile, or one without [args] or [gpu.*] values.
+    # ``launch-profile``: no profile, one without [gpu.*] values, or claims still marked.
     profile = root / PROFILES_DIR / f"{name}.toml"
     try:
         data = tomllib.loads(profile.read_text())
     except (FileNotFoundError, tomllib.TOMLDecodeError, UnicodeDecodeError):
         data = {}  # reported below as a profile to write
-    if data.get("args") and data.get("gpu"):
+    if data.get("gpu"):  # per-GPU values ([args] may rightly be empty, as in 0.5.23's)
+        marks = sum(line.lstrip().startswith(MARK) for line in profile.read_text().splitlines())
+        if marks:
+            return [Gap("launch-profile", str(PROFILES_DIR / profile.name),
+                        f"{marks} claim(s) marked RE-CHECK (derived from a neighbour's "
+                        "profile)", "check each in the release's code and remove its mark, "
+                        f"then python -m builder serve-command --target {name} --check --all")]
         return []
     return [Gap("launch-profile", str(PROFILES_DIR / profile.name),
                 "no launch profile values" if profile.exists() else "no launch profile",
@@ -225,6 +233,18 @@ def _behaviour_gaps(series: Series, in_effect: set[str], version: str) -> list[G
                         for b in entry.behaviours)]
 
 
+def _column(matrix: Matrix, version: str) -> dict[str, Cell]:
+    column = [c.label for c in matrix.columns].index(version)
+    return {patch: row[column] for patch, row in zip(matrix.patches, matrix.cells, strict=True)}
+
+
+def in_effect(matrix: Matrix, version: str) -> set[str]:
+    """The patches in effect on ``version`` (the matrix column of that label): applied
+    clean, with an offset or allowed fuzz, and no failing intent check."""
+    return {p for p, cell in _column(matrix, version).items()
+            if cell.status in _IN_EFFECT and cell.intents is not False}
+
+
 def target_gaps(*, series: Series, matrix: Matrix, version: str, lane: str, name: str,
                 root: Path, older: list[Version]) -> tuple[Gap, ...]:
     """What target ``name`` (release ``version``, CUDA ``lane``) still lacks.
@@ -241,16 +261,13 @@ def target_gaps(*, series: Series, matrix: Matrix, version: str, lane: str, name
     Returns:
         the gaps, in the order of the module docstring's list.
     """
-    column = [c.label for c in matrix.columns].index(version)
-    cells = {patch: row[column] for patch, row in zip(matrix.patches, matrix.cells,
-                                                      strict=True)}
-    in_effect = {p for p, cell in cells.items()
-                 if cell.status in _IN_EFFECT and cell.intents is not False}
+    cells = _column(matrix, version)
+    effective = in_effect(matrix, version)
     obsolete = {p for p, cell in cells.items() if cell.status == "obsolete"}
     return tuple(_patch_gaps(cells, version, name)
-                 + _range_gaps(series, in_effect, obsolete, version, older)
+                 + _range_gaps(series, effective, obsolete, version, older)
                  + _base_gaps(root, version, lane) + _profile_gaps(root, name)
-                 + _behaviour_gaps(series, in_effect, version))
+                 + _behaviour_gaps(series, effective, version))
 
 
 def check_stub_paths(root: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from packaging.version import Version
 from builder.core.errors import ConfigurationError
 from builder.patching.matrix import Cell, CellStatus, Column, Matrix
 from builder.targets.checklist import TITLES, checklist
+from builder.targets.derive import MARK, derive_profile, mark_claims
 from builder.targets.gaps import target_gaps
 from builder.targets.writes import Writes, check_writable
 from tests.helpers import targets as shipped
@@ -126,3 +128,52 @@ def test_the_checklist_names_real_commands_and_the_docs_page_lists_every_step() 
         for command in step.commands:
             assert command.replace("0.5.24", "VERSION").replace(
                 "sglang-VERSION", "NAME") in page, command
+
+
+def test_the_profile_is_derived_from_the_neighbour_whose_patches_match(tmp_path: Path) -> None:
+    # A release after the newest target, where the newest target's patches are in effect:
+    # its profile is copied, with every claim about its code marked.
+    newest = shipped.targets().get(shipped.current_targets()[-1])
+    version = f"{newest.upstream_version.base_version}.post99"
+    effect = [e.name for e in shipped.series().entries if e.applies_to(Version(version))]
+    derived = derive_profile(name=f"sglang-{version}", version=version, in_effect=effect,
+                             series=shipped.series(), targets=shipped.targets().targets.values(),
+                             profiles=REPO / "images/profiles")
+    assert derived is not None and derived.neighbour == newest.name and derived.same_patches
+    data = tomllib.loads(derived.text)
+    assert (data["target"], data["upstream_version"]) == (f"sglang-{version}", version)
+    original = tomllib.loads((REPO / "images/profiles" / f"{newest.name}.toml").read_text())
+    assert data["args"] == original["args"] and data["gpu"] == original["gpu"]  # values kept
+    assert derived.recheck and all(line.endswith(")") for line in derived.recheck)
+    # The stale claim the issue found: the FP4 GEMM 'auto' of a release, named by a PR.
+    assert any("--fp4-gemm-backend" in line for line in derived.recheck)
+    assert sum(line.startswith(MARK) for line in derived.text.splitlines()) == len(
+        derived.recheck)
+    # The gap stays until each mark is removed.
+    (tmp_path / "images/profiles").mkdir(parents=True)
+    path = tmp_path / "images/profiles" / f"sglang-{version}.toml"
+    path.write_text(derived.text)
+    gaps = [g for g in target_gaps(series=shipped.series(), matrix=_one_column(version, {
+        name: "clean" for name in effect}), version=version, lane="13.0",
+        name=f"sglang-{version}", root=tmp_path, older=[]) if g.kind == "launch-profile"]
+    assert [g.detail for g in gaps] == [f"{len(derived.recheck)} claim(s) marked RE-CHECK "
+                                        "(derived from a neighbour's profile)"]
+    path.write_text("".join(line for line in derived.text.splitlines(keepends=True)
+                            if not line.startswith(MARK)))
+    assert not [g for g in target_gaps(series=shipped.series(), matrix=_one_column(
+        version, {name: "clean" for name in effect}), version=version, lane="13.0",
+        name=f"sglang-{version}", root=tmp_path, older=[]) if g.kind == "launch-profile"]
+
+
+def test_a_claim_is_marked_where_it_names_the_release_a_patch_an_issue_or_a_default() -> None:
+    text = ('target = "t"\n[args]\n# - a: 0.5.23 sets it\n#   over two lines\n'
+            "# - b: plain arithmetic\n# - c: patch 0002 resolves it\n"
+            '"--x" = 1\n# upstream issue #40346 proposes it\n"--y" = 2\n'
+            '# 0.5.230 is another release\n"--z" = 3\n')
+    marked, found = mark_claims(text, "0.5.23")
+    assert [line.split(" (")[-1] for line in found] == [
+        "names 0.5.23)", "names patch 0002)", "names upstream #40346)"]
+    lines = marked.splitlines()
+    assert lines[lines.index("# - a: 0.5.23 sets it") - 1].startswith(MARK)
+    assert not lines[lines.index("# - b: plain arithmetic") - 1].startswith(MARK)
+    assert tomllib.loads(marked) == tomllib.loads(text)
