@@ -48,9 +48,10 @@ def _patch_commands(name: str, version: str, failing: Iterable[str],
             f"python -m builder add-patch refreshed/{patch} --name {stem}-{version}.patch "
             f"--versions '>={version}' --description '<its description> ({version})'",
         ]
-    for patch in ended:
-        commands.append(f"python -m builder matrix --versions {version}  # after widening "
-                        f"the versions of {patch} in patches/series.toml, if still needed")
+    ended = tuple(ended)
+    if ended:
+        commands.append(f"$EDITOR patches/series.toml  # widen the versions of "
+                        f"{', '.join(ended)} where the change is still needed")
     if commands:
         commands.append(f"python -m builder matrix --versions {version}")
     return tuple(commands)
@@ -83,7 +84,8 @@ def checklist(name: str, version: str, *, failing: Iterable[str] = (),
             f"python -m builder matrix --versions {version}",)),
         Step("patches", "a refreshed copy of each patch that fails, as its own series entry "
              "(an in-place refresh is refused while another target uses the patch)"
-             if patches else "every patch applies: nothing to refresh",
+             if failing else "decide each ended range: widen it where upstream lacks the "
+             "change" if ended else "every patch applies: nothing to refresh",
              patches or (f"python -m builder patch --target {name} --dry-run",)),
         Step("behaviour", "every SM12x behaviour of the series proven on the release (the "
              "first run installs its environment: minutes, about 5 GB)", (

@@ -2,15 +2,17 @@
 ``add-target`` writes for it.
 
 ``add-target`` writes the release's ``[[base]]`` entry into ``images/pins.toml`` (upstream's
-runtime tag, digest left to ``pin-images``) and a launch profile stub
-(``images/profiles/<target>.toml`` with an empty ``[args]``), each only where none exists.
-:func:`target_gaps` then lists, from the compatibility matrix and those files:
+runtime tag, digest left to ``pin-images``) and its launch profile
+(``images/profiles/<target>.toml``: derived from a neighbour's by
+:mod:`builder.targets.derive`, else a stub with an empty ``[args]``), each only where none
+exists. :func:`target_gaps` then lists, from the compatibility matrix and those files:
 
 * ``patch``: a patch that fails on the release, is not reached, or applies but whose
   intent checks fail (it needs a refresh);
 * ``patch-range``: a patch in effect on an older pinned target whose version range ends
   before the release, with no other copy of it (same ``NNNN-`` number) in effect there nor
-  one the matrix finds ``obsolete`` there (upstream has the change);
+  one the matrix finds ``obsolete`` there (upstream has the change), and no newer pinned
+  target without a copy (the series ended it for good); one gap per patch;
 * ``base-digest``: no ``[[base]]`` for the release and lane, or its digest unresolved;
 * ``launch-profile``: no profile, one without per-GPU values, or one derived from a
   neighbour's with claims still marked ``# RE-CHECK`` (:mod:`builder.targets.derive`);
@@ -167,22 +169,29 @@ def _patch_gaps(cells: dict[str, Cell], version: str, name: str) -> list[Gap]:
 
 
 def _range_gaps(series: Series, in_effect: set[str], obsolete: set[str], version: str,
-                older: list[Version]) -> list[Gap]:
-    # ``patch-range``: in effect on an older pinned target, ended before the release,
-    # and no other copy of it (same ``NNNN-`` number) in effect on the release, nor one
-    # the matrix found obsolete there (upstream has the change: the range ended rightly).
+                others: list[Version]) -> list[Gap]:
+    # ``patch-range``: in effect on an older pinned target, ended before the release, and
+    # no other copy of it (same ``NNNN-`` number) in effect on the release, nor one the
+    # matrix found obsolete there (upstream has the change: the range ended rightly), nor
+    # a newer pinned target without any copy (the series ended it for good). One gap per
+    # patch: its latest copy so ended.
     release = Version(version)
     families = {_family(p) for p in in_effect | obsolete}
-    gaps = []
+    ended: dict[str, str] = {}
     for entry in series.entries:
-        if entry.applies_to(release) or _family(entry.name) in families:
+        family = _family(entry.name)
+        if entry.applies_to(release) or family in families:
             continue
-        if any(v < release and entry.applies_to(v) for v in older):
-            gaps.append(Gap("patch-range", entry.name,
-                            f"its range {entry.versions} ends before {version}",
-                            "extend the range in patches/series.toml if the change is still "
-                            "needed there, or leave it ended if upstream has it"))
-    return gaps
+        if any(v > release and not any(e.applies_to(v) for e in series.entries
+                                       if _family(e.name) == family) for v in others):
+            continue
+        if any(v < release and entry.applies_to(v) for v in others):
+            ended[family] = entry.name  # series order: a later copy replaces an earlier
+    by_name = {e.name: e for e in series.entries}
+    return [Gap("patch-range", name, f"its range {by_name[name].versions} ends before "
+                f"{version}", "extend the range in patches/series.toml if the change is still "
+                "needed there, or leave it ended if upstream has it")
+            for name in ended.values()]
 
 
 def _base_gaps(root: Path, version: str, lane: str) -> list[Gap]:
@@ -256,7 +265,7 @@ def target_gaps(*, series: Series, matrix: Matrix, version: str, lane: str, name
         lane: its CUDA lane.
         name: the target's name (its profile's file name).
         root: the project root (``images/`` is under it).
-        older: the upstream versions of the other pinned targets.
+        older: the upstream versions of the other pinned targets (older and newer).
 
     Returns:
         the gaps, in the order of the module docstring's list.

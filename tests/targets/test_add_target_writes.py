@@ -102,6 +102,20 @@ def test_no_range_ended_gap_where_another_copy_is_obsolete(tmp_path: Path) -> No
     assert ranges("not-applicable") == ["0001-enable-flashinfer-cutlass-autotune.patch"]
 
 
+def test_no_range_ended_gap_where_a_newer_target_lacks_the_patch_too(tmp_path: Path) -> None:
+    # 0.5.22 (between the 0.5.20 and 0.5.23 targets): 0004 and 0006 end before it and the
+    # 0.5.23 target has no copy either (ended for good); 0007 resumes on 0.5.23, so its
+    # end before 0.5.22 is a question, asked once (its latest copy so ended).
+    effect = ["0002-sm12x-nvfp4-moe-auto-flashinfer-cutlass-0.5.23.patch",
+              "0003-sm12x-dsa-backends-tilelang-0.5.23.patch",
+              "0005-sm12x-fp4-gemm-auto-b12x.patch"]
+    gaps = target_gaps(series=shipped.series(), matrix=_one_column("0.5.22", dict.fromkeys(
+        effect, "clean")), version="0.5.22", lane="13.0", name="sglang-0.5.22", root=tmp_path,
+        older=[Version(v) for v in ("0.5.16", "0.5.20", "0.5.23")])
+    assert [g.subject for g in gaps if g.kind == "patch-range"] == [
+        "0007-sm12x-refuse-backends-without-kernels-0.5.20.patch"]
+
+
 def test_the_checklist_names_real_commands_and_the_docs_page_lists_every_step() -> None:
     from builder.cli.common import SHARED_DEST
     from builder.cli.main import _hoist_shared, build_parser
