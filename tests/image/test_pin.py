@@ -147,21 +147,24 @@ def test_moved_tag_is_reported_by_check_then_repinned(
 
 
 @pytest.mark.slow(reason="starts a docker-registry")
-def test_missing_tag_is_one_clear_error_and_nothing_written(
+def test_missing_tag_is_one_clear_error_and_the_others_written(
         registry: Registry, tmp_path: Path, docker_config: Path) -> None:
     push_synthetic_image(registry.host, "pin/exists", "v1", content="e")
     pins = tmp_path / "pins.toml"
-    # The first entry resolves; the second does not: the first is not written either.
+    # The first entry resolves; the second does not: the first is written, the second
+    # keeps its (empty) pin and is named.
     pins.write_text(pins_text(f"{registry.host}/pin/exists:v1",
                               f"{registry.host}/pin/exists:no-such-tag"))
-    before = pins.read_bytes()
     done = pin(pins, env={"DOCKER_CONFIG": str(docker_config)})
     assert done.returncode == 4
     message = " ".join(done.stderr.split())
     assert (f"source error: the kernel build base for CUDA 12.9: {registry.host}/pin/exists:"
             "no-such-tag does not exist in its registry (HTTP 404)") in message
-    assert f"{pins} was not changed" in message and "Traceback" not in done.stderr
-    assert pins.read_bytes() == before
+    assert f"the 1 other entry resolved and was written to {pins}" in message
+    assert "Traceback" not in done.stderr
+    data = tomllib.loads(pins.read_text())
+    assert data["base"][0]["digest"].startswith("sha256:")
+    assert data["kernel_base"][0]["digest"] == ""
 
 
 def test_registry_down_is_one_clear_error(tmp_path: Path, docker_config: Path) -> None:
