@@ -100,7 +100,7 @@ def checklist(name: str, version: str, *, failing: Iterable[str] = (),
              "arguments, in one run", (
                  f"python -m builder serve-command --target {name} --check --all",)),
         Step("base", "upstream's runtime image pinned by digest (where docker.io is "
-             "reachable)", ("python -m builder pin-images",)),
+             "reachable)", (f"python -m builder pin-images --target {name}",)),
         Step("wheel", "the patched wheel, built once", (
             f"python -m builder wheel --target {name}",)),
         Step("lock", "the version's content recorded in versions.lock", (
