@@ -74,7 +74,11 @@ def add_commands(commands: Any) -> None:
                "  python -m builder add-target 0.5.20 --dry-run --json\n"
                "  python -m builder add-target 0.5.23 --replace --local-label sm120.2\n"
                "which release is new: `python -m builder upstream` (CI: nox -s bump runs "
-               "both)")
+               "both)\n"
+               "It writes targets.toml, a [[base]] in images/pins.toml and the launch profile "
+               "(derived from\nthe neighbour whose patches in effect match, claims to re-check "
+               "marked # RE-CHECK), all or\nnone, then prints what the target lacks and the "
+               "checklist to a served, CI-green target\n(docs/new-release.md).")
     bump.add_argument("version", metavar="VERSION",
                       help="the upstream release (PEP 440), e.g. 0.5.23")
     index_url_arg(bump)
