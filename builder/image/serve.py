@@ -97,3 +97,76 @@ def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profil
             "command": command, "checked": checked,
             "requirements": [f"sglang=={target.upstream_version}+{target.local_label}",
                              "flashinfer-jit-cache (the kernel wheels: docs/kernels-current.md)"]}
+
+
+def run_serve_check_all(options: Options, *, profiles_dir: Path, model: str | None = None,
+                        extra: tuple[str, ...] = (),
+                        launch_profile: Path | None = None) -> dict[str, Any]:
+    """``serve-command --check --all``: every GPU x TP pair of the target's profile (and
+    its common ``[args]`` alone) parsed by the pinned release's own argument parser, in one
+    run, each pair's verdict printed before the command fails on any refused one.
+
+    Args:
+        options: the targets file, target, cache, index URL and reporter.
+        profiles_dir: the folder of ``<target>.toml`` profiles.
+        model: the model path the commands carry (default: a placeholder path; the parser
+            only checks that one is given).
+        extra: more server arguments (they win over the profile's).
+        launch_profile: this profile instead of the target's.
+
+    Returns:
+        ``{"target", "profile", "checked": [{"gpu", "tp", "ok", "error", "argv"}], "method"}``.
+
+    Raises:
+        ConfigurationError: a pair the release's parser refuses (every refused pair named),
+            or a profile without per-GPU entries.
+    """
+    from builder.core.config import WheelPin, load_targets
+    from builder.image.profile import (
+        CHECK_MODEL,
+        check_profile,
+        load_profile,
+        parse_with_release,
+        profile_path,
+        release_env,
+    )
+
+    targets = load_targets(options.targets_file)
+    target = targets.get(options.target or targets.default)
+    profile = load_profile(launch_profile or profile_path(profiles_dir, target), target)
+    if not profile.gpus:
+        raise ConfigurationError(f"{profile.path} has no per-GPU entries ([gpu.*])",
+                                 "write [gpu.NAME] tables (docs/new-release.md: profile)")
+    reporter = options.reporter
+    user = ["--model-path", model or CHECK_MODEL, *extra]
+    given = {arg.split("=", 1)[0] for arg in user if arg.startswith("--")}
+    combos = profile.combinations()
+    argvs = [[*profile.argv(gpu, tp, given), *user] for gpu, tp in combos]
+    if not any(isinstance(pin, WheelPin) for pin in target.sources):
+        # An sdist target has no parser environment: option names only, first refusal.
+        check_profile(profile, target, cache=options.cache, index_url=options.index_url,
+                      reporter=reporter)
+        answers = [{"ok": True, "error": None}] * len(argvs)
+        method = f"option names of sglang {target.upstream_version}'s server_args.py"
+    else:
+        env = release_env(target, cache=options.cache, index_url=options.index_url,
+                          reporter=reporter)
+        answers = parse_with_release(env, argvs)
+        method = f"sglang {target.upstream_version}'s own argument parser"
+    checked = [{"gpu": gpu, "tp": tp, "ok": bool(answer["ok"]), "error": answer.get("error"),
+                "argv": ["python", "-m", "sglang.launch_server", *argv]}
+               for (gpu, tp), argv, answer in zip(combos, argvs, answers, strict=True)]
+    for item in checked:
+        where = "common [args]" if item["gpu"] is None else f"{item['gpu']} TP {item['tp']}"
+        reporter.result(f"{'ok' if item['ok'] else 'REFUSED'}: {where}"
+                        + ("" if item["ok"] else f": {item['error']}"))
+    refused = [i for i in checked if not i["ok"]]
+    if refused:
+        raise ConfigurationError(
+            f"{profile.path}: {method} refuses {len(refused)} of {len(checked)} "
+            "commands: " + "; ".join(
+                f"{i['gpu'] or 'common'} TP {i['tp'] or '-'}: {i['error']}" for i in refused),
+            "fix the values it names (every pair's verdict is printed above)")
+    reporter.info(f"{len(checked)} commands of {profile.path.name} parsed by {method}")
+    return {"target": target.name, "profile": str(profile.path), "method": method,
+            "checked": checked}
