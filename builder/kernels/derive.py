@@ -481,3 +481,21 @@ def require_coverage(manifest: dict[str, Any], derived: Derived, *, arch_list: t
             f"{'; '.join(missing)} (with FLASHINFER_DISABLE_JIT=1 the server fails when it "
             "first loads one; with JIT on it compiles it for minutes at first use)",
             f"build the set: {build_command(target, model, flags)}")
+
+
+def installed_manifest() -> tuple[str, dict[str, Any]] | None:
+    """The manifest of the kernel wheel installed in this Python (the provider's, from
+    FlashInfer 0.7), with the distribution's name and version; ``None`` when none is."""
+    import importlib.metadata
+
+    from builder.kernels.jitcache import MANIFEST
+
+    for dist in importlib.metadata.distributions():
+        name = str(dist.metadata["Name"] or "").lower().replace("_", "-")
+        if not name.startswith("flashinfer-jit-cache"):
+            continue
+        for file in dist.files or ():
+            if file.name == MANIFEST:
+                data: dict[str, Any] = json.loads(Path(str(file.locate())).read_text())
+                return f"{name} {dist.version} (installed)", data
+    return None

@@ -66,6 +66,10 @@ def select(case: dict[str, Any]) -> dict[str, Any]:
     args = dict(case["args"])
     tp, ep = int(args.get("tp_size", 1)), int(args.get("ep_size", 1))
     observed: dict[str, Any] = {"tp_size": tp, "ep_size": ep}
+    with contextlib.suppress(Exception):  # the FlashInfer the release's environment pins
+        from importlib.metadata import version
+
+        observed["flashinfer_version"] = version("flashinfer-python")
     try:
         server = behaviour_checks._server_args(model, args)
         behaviour_checks._scheduler_init(server)
