@@ -142,5 +142,6 @@ def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult | Shard
             lock.record("kernels", request.target, request.version, digest)
         else:  # checked above, but a trial subset must not claim the target's version
             options.reporter.info(f"{request.version} not recorded in versions.lock: a trial "
-                                  "build (--modules, --head-dims, --arch-list, --fast-build or --model)")
+                                  "build (--modules, --head-dims, --arch-list, --fast-build "
+                                  "or --model)")
     return result
