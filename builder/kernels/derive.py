@@ -209,6 +209,43 @@ def has_fp4_linears(config: dict[str, Any], hf_quant: dict[str, Any] | None) -> 
     return False
 
 
+def _present(selection: dict[str, Any]) -> dict[str, Any]:
+    """The value of each :data:`TABLE` field in a selection (``None``: not selected)."""
+    backend = selection.get("layer_moe_backend") or selection.get("moe_runner_backend")
+    moe = backend if selection.get("moe_method") else None
+    attention_backends = {selection.get(k) for k in (
+        "attention_backend", "prefill_attention_backend", "decode_attention_backend")}
+    return {
+        "moe_runner": moe,
+        "moe_fp4_quantization": moe if _moe_variant(selection) == "nvfp4 x nvfp4" else None,
+        "fp4_gemm": selection.get("fp4_gemm_backend") if selection.get("fp4_linears")
+        else None,
+        "fp8_gemm": selection.get("fp8_gemm_backend")
+        if "fp8" in str(selection.get("model_quantization")) else None,
+        "attention": "flashinfer" if "flashinfer" in attention_backends else None,
+        "sampling": selection.get("sampling_backend") or "flashinfer",
+        "always": "*",
+    }
+
+
+def _attention_variant(selection: dict[str, Any]) -> tuple[str, int, str | None]:
+    """The FA2 variant the attention backend loads: ``(variant, head dim, why no group
+    compiles it or None)``."""
+    attention = selection.get("attention") or {}
+    if attention.get("attention_arch") == "MLA":
+        return "MLA", 0, ("attention: flashinfer MLA (gen_batch_mla_module) is not a module "
+                          "group of the builder")
+    dim = int(attention.get("head_dim") or 0)
+    v_dim = int(attention.get("v_head_dim") or dim)
+    dtype = str(attention.get("dtype") or "bfloat16")
+    kv = _KV_DTYPES.get(str(selection.get("kv_cache_dtype")), dtype)
+    variant = f"head_dim {dim}, q {dtype}, kv {kv}"
+    if v_dim != dim or kv != dtype or dtype not in ATTENTION_DTYPES:
+        return variant, dim, (f"attention {variant}, v head dim {v_dim}: the attention group "
+                              "compiles equal q/kv dtypes and head dims only")
+    return variant, dim, None
+
+
 def derive(selection: dict[str, Any], arch_list: tuple[str, ...]) -> Derived:
     """The module groups, head dims and variants a selection loads (:data:`TABLE`).
 
@@ -227,20 +264,7 @@ def derive(selection: dict[str, Any], arch_list: tuple[str, ...]) -> Derived:
         raise ConfigurationError(f"the release refuses this configuration at start-up: "
                                  f"{selection['refused']}", "fix the server flags first")
     names = _arch_names(arch_list)
-    backend = selection.get("layer_moe_backend") or selection.get("moe_runner_backend")
-    attention = selection.get("attention") or {}
-    attention_backends = {selection.get(k) for k in (
-        "attention_backend", "prefill_attention_backend", "decode_attention_backend")}
-    fp4_moe = _moe_variant(selection) == "nvfp4 x nvfp4"
-    present = {
-        "moe_runner": backend if selection.get("moe_method") else None,
-        "moe_fp4_quantization": backend if fp4_moe and selection.get("moe_method") else None,
-        "fp4_gemm": selection.get("fp4_gemm_backend") if selection.get("fp4_linears")
-        else None,
-        "attention": "flashinfer" if "flashinfer" in attention_backends else None,
-        "sampling": selection.get("sampling_backend") or "flashinfer",
-        "always": "*",
-    }
+    present = _present(selection)
     needs: list[Need] = []
     unbuildable: list[str] = []
     head_dims: list[int] = []
@@ -248,32 +272,19 @@ def derive(selection: dict[str, Any], arch_list: tuple[str, ...]) -> Derived:
         value = present.get(row.selected)
         if value is None or value not in row.values:
             continue
-        group = row.group.format(**names)
-        function = row.function.format(**names)
-        because = f"{row.selected}={value}"
-        variant = ""
-        if row.group.startswith("fused_moe"):
-            variant = _moe_variant(selection)
+        variant = _moe_variant(selection) if row.group.startswith("fused_moe") else ""
         if row.selected == "attention":
-            if attention.get("attention_arch") == "MLA":
-                unbuildable.append("attention: flashinfer MLA (gen_batch_mla_module) is not "
-                                   "a module group of the builder")
+            variant, dim, note = _attention_variant(selection)
+            if note:
+                unbuildable.append(note)
+            if variant == "MLA":
                 continue
-            dim = int(attention.get("head_dim") or 0)
-            v_dim = int(attention.get("v_head_dim") or dim)
-            dtype = str(attention.get("dtype") or "bfloat16")
-            kv = _KV_DTYPES.get(str(selection.get("kv_cache_dtype")), dtype)
-            variant = f"head_dim {dim}, q {dtype}, kv {kv}"
-            if v_dim != dim or kv != dtype or dtype not in ATTENTION_DTYPES:
-                unbuildable.append(f"attention {variant}, v head dim {v_dim}: the attention "
-                                   "group compiles equal q/kv dtypes and head dims only")
             if dim and dim not in head_dims:
                 head_dims.append(dim)
-        needs.append(Need(group, variant, because, function))
-    for name, value in (("moe_runner", present["moe_runner"]),
-                        ("fp4_gemm", present["fp4_gemm"]),
-                        ("fp8_gemm", selection.get("fp8_gemm_backend")
-                         if "fp8" in str(selection.get("model_quantization")) else None)):
+        needs.append(Need(row.group.format(**names), variant, f"{row.selected}={value}",
+                          row.function.format(**names)))
+    for name in ("moe_runner", "fp4_gemm", "fp8_gemm"):
+        value = present[name]
         known = {v for row in TABLE if row.selected == name for v in row.values}
         if isinstance(value, str) and value.startswith("flashinfer") and value not in known:
             unbuildable.append(f"{name}={value}: no row of the table names its FlashInfer "
