@@ -300,3 +300,32 @@ def test_serve_command_check_refuses_a_wheel_lacking_a_derived_module(
         "kv bfloat16)" in bad.stderr
     assert "python -m builder kernels build --target sglang-0.5.23 --model" in bad.stderr
     assert "--tp-size 2" in bad.stderr
+
+
+@pytest.mark.slow(reason="runs 0.5.23's backend selection and parser in its environment",
+                  group=BEHAVIOUR)
+def test_kernels_plan_writes_the_derived_request(shared_cache: Path, tmp_path: Path) -> None:
+    from builder.behaviour.run import zoo_forms
+    from builder.kernels.build import KernelRequest
+    from tests.helpers.cli import run_cli
+
+    zoo = zoo_forms()
+    model = zoo.write(zoo.BY_NAME["qwen3-30b-a3b-bf16"], tmp_path / "zoo")
+    out = tmp_path / "request.json"
+    flags = ("--moe-runner-backend", "flashinfer_cutlass")
+    done = run_cli("kernels", "plan", "--target", "sglang-0.5.23", "--model", str(model),
+                   "--output", str(out), "--", *flags, cache=shared_cache)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(out.read_text())
+    request = KernelRequest.from_json(data)  # what `kernels build --request` builds
+    assert request.groups == ("fused_moe_sm120", "trtllm_utils", "attention", *COMMON)
+    assert request.head_dims == (32,)
+    assert data["derived"]["server_flags"] == list(flags)
+    assert {"group": "fused_moe_sm120", "variant": "bf16 x bf16",
+            "because": "moe_runner=flashinfer_cutlass",
+            "function": "flashinfer.jit.fused_moe.gen_cutlass_fused_moe_sm120_module"
+            } in data["derived"]["needs"]
+    bad = run_cli("kernels", "plan", "--target", "sglang-0.5.23", "--model", str(model),
+                  "--output", str(out), "--", "--moe-runner-backend", "nope",
+                  cache=shared_cache)
+    assert bad.returncode == 2 and "own argument parser refuses the server flags" in bad.stderr
