@@ -123,7 +123,7 @@ def check_kernel_coverage(options: Options, target: Any, model: str,
         ConfigurationError: the wheel misses a module group, head dim, arch or FlashInfer
             version the configuration needs (one message, with the ``kernels`` command
             that builds the set: exit 2), or a wheel was given for a model that is not a
-            local checkpoint folder.
+            local checkpoint folder (with the installed wheel such a model is not checked).
     """
     from builder.kernels.derive import (
         derive,
@@ -144,6 +144,10 @@ def check_kernel_coverage(options: Options, target: Any, model: str,
         return None
     label, manifest = found
     folder = Path(model)
+    if not (folder / "config.json").is_file() and kernel_wheel is None:
+        options.reporter.info(f"kernel coverage not checked: {model} is not a local "
+                              "checkpoint folder (the set is derived from its config.json)")
+        return None
     if not (folder / "config.json").is_file():
         raise ConfigurationError(f"{model} is not a checkpoint folder with a config.json: the "
                                  "kernel set is derived from it",

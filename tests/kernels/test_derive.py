@@ -329,3 +329,24 @@ def test_kernels_plan_writes_the_derived_request(shared_cache: Path, tmp_path: P
                   "--output", str(out), "--", "--moe-runner-backend", "nope",
                   cache=shared_cache)
     assert bad.returncode == 2 and "own argument parser refuses the server flags" in bad.stderr
+
+
+def test_the_installed_kernel_wheels_manifest_is_found(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from builder.kernels.derive import installed_manifest
+
+    assert installed_manifest() is None  # the builder's own environment has none
+    site = tmp_path / "site"
+    info = site / "flashinfer_jit_cache_sm120f-0.7.2+sm120.1.cu130.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: flashinfer-jit-cache-sm120f\n"
+                                   "Version: 0.7.2+sm120.1.cu130\n")
+    manifest = site / "flashinfer_jit_cache" / "providers" / "sm120f" / "sm120-manifest.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps(_manifest(default_groups(F))))
+    (info / "RECORD").write_text(f"{manifest.relative_to(site).as_posix()},,\n")
+    monkeypatch.syspath_prepend(str(site))
+    found = installed_manifest()
+    assert found is not None
+    assert found[0] == "flashinfer-jit-cache-sm120f 0.7.2+sm120.1.cu130 (installed)"
+    assert found[1]["groups"] == list(default_groups(F))
