@@ -25,7 +25,12 @@ patched sglang wheel and the FlashInfer kernel wheels are installed (docs/operat
 the profile's arguments for the GPU and TP size, then --model-path and whatever follows
 `--` (yours win over the profile's, as in the image's launcher). --check parses the line
 with the pinned release's own argument parser (the behaviour environment: the first run
-installs the release on a CPU torch, minutes; later runs find it in the cache).
+installs the release on a CPU torch, minutes; later runs find it in the cache), then
+derives the FlashInfer modules the model and flags load (the release's own backend
+selection) and refuses a kernel wheel that lacks one, naming it and the `kernels build
+--model` command that builds the set (exit 2): --check WHEEL checks that wheel (from
+FlashInfer 0.7 the provider, flashinfer_jit_cache_sm120f-*.whl), plain --check the one
+installed in this Python, if any.
 --check --all parses every GPU x TP pair of the profile (and its common [args]) in one run,
 prints each pair's verdict, and exits 2 when the release refuses any.
 """
@@ -53,8 +58,12 @@ def add_commands(commands: Any) -> None:
                              "images/profiles beside the targets file)")
     parser.add_argument("--launch-profile", type=Path, metavar="FILE",
                         help="use this launch profile instead of the target's")
-    parser.add_argument("--check", action="store_true",
-                        help="parse the command with the pinned release's own parser")
+    parser.add_argument("--check", nargs="?", const=True, default=False, type=Path,
+                        metavar="WHEEL",
+                        help="parse the command with the pinned release's own parser, and "
+                             "refuse a kernel wheel (WHEEL, the provider wheel from "
+                             "FlashInfer 0.7, else the one installed in this Python) that "
+                             "lacks a module the model (a local folder) and flags load")
     parser.add_argument("--all", action="store_true", dest="check_all",
                         help="with --check: every GPU x TP pair of the profile in one run "
                              "(no --gpu, --tp or --model needed)")
@@ -93,4 +102,6 @@ def _cmd_serve_command(args: argparse.Namespace, reporter: Reporter) -> dict[str
     return run_serve_command(options(args, reporter), gpu=args.gpu, tp=args.tp,
                              model=args.model, extra=tuple(args.extra),
                              launch_profile=args.launch_profile,
-                             profiles_dir=args.profiles_dir, check=args.check)
+                             profiles_dir=args.profiles_dir, check=bool(args.check),
+                             kernel_wheel=args.check if isinstance(args.check, Path)
+                             else None)

@@ -14,7 +14,7 @@ from builder.core.options import Options
 
 def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profiles_dir: Path,
                       extra: tuple[str, ...] = (), launch_profile: Path | None = None,
-                      check: bool = False) -> dict[str, Any]:
+                      check: bool = False, kernel_wheel: Path | None = None) -> dict[str, Any]:
     """Print (on the reporter) and return the environment and server command line.
 
     Args:
@@ -25,7 +25,9 @@ def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profil
         extra: more server arguments (they win over the profile's).
         launch_profile: this profile instead of the target's.
         profiles_dir: the folder of ``<target>.toml`` profiles.
-        check: parse the command with the pinned release's own argument parser.
+        check: parse the command with the pinned release's own argument parser, and check
+            that the kernel wheel covers the model and flags (:func:`check_kernel_coverage`).
+        kernel_wheel: the kernel wheel to check (``None``: the one installed here, if any).
 
     Returns:
         ``{"target", "gpu", "tp", "profile", "env", "argv", "command", "checked",
@@ -35,7 +37,8 @@ def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profil
         ConfigurationError: an empty model, ``--model-path`` among ``extra``, a TP size
             among ``extra`` (any spelling the release's parser reads) other than ``tp``, a
             profile without that GPU or without per-GPU entries, or (``check``) a command
-            the release's parser refuses.
+            the release's parser refuses, or a kernel wheel that does not cover the model
+            and flags.
     """
     from builder.core.config import load_targets
     from builder.image.profile import (
@@ -88,6 +91,11 @@ def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profil
                                      f"refuses the command: {answer['error']}",
                                      "drop or fix the argument it names")
         checked = f"parsed by sglang {target.upstream_version}'s own argument parser"
+        covered = check_kernel_coverage(opts, target, model, tuple(
+            a for i, a in enumerate(server_argv) if "--model-path" not in
+            (a, server_argv[i - 1] if i else "")), kernel_wheel)
+        if covered:
+            checked += f"; {covered}"
     reporter.raw(command + "\n")  # one line, never wrapped: it is meant to be pasted
     if checked:
         reporter.info(checked)
@@ -170,3 +178,67 @@ def run_serve_check_all(options: Options, *, profiles_dir: Path, model: str | No
     reporter.info(f"{len(checked)} commands of {profile.path.name} parsed by {method}")
     return {"target": target.name, "profile": str(profile.path), "method": method,
             "checked": checked}
+
+
+def check_kernel_coverage(options: Options, target: Any, model: str,
+                          server_flags: tuple[str, ...], kernel_wheel: Path | None
+                          ) -> str | None:
+    """Refuse a kernel wheel that lacks a module the model and flags will load.
+
+    The set is derived with the release's own backend selection
+    (:func:`builder.kernels.derive.select_backends`, on the patched code, in its behaviour
+    environment) and compared with the wheel's manifest (``kernel_wheel``, else the one
+    installed in this Python).
+
+    Args:
+        options: the cache, index URL and reporter.
+        target: the target.
+        model: the model folder (a Hugging Face name cannot be derived from).
+        server_flags: the server arguments after ``--model-path MODEL``.
+        kernel_wheel: the kernel wheel (the provider wheel from FlashInfer 0.7).
+
+    Returns:
+        what was checked, or ``None`` when no kernel wheel was given or installed.
+
+    Raises:
+        ConfigurationError: the wheel misses a module group, head dim, arch or FlashInfer
+            version the configuration needs (one message, with the ``kernels`` command
+            that builds the set: exit 2), or a wheel was given for a model that is not a
+            local checkpoint folder (with the installed wheel such a model is not checked).
+    """
+    from builder.kernels.derive import (
+        derive,
+        installed_manifest,
+        require_coverage,
+        select_backends,
+    )
+    from builder.kernels.jitcache import read_manifest
+
+    if kernel_wheel is not None:
+        found: tuple[str, dict[str, Any]] | None = (str(kernel_wheel),
+                                                    read_manifest(kernel_wheel))
+    else:
+        found = installed_manifest()
+    if found is None:
+        options.reporter.info("kernel coverage not checked: no kernel wheel given "
+                              "(--check WHEEL) and none installed in this Python")
+        return None
+    label, manifest = found
+    folder = Path(model)
+    if not (folder / "config.json").is_file() and kernel_wheel is None:
+        options.reporter.info(f"kernel coverage not checked: {model} is not a local "
+                              "checkpoint folder (the set is derived from its config.json)")
+        return None
+    if not (folder / "config.json").is_file():
+        raise ConfigurationError(f"{model} is not a checkpoint folder with a config.json: the "
+                                 "kernel set is derived from it",
+                                 "give the local folder as --model, or --check without a "
+                                 "wheel")
+    arch_list = tuple(str(a) for a in manifest.get("arch_list") or ())
+    selection = select_backends(options, target, folder, server_flags)
+    derived = derive(selection, arch_list or (target.arch_list[0],))
+    require_coverage(manifest, derived, arch_list=tuple(target.arch_list),
+                     flashinfer=selection.get("flashinfer_version"), target=target.name,
+                     model=folder, flags=server_flags, wheel=label)
+    return f"kernel wheel {label} covers {', '.join(derived.groups)}"
+
