@@ -10,9 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from builder.core.cache import Cache
-from builder.core.config import load_targets
-from builder.image.profile import parse_with_release, release_env
 from tests.helpers.cli import run_cli
 from tests.helpers.paths import REPO
 from tests.helpers.services import need, need_root
@@ -35,19 +32,10 @@ def test_a_read_only_cache_is_named_with_its_permissions(tmp_path: Path) -> None
     assert "Traceback" not in done.stderr
 
 
-def test_the_release_parsers_own_exit_is_an_answer_about_the_list(shared_cache: Path) -> None:
-    """-h ends argparse's parse with an exit; the other lists are still answered."""
-    target = load_targets(REPO / "targets.toml").get("sglang-0.5.23")
-    env = release_env(target, cache=Cache(shared_cache))
-    helped, plain = parse_with_release(env, [["--model-path", "m", "--help"],
-                                             ["--model-path", "m"]])
-    assert helped["ok"] is False and "the parser exits (status 0)" in helped["error"]
-    assert "usage: sglang serve" in helped["error"]
-    assert plain["ok"] is True and plain["values"]["model_path"] == "m"
-
-
 def test_serve_command_check_refuses_an_argument_that_ends_the_parse(
         shared_cache: Path) -> None:
+    """-h ends argparse's parse with an exit (after printing the help): the release's
+    parser answered about the user's arguments."""
     done = run_cli("serve-command", "--target", "sglang-0.5.23", "--gpu", "rtx-5090",
                    "--tp", "1", "--model", "m", "--check", "--", "--help", cache=shared_cache)
     assert done.returncode == 2, done.stdout + done.stderr
