@@ -102,7 +102,8 @@ def _port(text: str, value: str | None, what: str, hint: str) -> int | None:
 
 
 def parse_url(text: str, schemes: Collection[str], *, noun: str, hint: str,
-              what: str = "", ssh_user: bool = False, credentials: bool = False) -> Address:
+              what: str = "", ssh_user: bool = False, credentials: bool = False,
+              credentials_hint: str = _CREDENTIALS_HINT) -> Address:
     """Check and split a URL.
 
     Args:
@@ -115,6 +116,8 @@ def parse_url(text: str, schemes: Collection[str], *, noun: str, hint: str,
         ssh_user: accept a login name (never a password) in an ``ssh://`` address.
         credentials: accept ``USER[:PASSWORD]@`` (a package index: pip uses them); the
             messages show them redacted all the same.
+        credentials_hint: where the tool that gets the address takes its credentials
+            instead (default: the publish index's: ``~/.netrc``, ``TWINE_*``, keyring).
 
     Returns:
         The address, split (``text`` unchanged).
@@ -149,7 +152,7 @@ def parse_url(text: str, schemes: Collection[str], *, noun: str, hint: str,
     if not credentials and (parts.password is not None or (
             parts.username is not None and not (ssh_user and scheme == "ssh"))):
         raise ConfigurationError(f"{what}the address {shown!r} carries credentials",
-                                 _CREDENTIALS_HINT)
+                                 credentials_hint)
     return Address(text, scheme, parts.hostname, port, parts.path,
                    parts.username if scheme == "ssh" else None)
 

@@ -159,3 +159,27 @@ def test_an_index_port_outside_1_65535_is_bad_input_before_any_request(
     assert ("pip config (global.index-url)" if how == "PIP_CONFIG_FILE" else how) \
         in done.stderr
     assert TOKEN not in done.stdout + done.stderr
+
+
+# --- where a tool cannot use them ---------------------------------------------------------
+
+@pytest.mark.parametrize("address", [f"tcp://alice:{TOKEN}@127.0.0.1:2375",
+                                     f"tcp://{TOKEN}@127.0.0.1:2375",
+                                     f"ssh://alice:{TOKEN}@127.0.0.1"])
+def test_an_engine_address_with_credentials_is_refused_unprinted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, address: str) -> None:
+    """docker-py cannot use them: exit 2 before any connection, the hint says what it
+    takes instead, and the token is not printed."""
+    from builder.core.engine import docker_host
+    from builder.core.errors import ConfigurationError
+
+    done = run_cli("image", "--docker-host", address, cache=tmp_path / "cache")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "carries credentials" in done.stderr and "TLS client certificates" in done.stderr
+    assert TOKEN not in done.stdout + done.stderr
+    monkeypatch.setenv("DOCKER_HOST", address)
+    with pytest.raises(ConfigurationError) as refused:
+        docker_host()
+    assert refused.value.cause.startswith("DOCKER_HOST the address")
+    assert TOKEN not in refused.value.cause + refused.value.hint
+    assert "TWINE" not in refused.value.hint
