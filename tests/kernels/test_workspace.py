@@ -40,9 +40,8 @@ def _build(tmp_path: Path) -> Any:
 
 
 def _enter(tmp_path: Path) -> BuilderError:
-    with pytest.raises(BuilderError) as stopped:
-        with kernel_build._workspace(_build(tmp_path)):
-            pass
+    with pytest.raises(BuilderError) as stopped, kernel_build._workspace(_build(tmp_path)):
+        pass
     return stopped.value
 
 
