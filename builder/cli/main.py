@@ -82,6 +82,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         """Print the JSON error object when asked, then argparse's usage error (exit 2)."""
+        message = redact(message)  # it may quote an address the user gave
         if _Parser.json_errors:
             error = ConfigurationError(message, f"see `{self.prog} --help`")
             print(json.dumps(error.to_json(), indent=2), flush=True)

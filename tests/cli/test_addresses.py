@@ -132,6 +132,11 @@ def test_an_error_naming_the_index_shows_no_credentials(
         assert done.returncode == 4, done.stdout + done.stderr
         assert TOKEN not in done.stdout + done.stderr
         assert f"alice:****@{host}/nope" in done.stdout + done.stderr
+    # argparse's own usage error quotes what was typed: redacted too
+    misplaced = run_cli("fetch", f"http://alice:{TOKEN}@{host}/simple", "--json",
+                        cwd=tmp_path / "p", cache=tmp_path / "cache")
+    assert misplaced.returncode == 2 and TOKEN not in misplaced.stdout + misplaced.stderr
+    assert f"alice:****@{host}/simple" in misplaced.stdout + misplaced.stderr
 
 
 # --- a port that is not a port --------------------------------------------------------------
