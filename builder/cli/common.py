@@ -144,16 +144,16 @@ class PipIndexDefault:
 
 def _index_url(text: str) -> str:
     """A simple index's URL: ``http(s)://`` with a host, or ``file://`` (pip takes both);
-    :func:`builder.core.address.parse_url`'s rule.
+    :func:`builder.core.pipconfig.check_index_url`, the rule pip's configured index is
+    checked by too (credentials allowed, shown redacted).
 
     Raises:
         argparse.ArgumentTypeError: any other text.
     """
-    from builder.core.address import parse_url
+    from builder.core.pipconfig import check_index_url
 
     try:
-        return parse_url(text, ("http", "https", "file"), noun="an http(s):// or file:// URL",
-                         hint="").text
+        return check_index_url(text, "--index-url")
     except ConfigurationError as exc:
         raise argparse.ArgumentTypeError(exc.cause) from None
 

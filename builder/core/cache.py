@@ -22,6 +22,7 @@ reports every delete that failed.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -94,19 +95,33 @@ def _open_in_use(root: Path) -> int:
     Returns:
         The open descriptor (the caller closes it).
 
+    A cache the builder may not write (its permissions, a read-only mount) is locked
+    through an ``.in-use`` already there (a shared lock needs no write access), so it
+    still serves its entries; without one it is refused naming the cache, not the file.
+
     Raises:
         ConfigurationError: ``.in-use`` is a symbolic link, a folder or a special file, or
-            cannot be opened.
+            cannot be opened; or the cache is not writable and has none.
     """
     path = root / IN_USE_FILE
     hint = f"remove {path} (the builder makes a new one); nothing was changed"
+    flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK |
-                     os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o644)
     except OSError as exc:
-        what = "a symbolic link" if path.is_symlink() else exc.strerror
-        raise ConfigurationError(f"the cache's lock file {path} is {what}, not a file the "
-                                 "builder can lock", hint) from None
+        if path.is_symlink():
+            raise ConfigurationError(f"the cache's lock file {path} is a symbolic link, not "
+                                     "a file the builder can lock", hint) from None
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise ConfigurationError(f"the cache's lock file {path} is {exc.strerror}, not "
+                                     "a file the builder can lock", hint) from None
+        try:
+            fd = os.open(path, os.O_RDONLY | flags)
+        except OSError:
+            raise ConfigurationError(
+                f"the cache {root} is not writable: {exc.strerror}",
+                f"make {root} writable (its permissions and owner, or a read-only mount), "
+                "or use another cache: --cache-dir DIR or SGLANG_SM120_CACHE") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise ConfigurationError(f"the cache's lock file {path} is not a regular file", hint)
