@@ -26,6 +26,7 @@ from typing import Any
 
 from builder.core.arch import SM120
 from builder.core.errors import BuildError, ConfigurationError
+from builder.core.userfiles import parse_json
 
 _SCRIPTS = Path(__file__).resolve().parent.parent / "behaviour" / "script"
 SCRIPT = _SCRIPTS / "select_backends.py"
@@ -366,9 +367,9 @@ def run_select(env: Any, cases: list[tuple[Path, dict[str, Any]]],
 
 
 def _read_quant(model: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    config = json.loads((model / "config.json").read_text())
+    config = parse_json((model / "config.json").read_bytes())
     quant = model / "hf_quant_config.json"
-    return config, json.loads(quant.read_text()) if quant.exists() else None
+    return config, parse_json(quant.read_bytes()) if quant.exists() else None
 
 
 def _fp4_linears(model: Path) -> bool:
@@ -507,6 +508,6 @@ def installed_manifest() -> tuple[str, dict[str, Any]] | None:
             continue
         for file in dist.files or ():
             if file.name == MANIFEST:
-                data: dict[str, Any] = json.loads(Path(str(file.locate())).read_text())
+                data: dict[str, Any] = parse_json(Path(str(file.locate())).read_bytes())
                 return f"{name} {dist.version} (installed)", data
     return None
