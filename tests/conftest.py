@@ -15,7 +15,7 @@ import pytest
 
 from builder.image.build import BaseImage
 from tests.helpers.paths import REPO, TEST_CACHE
-from tests.helpers.project import write_project
+from tests.helpers.project import with_images, write_project
 from tests.helpers.releases import (
     MATRIX_RELEASES,
     RELEASES,
@@ -223,12 +223,7 @@ def runtime_project(sdists: dict[str, Path], tmp_path_factory: pytest.TempPathFa
     ``images/`` copied in; run the CLI in it with ``--cache-dir <it>/cache`` so the
     wheel is built once per session."""
     root = write_project(tmp_path_factory.mktemp("runtime") / "project", sdist=sdists["0.5.9"])
-    shutil.copytree(REPO / "images", root / "images")
-    # Its target is "t" (0.5.9): the launch profile of the real 0.5.9 target.
-    # (a profile names its target: the copy is target t's)
-    (root / "images/profiles/t.toml").write_text((root / "images/profiles/sglang-0.5.9.toml")
-                                                  .read_text().replace('target = "sglang-0.5.9"',
-                                                                       'target = "t"'))
+    with_images(root)
     return root
 
 

@@ -22,7 +22,7 @@ import requests
 
 from tests.helpers.cli import run_cli
 from tests.helpers.paths import REPO
-from tests.helpers.project import write_project
+from tests.helpers.project import with_images, write_project
 from tests.helpers.services import PackageIndex, start_package_index
 
 WHEEL = "sglang-0.5.9+sm120.7-py3-none-any.whl"
@@ -162,11 +162,7 @@ def test_the_lock_refuses_to_publish_an_image_tag_with_other_content(
         sdists: dict[str, Path], cache: Path, tmp_path: Path, docker_engine, registry,
         debian_base_image) -> None:
     root = project(tmp_path / "p", sdists)
-    shutil.copytree(REPO / "images", root / "images")
-    # (a profile names its target: the copy is target t's)
-    (root / "images/profiles/t.toml").write_text((root / "images/profiles/sglang-0.5.9.toml")
-                                                  .read_text().replace('target = "sglang-0.5.9"',
-                                                                       'target = "t"'))
+    with_images(root)
     tag = f"{registry.host}/journeys:0.5.9-sm120.7"
     lock = {"schema": 1, "wheel": {}, "kernels": {}, "image": {"t": {tag: "0" * 64}}}
     (root / "versions.lock").write_text(json.dumps(lock))

@@ -60,6 +60,19 @@ def write_project(root: Path, *, sdist: Path | None = None, version: str = "0.5.
     return root
 
 
+def with_images(root: Path) -> Path:
+    """Copy the repository's ``images/`` into the project at ``root``, with the launch
+    profile of the real 0.5.9 target as target ``t``'s (a profile names its target).
+
+    Returns ``root``.
+    """
+    shutil.copytree(REPO / "images", root / "images")
+    shipped = (root / "images/profiles/sglang-0.5.9.toml").read_text()
+    (root / "images/profiles/t.toml").write_text(
+        shipped.replace('target = "sglang-0.5.9"', 'target = "t"'))
+    return root
+
+
 def patch_sha(text: str) -> str:
     """sha256 of a patch text as written by :func:`write_project`."""
     return hashlib.sha256(text.encode()).hexdigest()

@@ -9,26 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import stat
 from pathlib import Path
 
 import pytest
 
-from tests.cli.test_authoring import CASE, PATCH, SHIFTED, refused, snapshot
+from tests.cli.test_authoring import SHIFTED, refused, snapshot
+from tests.cli.test_authoring import work as work  # the fixture: one copy of the case
 from tests.helpers.cli import run_cli
-
-
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    """A copy of the refresh case (project in ``refresh/``, upstream tree in ``tree/``)
-    and a patch to add, ``mine.patch``, beside them."""
-    root = tmp_path / "w"
-    shutil.copytree(CASE, root, symlinks=True)
-    for path in [root, *root.rglob("*")]:
-        path.chmod(path.stat().st_mode | stat.S_IWUSR)
-    (root / "mine.patch").write_text(PATCH)
-    return root
 
 
 def _add_patch(work: Path, *args: str) -> object:

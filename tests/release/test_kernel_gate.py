@@ -7,7 +7,6 @@ nothing listens on the engine, registry and index ports, so a refusal must come 
 from __future__ import annotations
 
 import json
-import shutil
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from builder.kernels.build import DEFAULT_HEAD_DIMS
 from builder.kernels.pins import default_groups
 from tests.helpers.cli import run_cli
 from tests.helpers.paths import REPO
-from tests.helpers.project import write_project
+from tests.helpers.project import with_images, write_project
 
 NOWHERE = "http://127.0.0.1:9/"
 GROUPS = list(default_groups(("12.0a",)))
@@ -48,11 +47,7 @@ def kernel_wheel(folder: Path, version: str = "0.6.3+sm120.7.cu129", **change: A
 def project(sdists: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project, one per module: its cache keeps the sdist fetched once."""
     root = write_project(tmp_path_factory.mktemp("gate") / "p", sdist=sdists["0.5.9"])
-    shutil.copytree(REPO / "images", root / "images")
-    # (a profile names its target: the copy is target t's)
-    (root / "images/profiles/t.toml").write_text((root / "images/profiles/sglang-0.5.9.toml")
-                                                  .read_text().replace('target = "sglang-0.5.9"',
-                                                                       'target = "t"'))
+    with_images(root)
     return root
 
 
