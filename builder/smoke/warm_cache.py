@@ -17,9 +17,10 @@ dtype.
 
 from __future__ import annotations
 
-import ast
 import json
 import logging
+import os
+import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Final
@@ -98,23 +99,125 @@ class WarmCacheKey:
                 for name in mine if mine[name] != theirs[name]]
 
 
+#: The longest entry key parsed, in characters: FlashInfer 0.6.14's fused-MoE keys are about
+#: 100 (five shapes of at most three dimensions); a longer key is not one of ours.
+KEY_LIMIT: Final = 1024
+_TOKEN = re.compile(r"\s*(?:(?P<int>-?[0-9]{1,19})|'(?P<str>[A-Za-z0-9_:.\- ]{0,200})'|"
+                    r"(?P<punct>[(),]))")
+
+
+def _parse_entry_key(text: str) -> tuple[Any, ...] | None:
+    """An entry key as a tuple of tuples, ints and plain strings, or None for anything else.
+
+    A strict parser of the one form FlashInfer's file keys take (``repr`` of a tuple of
+    strings, ints and tuples), not :func:`ast.literal_eval`: the file is input the builder
+    does not trust, and ``literal_eval`` of a hostile key (100,000 ``-`` signs) raises
+    ``MemoryError`` from the compiler. Keys longer than :data:`KEY_LIMIT` and nesting deeper
+    than 4 are refused, so the work is bounded by the limit.
+    """
+    if len(text) > KEY_LIMIT:
+        return None
+    tokens: list[tuple[str, str]] = []
+    at = 0
+    while at < len(text.rstrip()):
+        match = _TOKEN.match(text, at)
+        if match is None:
+            return None
+        kind = match.lastgroup or ""
+        tokens.append((kind, match.group(kind)))
+        at = match.end()
+    parsed, end = _parse_tuple(tokens, 0, depth=0)
+    return parsed if parsed is not None and end == len(tokens) else None
+
+
+def _parse_tuple(tokens: list[tuple[str, str]], at: int, *, depth: int
+                 ) -> tuple[tuple[Any, ...] | None, int]:
+    """The tuple starting at ``tokens[at]`` and the index after it (None when malformed)."""
+    if depth > 4 or at >= len(tokens) or tokens[at] != ("punct", "("):
+        return None, at
+    items: list[Any] = []
+    at += 1
+    while at < len(tokens) and tokens[at] != ("punct", ")"):
+        kind, value = tokens[at]
+        if kind == "int":
+            items.append(int(value))
+            at += 1
+        elif kind == "str":
+            items.append(value)
+            at += 1
+        else:
+            inner, at = _parse_tuple(tokens, at, depth=depth + 1)
+            if inner is None:
+                return None, at
+            items.append(inner)
+        if at < len(tokens) and tokens[at] == ("punct", ","):
+            at += 1
+        elif at >= len(tokens) or tokens[at] != ("punct", ")"):
+            return None, at
+    if at >= len(tokens):
+        return None, at
+    return tuple(items), at + 1
+
+
 def _fc1_shape(entry_key: str) -> tuple[int, ...] | None:
     """The fc1 weight shape of one FlashInfer fused-MoE file entry, or None for another op.
 
     An entry's key is the repr of ``(op, runner class, input shapes, extras)``; the fused
-    MoE's second input is fc1's weights ``[experts, 2 * intermediate, hidden]``.
+    MoE's second input is fc1's weights ``[experts, 2 * intermediate, hidden]``
+    (``autotune(cache=...)`` in FlashInfer 0.6.14's ``flashinfer/autotuner.py``).
     """
-    try:
-        parsed = ast.literal_eval(entry_key)
-    except (ValueError, SyntaxError):
-        return None
-    if (not isinstance(parsed, tuple) or len(parsed) < 3
-            or not str(parsed[0]).startswith("trtllm::fused_moe::")):
+    parsed = _parse_entry_key(entry_key)
+    if (parsed is None or len(parsed) < 3 or not isinstance(parsed[0], str)
+            or not parsed[0].startswith("trtllm::fused_moe::")):
         return None
     shapes = parsed[2]
-    if not isinstance(shapes, tuple) or len(shapes) < 2 or not isinstance(shapes[1], tuple):
+    if (not isinstance(shapes, tuple) or len(shapes) < 2 or not isinstance(shapes[1], tuple)
+            or not all(isinstance(n, int) for n in shapes[1])):
         return None
     return tuple(shapes[1])
+
+
+def _check_content(data: object, key: WarmCacheKey, where: str, *, every: bool
+                   ) -> dict[str, Any]:
+    """The ``_metadata`` and fused-MoE entries of ``key``'s shape in a FlashInfer file.
+
+    One check for both directions: ``capture`` keeps the matching entries of a server's file
+    (``every=False``), ``restore`` takes an artifact's file only when every entry matches
+    (``every=True``: capture never writes another, so one is a hand edit or a mix-up).
+
+    Args:
+        data: the parsed file (or the artifact's ``flashinfer_cache``).
+        key: what the content must be valid for.
+        where: the file, for the messages.
+        every: refuse any entry not of the key's shape, rather than dropping it.
+
+    Returns:
+        ``{"_metadata": ..., entry: value, ...}`` with at least one entry.
+
+    Raises:
+        ConfigurationError: no ``_metadata``, another GPU or FlashInfer, no entry of the
+            key's shape, or (``every``) an entry of another op or shape.
+    """
+    meta = data.get("_metadata") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or not isinstance(meta, dict):
+        raise ConfigurationError(f"{where} has no _metadata: not a FlashInfer autotune file")
+    for field, have in (("gpu", key.gpu_name), ("flashinfer_version", key.flashinfer_version)):
+        if meta.get(field) != have:
+            raise ConfigurationError(
+                f"{where} was written with {field} {meta.get(field)!r}, the key "
+                f"says {have!r}", "capture the file on the GPU and FlashInfer the key names")
+    want = (key.experts, 2 * key.intermediate, key.hidden)
+    entries = {k: v for k, v in data.items() if k != "_metadata" and _fc1_shape(k) == want}
+    others = len(data) - 1 - len(entries)
+    if every and others:
+        raise ConfigurationError(
+            f"{where} holds {others} entries not of fused-MoE fc1 weights {list(want)}",
+            "restore only what warm-cache capture wrote for this key")
+    if not entries:
+        raise ConfigurationError(
+            f"{where} holds no fused-MoE entry for fc1 weights {list(want)}",
+            "check hidden, experts, intermediate (per GPU) and that the autotune ran")
+    return {"_metadata": meta, **entries}
 
 
 def capture(flashinfer_cache: Path, key: WarmCacheKey) -> dict[str, Any]:
@@ -134,23 +237,35 @@ def capture(flashinfer_cache: Path, key: WarmCacheKey) -> dict[str, Any]:
     except ConfigurationError as exc:
         raise exc.replaced(cause=f"cannot read FlashInfer's autotune file: {exc.cause}"
                            ) from None
-    meta = data.get("_metadata") if isinstance(data, dict) else None
-    if not isinstance(meta, dict):
-        raise ConfigurationError(f"{flashinfer_cache} has no _metadata: not a FlashInfer "
-                                 "autotune file")
-    for field, have in (("gpu", key.gpu_name), ("flashinfer_version", key.flashinfer_version)):
-        if meta.get(field) != have:
-            raise ConfigurationError(
-                f"{flashinfer_cache} was written with {field} {meta.get(field)!r}, the key "
-                f"says {have!r}", "capture the file on the GPU and FlashInfer the key names")
-    want = (key.experts, 2 * key.intermediate, key.hidden)
-    entries = {k: v for k, v in data.items() if k != "_metadata" and _fc1_shape(k) == want}
-    if not entries:
-        raise ConfigurationError(
-            f"{flashinfer_cache} holds no fused-MoE entry for fc1 weights {list(want)}",
-            "check hidden, experts, intermediate (per GPU) and that the autotune ran")
-    return {"format": FORMAT, "key": asdict(key),
-            "flashinfer_cache": {"_metadata": meta, **entries}}
+    content = _check_content(data, key, str(flashinfer_cache), every=False)
+    return {"format": FORMAT, "key": asdict(key), "flashinfer_cache": content}
+
+
+def refuse_own_input(output: Path, flag: str, inputs: dict[str, Path | None]) -> None:
+    """Refuse an output path that names one of the command's own inputs.
+
+    Writing the output would replace the input it is read from (``--output`` equal to
+    ``--autotune-file`` turned the server's file into an artifact).
+
+    Args:
+        output: the path to be written.
+        flag: its flag, for the message.
+        inputs: ``{flag: path}`` of the files read (None: not given).
+
+    Raises:
+        ConfigurationError: ``output`` is the same file as one of ``inputs`` (by inode
+            where both exist, else by resolved path).
+    """
+    for name, path in inputs.items():
+        if path is None:
+            continue
+        try:
+            same = os.path.samefile(output, path)
+        except OSError:
+            same = output.resolve() == path.resolve()
+        if same:
+            raise ConfigurationError(f"{flag} {output} is {name} {path}, an input of this "
+                                     "command", f"give {flag} another file")
 
 
 def write_artifact(artifact: dict[str, Any], dest: Path) -> None:
@@ -195,6 +310,11 @@ def restore(artifact_path: Path, running: WarmCacheKey, dest: Path) -> bool:
     if differ:
         logger.warning("warm autotune cache %s ignored: its key does not match (%s)",
                        artifact_path, "; ".join(differ))
+        return False
+    try:  # the key field is only a label: the content is checked as capture checks it
+        cache = _check_content(cache, running, "its flashinfer_cache", every=True)
+    except ConfigurationError as exc:
+        logger.warning("warm autotune cache %s ignored: %s", artifact_path, exc.cause)
         return False
     atomic_write_bytes(dest, (json.dumps(cache, indent=2) + "\n").encode())
     return True
@@ -248,10 +368,12 @@ def run_warm_cache_capture(key_file: Path, output: Path, *, autotune_file: Path 
 
     Raises:
         ConfigurationError: the key cannot be read or is malformed, the folder holds not
-            exactly one autotune file, or the file is not FlashInfer's for that key.
+            exactly one autotune file, the file is not FlashInfer's for that key, or
+            ``output`` is one of the inputs.
     """
     key = WarmCacheKey.from_mapping(_read_key(key_file))
     source = autotune_file or _autotune_file(sglang_cache_dir or Path())
+    refuse_own_input(output, "--output", {"--key": key_file, "the autotune file": source})
     artifact = capture(source, key)
     write_artifact(artifact, output)
     return {"action": "capture", "source": str(source), "artifact": str(output),
@@ -272,8 +394,9 @@ def run_warm_cache_restore(key_file: Path, artifact: Path, dest: Path) -> dict[s
 
     Raises:
         ConfigurationError: the key cannot be read or is malformed, or ``dest`` is not a
-            file.
+            file or is one of the inputs.
     """
+    refuse_own_input(dest, "--dest", {"--key": key_file, "--artifact": artifact})
     key = WarmCacheKey.from_mapping(_read_key(key_file))
     written = restore(artifact, key, dest)
     return {"action": "restore", "artifact": str(artifact), "dest": str(dest),

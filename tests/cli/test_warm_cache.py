@@ -95,3 +95,28 @@ def test_capture_refuses_a_key_for_another_shape_or_a_bad_key(tmp_path: Path) ->
                    "--key", str(tmp_path / "bad.json"), "--output", str(tmp_path / "warm.json"))
     assert done.returncode == 2 and "cannot read the key" in done.stderr
     assert not (tmp_path / "warm.json").exists()
+
+
+@pytest.mark.parametrize("how", ["same", "link", "hardlink"])
+def test_an_output_that_is_its_own_input_is_refused(tmp_path: Path, how: str) -> None:
+    cache = _server_cache(tmp_path / "sglang")
+    source = cache / RELATIVE
+    key = _key(tmp_path / "key.json")
+    out = {"same": source, "link": tmp_path / "link.json",
+           "hardlink": tmp_path / "hard.json"}[how]
+    if how == "link":
+        out.symlink_to(source)
+    elif how == "hardlink":
+        out.hardlink_to(source)
+    done = run_cli("warm-cache", "capture", "--autotune-file", str(out), "--key", str(key),
+                   "--output", str(source))
+    assert done.returncode == 2 and "an input of this command" in done.stderr
+    assert source.read_bytes() == REPORT_FILE.read_bytes()
+    assert run_cli("warm-cache", "capture", "--autotune-file", str(source), "--key", str(key),
+                   "--output", str(tmp_path / "warm.json")).returncode == 0
+    before = (tmp_path / "warm.json").read_bytes()
+    for dest in (tmp_path / "warm.json", key):
+        done = run_cli("warm-cache", "restore", "--artifact", str(tmp_path / "warm.json"),
+                       "--key", str(key), "--dest", str(dest))
+        assert done.returncode == 2 and "an input of this command" in done.stderr
+    assert (tmp_path / "warm.json").read_bytes() == before

@@ -98,3 +98,55 @@ def test_key_fields_are_checked(data: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         WarmCacheKey.from_mapping(data)
     assert WarmCacheKey.from_mapping(dataclasses.asdict(KEY)) == KEY
+
+
+def _artifact(tmp_path: Path, cache: dict[str, object]) -> Path:
+    """An artifact whose key is :data:`KEY` and whose file is ``cache`` (a hand edit)."""
+    artifact = capture(H200_FILE, KEY)
+    artifact["flashinfer_cache"] = cache
+    write_artifact(artifact, tmp_path / "warm.json")
+    return tmp_path / "warm.json"
+
+
+_OURS = capture(H200_FILE, KEY)["flashinfer_cache"]
+_OTHER_SHAPE = next(k for k in json.loads(H200_FILE.read_text())
+                    if k != "_metadata" and "(256, 512, 7168)" not in k)
+
+
+@pytest.mark.parametrize(("cache", "message"), [
+    ({**_OURS, "_metadata": {**_OURS["_metadata"], "gpu": "NVIDIA GeForce RTX 5090"}},
+     "was written with gpu 'NVIDIA GeForce RTX 5090'"),
+    ({**_OURS, "_metadata": {**_OURS["_metadata"], "flashinfer_version": "0.6.3"}},
+     "was written with flashinfer_version '0.6.3'"),
+    ({"_metadata": _OURS["_metadata"], _OTHER_SHAPE: ["MoERunner", 3]},
+     "holds 1 entries not of fused-MoE fc1 weights [256, 512, 7168]"),
+    ({**_OURS, _OTHER_SHAPE: ["MoERunner", 3]}, "holds 1 entries not of"),
+    ({k: v for k, v in _OURS.items() if k != "_metadata"}, "has no _metadata"),
+])
+def test_restore_rechecks_the_content_not_only_the_key(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, cache: dict[str, object],
+        message: str) -> None:
+    # Issue 38 class B: the key field equals the running key, the file is another GPU's,
+    # FlashInfer's or shape's; capture would refuse it, so restore does too.
+    with caplog.at_level(logging.WARNING, logger="builder.smoke.warm_cache"):
+        assert not restore(_artifact(tmp_path, cache), KEY, tmp_path / "cache.json")
+    assert len(caplog.records) == 1 and message in caplog.records[0].getMessage()
+    assert not (tmp_path / "cache.json").exists()
+
+
+@pytest.mark.parametrize("hostile", [
+    "-" * 100_000 + "1",  # ast.literal_eval: MemoryError from the compiler
+    "(" * 150 + ")" * 150,
+    "('trtllm::fused_moe::gemm1', 'MoERunner', ((1, 7168), (256, 512, 7168)), ())" + " " * 2000,
+    "('trtllm::fused_moe::gemm1', 'MoERunner', ((1, 7168), (256, 512, 7168),), (((((1,),),),),))",
+    "('trtllm::fused_moe::gemm1', 'MoERunner', ((1, 7168), (256, 512, __import__)), ())",
+    "('trtllm::fused_moe::gemm1', 'MoERunner', ((1, 7168), (256, 512, 7168)), ()",
+], ids=["minus-signs", "nested", "over-long", "over-deep", "a-name", "unclosed"])
+def test_capture_skips_hostile_entry_keys_with_bounded_work(tmp_path: Path,
+                                                             hostile: str) -> None:
+    data = json.loads(H200_FILE.read_text())
+    data[hostile] = ["MoERunner", 0]
+    (tmp_path / "file.json").write_text(json.dumps(data))
+    artifact = capture(tmp_path / "file.json", KEY)
+    assert hostile not in artifact["flashinfer_cache"]
+    assert len(artifact["flashinfer_cache"]) == 11
