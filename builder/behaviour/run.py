@@ -346,9 +346,10 @@ def _observe(env: BehaviourEnv, cases: list[dict[str, Any]], capability: tuple[i
     series on an unchanged release runs nothing the second time."""
     if cache is None or not env.key:
         return _run_script(env, cases, capability, overlay, models)
-    # kernel_fit.py is the kernel-fit check's (builder.behaviour.fit keys its own runs)
+    # kernel_fit.py is the kernel-fit check's (builder.behaviour.fit keys its own runs);
+    # autotune_path.py is warm-cache's (builder.smoke.autotune_path), never run here
     script = {p.name: sha256_file(p) for p in sorted(SCRIPT.parent.glob("*.py"))
-              if p.name != "kernel_fit.py"}
+              if p.name not in ("kernel_fit.py", "autotune_path.py")}
     key = sha256_json({"env": env.key, "code": overlay_key, "script": script, "cases": cases,
                        "standins": env.standins, "capability": list(capability)})
 
