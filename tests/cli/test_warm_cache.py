@@ -46,6 +46,7 @@ def test_capture_then_restore_gives_the_server_its_file_back(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["restored"] is True
     assert json.loads(dest.read_text()) == json.loads(REPORT_FILE.read_text())
+    assert json.loads((tmp_path / "warm.json").read_text())["folder"] == str(RELATIVE.parent)
 
 
 @pytest.mark.parametrize("change", [{"tp": 2}, {"dtype": "fp8"},
@@ -69,19 +70,26 @@ def test_restore_ignores_another_key_with_one_warning(tmp_path: Path,
     assert not (tmp_path / "fresh").exists()
 
 
-def test_capture_refuses_a_cache_without_exactly_one_file(tmp_path: Path) -> None:
-    key = str(_key(tmp_path / "key.json"))
+def test_capture_takes_every_rank_of_one_run_only(tmp_path: Path) -> None:
+    key = str(_key(tmp_path / "key.json", tp=2))
     done = run_cli("warm-cache", "capture", "--sglang-cache-dir", str(tmp_path / "empty"),
                    "--key", key, "--output", str(tmp_path / "warm.json"))
     assert done.returncode == 2
-    assert "holds 0 SGLang autotune files" in done.stderr and "--autotune-file" in done.stderr
+    assert "of 0 server configurations" in done.stderr and "--autotune-file" in done.stderr
     cache = _server_cache(tmp_path / "sglang")
     second = cache / RELATIVE.with_name("rank_tp1_pp0_dp0.json")
     second.write_bytes(REPORT_FILE.read_bytes())
     done = run_cli("warm-cache", "capture", "--sglang-cache-dir", str(cache),
-                   "--key", key, "--output", str(tmp_path / "warm.json"))
-    assert done.returncode == 2 and "holds 2 SGLang autotune files" in done.stderr
-    assert not (tmp_path / "warm.json").exists()
+                   "--key", key, "--output", str(tmp_path / "warm.json"), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["ranks"] == ["rank_tp0_pp0_dp0", "rank_tp1_pp0_dp0"]
+    other = cache / RELATIVE.parent.with_name("0123456789abcdef") / "rank_tp0_pp0_dp0.json"
+    other.parent.mkdir()
+    other.write_bytes(REPORT_FILE.read_bytes())
+    done = run_cli("warm-cache", "capture", "--sglang-cache-dir", str(cache),
+                   "--key", key, "--output", str(tmp_path / "warm2.json"))
+    assert done.returncode == 2 and "of 2 server configurations" in done.stderr
+    assert not (tmp_path / "warm2.json").exists()
 
 
 def test_capture_refuses_a_key_for_another_shape_or_a_bad_key(tmp_path: Path) -> None:
