@@ -16,6 +16,7 @@ from builder.cli.common import (
     image_options_from,
     index_url_arg,
     options,
+    reads_shared,
     seconds,
     source_args,
     target_arg,
@@ -230,6 +231,7 @@ def _add_warm_cache(commands: Any) -> None:
                           epilog=_WARM_EPILOG,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
     _key_arg(restore)
+    reads_shared(restore, "targets_file", "cache_dir")  # --model-path: the target's release
     target_arg(restore)
     index_url_arg(restore)
     restore.add_argument("--artifact", type=Path, required=True, metavar="FILE",
