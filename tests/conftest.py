@@ -225,7 +225,10 @@ def runtime_project(sdists: dict[str, Path], tmp_path_factory: pytest.TempPathFa
     root = write_project(tmp_path_factory.mktemp("runtime") / "project", sdist=sdists["0.5.9"])
     shutil.copytree(REPO / "images", root / "images")
     # Its target is "t" (0.5.9): the launch profile of the real 0.5.9 target.
-    shutil.copy(root / "images/profiles/sglang-0.5.9.toml", root / "images/profiles/t.toml")
+    # (a profile names its target: the copy is target t's)
+    (root / "images/profiles/t.toml").write_text((root / "images/profiles/sglang-0.5.9.toml")
+                                                  .read_text().replace('target = "sglang-0.5.9"',
+                                                                       'target = "t"'))
     return root
 
 

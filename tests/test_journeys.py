@@ -163,7 +163,10 @@ def test_the_lock_refuses_to_publish_an_image_tag_with_other_content(
         debian_base_image) -> None:
     root = project(tmp_path / "p", sdists)
     shutil.copytree(REPO / "images", root / "images")
-    shutil.copy(root / "images/profiles/sglang-0.5.9.toml", root / "images/profiles/t.toml")
+    # (a profile names its target: the copy is target t's)
+    (root / "images/profiles/t.toml").write_text((root / "images/profiles/sglang-0.5.9.toml")
+                                                  .read_text().replace('target = "sglang-0.5.9"',
+                                                                       'target = "t"'))
     tag = f"{registry.host}/journeys:0.5.9-sm120.7"
     lock = {"schema": 1, "wheel": {}, "kernels": {}, "image": {"t": {tag: "0" * 64}}}
     (root / "versions.lock").write_text(json.dumps(lock))

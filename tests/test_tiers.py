@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.cli import run_cli, run_cli_process
 from tests.helpers.paths import REPO
 
@@ -19,6 +21,7 @@ def _collect(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=300, check=False)
 
 
+@pytest.mark.slow(reason="collects the whole suite in a child pytest")
 def test_every_test_is_in_exactly_one_tier() -> None:
     """The union of the tiers is the whole suite and they do not overlap: no test is in
     both or in neither (and every test on a slow fixture is marked slow, or collection
@@ -28,6 +31,7 @@ def test_every_test_is_in_exactly_one_tier() -> None:
     assert "no tests collected" in done.stdout and "deselected" in done.stdout, done.stdout
 
 
+@pytest.mark.slow(reason="collects the whole suite in a child pytest")
 def test_the_heavy_tests_are_slow_and_the_refusals_fast() -> None:
     """A test on a Docker Engine and one building FlashInfer are slow; a CLI refusal and
     the patch engine's unit tests are fast."""

@@ -46,7 +46,13 @@ from builder.core.config import GitPin, Target
 from builder.core.engine import BuildkitTrace, StreamError, read_stream
 from builder.core.errors import BuildError, ConfigurationError
 from builder.core.progress import Reporter
-from builder.image.profile import LAUNCHER_PATH, LAUNCHER_SOURCE, PROFILE_PATH, LaunchProfile
+from builder.image.profile import (
+    LAUNCHER_PATH,
+    LAUNCHER_SOURCE,
+    PROFILE_PATH,
+    READER_SOURCE,
+    LaunchProfile,
+)
 from builder.wheel.build import WheelResult
 
 LABEL_NS = "dev.sm120-builder"
@@ -314,8 +320,8 @@ def ensure_base(client: docker.DockerClient, base: BaseImage, reporter: Reporter
 def _context(dockerfile: Path, wheels: Sequence[Path], mtime: int, out: Path,
              profile: LaunchProfile) -> None:
     """Write the build context: the Dockerfile, ``wheels/`` and ``sm120/`` (the launch
-    profile and the launcher), fixed metadata (GNU tar: the engine takes a PAX archive's
-    first header for a Dockerfile, measured here)."""
+    profile, the launcher and its profile reader), fixed metadata (GNU tar: the engine
+    takes a PAX archive's first header for a Dockerfile, measured here)."""
     with tarfile.open(out, "w", format=tarfile.GNU_FORMAT) as tar:
         def add(path: Path, name: str, mode: int) -> None:
             info = tar.gettarinfo(str(path), arcname=name)
@@ -338,6 +344,8 @@ def _context(dockerfile: Path, wheels: Sequence[Path], mtime: int, out: Path,
         add(dockerfile.parent, "sm120", 0o755)
         add_bytes(profile.text.encode(), "sm120/profile.toml", 0o644)
         add_bytes(LAUNCHER_SOURCE.read_bytes(), "sm120/sglang-sm120-serve", 0o755)
+        # The launcher's profile reader, beside it in the image as here (one source).
+        add_bytes(READER_SOURCE.read_bytes(), f"sm120/{READER_SOURCE.name}", 0o644)
 
 
 def build_image(client: docker.DockerClient, *, dockerfile: Path, target: Target,

@@ -8,8 +8,10 @@ as :data:`PROFILE_PATH` (its path and sha256 in labels) next to the launcher
 ``python -m sglang.launch_server`` with the profile's arguments first and the user's after
 them (the user's win). A profile may hold values per GPU and TP size (``[gpu.<name>]``
 with ``match``, ``memory_gib``, ``tp_sizes``, ``[gpu.<name>.args]`` and
-``[gpu.<name>.tp.<N>]``); :meth:`LaunchProfile.resolve` gives the arguments for one (the
-launcher's own ``resolve_args``, so the image and ``serve-command`` agree).
+``[gpu.<name>.tp.<N>]``); :meth:`LaunchProfile.resolve` gives the arguments for one.
+What a profile means is read in one place, ``builder/image/data/sglang_sm120_profile.py``
+(:data:`READER_SOURCE`, stdlib only): :func:`load_profile`, ``serve-command`` and the
+launcher (the image carries the file beside it) all use it, so they agree.
 
 :func:`check_profile` proves every argument list a profile can give is one the pinned
 release accepts: for a wheel target by running the release's own argument parser in its
@@ -46,6 +48,9 @@ if TYPE_CHECKING:
 PROFILE_PATH = "/etc/sglang-sm120/profile.toml"
 LAUNCHER_PATH = "/usr/local/bin/sglang-sm120-serve"
 LAUNCHER_SOURCE = Path(__file__).resolve().parent / "data" / "sglang-sm120-serve"
+#: The one reader of profiles (stdlib only): the launcher imports it from its own folder,
+#: the image carries it beside the launcher, the builder loads it from here.
+READER_SOURCE = LAUNCHER_SOURCE.parent / "sglang_sm120_profile.py"
 PROFILES_DIR = Path("images/profiles")
 PARSE_SCRIPT = Path(__file__).resolve().parents[1] / "behaviour" / "script" / \
     "parse_server_args.py"
@@ -53,15 +58,26 @@ PARSE_SCRIPT = Path(__file__).resolve().parents[1] / "behaviour" / "script" / \
 CHECK_MODEL = "/models/check"
 
 
-@cache
-def launcher_module() -> ModuleType:
-    """The launcher ``sglang-sm120-serve`` loaded as a module (one owner of the rules)."""
-    loader = importlib.machinery.SourceFileLoader("sglang_sm120_serve", str(LAUNCHER_SOURCE))
+def _load(name: str, path: Path) -> ModuleType:
+    loader = importlib.machinery.SourceFileLoader(name, str(path))
     spec = importlib.util.spec_from_loader(loader.name, loader)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
     return module
+
+
+@cache
+def launcher_module() -> ModuleType:
+    """The launcher ``sglang-sm120-serve`` loaded as a module (its server environment)."""
+    return _load("sglang_sm120_serve", LAUNCHER_SOURCE)
+
+
+@cache
+def profile_reader() -> ModuleType:
+    """``sglang_sm120_profile.py``, the one reader of launch profiles (what a profile means,
+    the TP size the user's arguments give), as the image's launcher runs it."""
+    return _load("sglang_sm120_profile", READER_SOURCE)
 
 
 @dataclass(frozen=True)
@@ -97,11 +113,11 @@ class LaunchProfile:
         Raises:
             ConfigurationError: the profile has no such GPU or TP size.
         """
-        launcher = launcher_module()
+        reader = profile_reader()
         try:
-            args: dict[str, Any] = launcher.resolve_args(
+            args: dict[str, Any] = reader.resolve_args(
                 {"args": self.args, "gpu": self.gpus}, gpu, tp)
-        except launcher.ProfileError as exc:
+        except reader.ProfileError as exc:
             raise ConfigurationError(f"{self.path}: {exc}",
                                      "pick one of the GPUs and TP sizes it lists") from None
         return args
@@ -109,7 +125,7 @@ class LaunchProfile:
     def argv(self, gpu: str | None, tp: int | None, given: set[str] | None = None
              ) -> list[str]:
         """:meth:`resolve` as the argv the launcher passes (``given`` options left out)."""
-        return list(launcher_module().to_argv(self.resolve(gpu, tp), given or set()))
+        return list(profile_reader().to_argv(self.resolve(gpu, tp), given or set()))
 
 
 def profile_path(profiles_dir: Path, target: Target) -> Path:
@@ -117,26 +133,22 @@ def profile_path(profiles_dir: Path, target: Target) -> Path:
     return profiles_dir / f"{target.name}.toml"
 
 
-def _value_ok(value: object) -> bool:
-    if isinstance(value, list):
-        return all(isinstance(item, str | int | float) and not isinstance(item, bool)
-                   for item in value)
-    return isinstance(value, str | int | float | bool)
-
-
 def load_profile(path: Path, target: Target) -> LaunchProfile:
     """Read and check a target's launch profile.
 
     Args:
         path: the profile file.
-        target: the target it must be for (its ``upstream_version`` must match).
+        target: the target it must be for (its ``upstream_version`` must match, and its
+            ``target``, when it names one).
 
     Returns:
         the :class:`LaunchProfile`.
 
     Raises:
-        BuilderError: missing, not TOML, for another release, or an ``[args]`` entry
-            that is not ``"--option" = string / number / true / false / list``.
+        BuilderError: missing, not TOML, for another target or release, or a key or value
+            that ``sglang_sm120_profile.check_table`` refuses (an ``[args]`` entry that is
+            not ``"--option" = string / number / true / false / list``, a TP size in a
+            table, a ``[gpu.NAME.tp.N]`` key not written as in ``tp_sizes``, ...).
     """
     hint = (f"write {path} (copy the nearest release's profile and check its options), or "
             "pass --launch-profile FILE")
@@ -148,58 +160,14 @@ def load_profile(path: Path, target: Target) -> LaunchProfile:
         data = tomllib.loads(raw.decode())
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigurationError(f"{path} is not valid TOML: {exc}", "fix the file") from None
-    unknown = set(data) - {"target", "upstream_version", "args", "gpu"}
-    if unknown:
-        raise ConfigurationError(f"{path}: unknown keys {sorted(unknown)}",
-                                 "only target, upstream_version, [args] and [gpu.*]")
-    if data.get("upstream_version") != str(target.upstream_version):
-        raise ConfigurationError(f"{path} is for sglang {data.get('upstream_version')!r}, target "
-                                 f"{target.name} is {target.upstream_version}",
-                                 "use the profile written for this release")
-    args = data.get("args")
-    if not isinstance(args, dict):
-        raise ConfigurationError(f"{path} has no [args] table", "add [args] (it may be empty)")
-    _check_args(path, "[args]", args)
-    gpus = data.get("gpu", {})
-    if not isinstance(gpus, dict):
-        raise ConfigurationError(f"{path}: gpu is not a table", "write [gpu.<name>] tables")
-    for name, entry in gpus.items():
-        _check_gpu(path, name, entry)
+    reader = profile_reader()
+    try:
+        reader.check_table(data, target=target.name,
+                           upstream_version=str(target.upstream_version))
+    except reader.ProfileError as exc:
+        raise ConfigurationError(f"{path}: {exc}", exc.hint) from None
+    args, gpus = data["args"], data.get("gpu", {})
     return LaunchProfile(path, raw.decode(), args, hashlib.sha256(raw).hexdigest(), gpus)
-
-
-def _check_args(path: Path, where: str, args: object) -> None:
-    if not isinstance(args, dict):
-        raise ConfigurationError(f"{path} {where} is not a table", 'write "--option" = value')
-    for option, value in args.items():
-        if not option.startswith("--") or not _value_ok(value):
-            raise ConfigurationError(f"{path} {where}: {option!r} = {value!r} is not an option "
-                                     "with a string, number, true/false or list value",
-                                     'write it like "--max-running-requests" = 128')
-
-
-def _check_gpu(path: Path, name: str, entry: object) -> None:
-    where = f"[gpu.{name}]"
-    if not isinstance(entry, dict):
-        raise ConfigurationError(f"{path} {where} is not a table", "see images/profiles/")
-    unknown = set(entry) - {"name", "match", "memory_gib", "tp_sizes", "args", "tp"}
-    if unknown:
-        raise ConfigurationError(f"{path} {where}: unknown keys {sorted(unknown)}",
-                                 "only name, match, memory_gib, tp_sizes, args and tp")
-    sizes = entry.get("tp_sizes")
-    if not (isinstance(sizes, list) and sizes and all(
-            isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes)):
-        raise ConfigurationError(f"{path} {where}: tp_sizes must be a list of positive "
-                                 "integers", "write tp_sizes = [1, 2, 4, 8]")
-    _check_args(path, f"{where} args", entry.get("args", {}))
-    per_tp = entry.get("tp", {})
-    if not isinstance(per_tp, dict):
-        raise ConfigurationError(f"{path} {where} tp is not a table", "write [gpu.NAME.tp.N]")
-    for size, args in per_tp.items():
-        if not size.isdigit() or int(size) not in sizes:
-            raise ConfigurationError(f"{path} [gpu.{name}.tp.{size}]: not one of tp_sizes "
-                                     f"{sizes}", "add the size to tp_sizes or drop the table")
-        _check_args(path, f"[gpu.{name}.tp.{size}]", args)
 
 
 def server_args_options(*sources: str) -> set[str]:

@@ -19,6 +19,7 @@ from builder.image.build import (
     load_base_pins,
     read_extra_wheel,
 )
+from builder.image.kernel_gate import gate_kernel_wheels
 from builder.image.profile import PROFILES_DIR, check_profile, load_profile, profile_path
 from builder.wheel.build import run_wheels
 
@@ -59,13 +60,19 @@ def run_image(options: Options, image_options: ImageOptions,
         BuilderError: see :func:`builder.wheel.build.run_wheels`,
             :func:`builder.image.build.build_image`; the engine is unreachable; no base is
             pinned for the target's lane; its launch profile is missing or malformed, or
-            passes an option the release refuses (:func:`builder.image.profile.check_profile`).
+            passes an option the release refuses (:func:`builder.image.profile.check_profile`);
+            a kernel wheel that is not the target's own for its FlashInfer, or a trial or
+            fast build (the image is tagged as the release:
+            :func:`builder.image.kernel_gate.gate_kernel_wheels`, exit 2).
     """
     target = select_target(options)
     pins = load_base_pins(image_options.pins_file)
     base = BaseImage.parse(image_options.base_image) if image_options.base_image else \
         BaseImage.from_pin(pins.pin_for(target.upstream_version, target.cuda_lane))
     extra = [read_extra_wheel(p) for p in image_options.kernel_wheels]
+    # The image's tag is the release's: only the target's own kernels, for its FlashInfer,
+    # of its own module set (never a trial or fast build under that tag).
+    gate_kernel_wheels(options, target, extra, ConfigurationError)
     profile = load_profile(image_options.launch_profile or
                            profile_path(image_options.profiles_dir, target), target)
     if not image_options.dockerfile.is_file():

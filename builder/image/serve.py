@@ -32,9 +32,10 @@ def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profil
         "requirements"}``.
 
     Raises:
-        ConfigurationError: an empty model, ``--model-path`` among ``extra``, a profile
-            without that GPU or without per-GPU entries, or (``check``) a command the
-            release's parser refuses.
+        ConfigurationError: an empty model, ``--model-path`` among ``extra``, a TP size
+            among ``extra`` (any spelling the release's parser reads) other than ``tp``, a
+            profile without that GPU or without per-GPU entries, or (``check``) a command
+            the release's parser refuses.
     """
     from builder.core.config import load_targets
     from builder.image.profile import (
@@ -42,6 +43,7 @@ def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profil
         load_profile,
         parse_with_release,
         profile_path,
+        profile_reader,
         release_env,
     )
 
@@ -51,6 +53,12 @@ def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profil
     if any(arg.split("=", 1)[0] in ("--model-path", "--model") for arg in extra):
         raise ConfigurationError("the model goes in --model, not after --",
                                  "drop --model-path from the arguments after --")
+    reader = profile_reader()
+    try:  # the TP size is --tp's; one given after -- (any spelling SGLang reads) must agree
+        reader.server_tp(list(extra), tp, "--tp " + str(tp))
+    except reader.ArgumentError as exc:
+        raise ConfigurationError(str(exc), "give the TP size once, with --tp (the profile's "
+                                 "caps are those of that TP size)") from None
     opts, reporter = options, options.reporter
     targets = load_targets(opts.targets_file)
     target = targets.get(options.target or targets.default)
@@ -65,7 +73,7 @@ def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profil
                                  f"--gpu {' or '.join(sorted(profile.gpus))}")
     launcher = launcher_module()
     user = ["--model-path", model, *extra]
-    given = {arg.split("=", 1)[0] for arg in user if arg.startswith("--")}
+    given = reader.given_options(user)
     server_argv = [*profile.argv(gpu, tp, given), *user]
     env = dict(launcher.SERVER_ENV)
     command = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + \

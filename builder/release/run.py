@@ -17,7 +17,7 @@ smoke test on a GPU runner (:mod:`builder.smoke.gpu`), which ``release`` uses by
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,17 +25,19 @@ from typing import Any
 import docker
 
 from builder.core.cache import sha256_file, sha256_json
-from builder.core.config import Target
 from builder.core.engine import connect
 from builder.core.errors import BuilderError, PublishError
 from builder.core.lock import VersionLock, lock_path
 from builder.core.options import Options, select_target
 from builder.core.progress import Reporter
 from builder.image.build import (
-    ExtraWheel,
     ImageResult,
     read_extra_wheel,
 )
+from builder.image.kernel_gate import gate_kernel_wheels
+
+# The one rule of released kernel sets, moved to the image stage (``image`` applies it too).
+from builder.image.kernel_gate import refuse_unreleased_kernels as refuse_unreleased_kernels
 from builder.image.run import ImageOptions, run_image
 from builder.release.publish import (
     Index,
@@ -167,58 +169,6 @@ def image_content_digest(image: ImageResult, dockerfile: Path) -> str:
         "base": image.base.reference, "dockerfile": sha256_file(dockerfile)})
 
 
-def refuse_unreleased_kernels(wheels: Sequence[ExtraWheel], target: Target) -> None:
-    """Refuse every kernel wheel that is not ``target``'s released kernel set.
-
-    The one rule both release paths (``release image`` and ``release wheels``) apply. Refused:
-
-    - a fast build (``kernels --fast-build``: its fused MoE keeps one of the TMA
-      warp-specialised tile shapes, for smoke tests), known by its local label segment
-      ``fastbuild`` or, in a wheel renamed by hand, by its manifest's ``"fast_build"``;
-    - a trial (``kernels --modules``, ``--head-dims``, ``--arch-list``): its manifest's
-      arch list, module groups or head dimensions are not the target's. A trial carries
-      the target's version but not its module set: publishing it would make that version
-      mean other content (the kernel stage does not record a trial in the lock,
-      :func:`builder.kernels.run.run_kernels`).
-
-    Args:
-        wheels: the kernel wheels (:func:`builder.image.build.read_extra_wheel`); a wheel
-            without a manifest (the shim) is judged by its label alone.
-        target: the target being released.
-
-    Raises:
-        PublishError: the first wheel that is a fast build or a trial, with what differs.
-    """
-    from builder.kernels.build import DEFAULT_HEAD_DIMS, is_fast_build_version
-    from builder.kernels.pins import default_groups
-
-    arch_list = tuple(target.arch_list)
-    groups = tuple(target.kernel_groups or default_groups(arch_list))
-    head_dims = tuple(target.head_dims or DEFAULT_HEAD_DIMS) if "attention" in groups else ()
-    wanted = {"arch list": arch_list, "module groups": groups, "head dims": head_dims}
-    for wheel in wheels:
-        manifest = wheel.manifest or {}
-        if is_fast_build_version(wheel.version) or manifest.get("fast_build"):
-            raise PublishError(f"{wheel.path.name} is a --fast-build kernel wheel (its fused "
-                               "MoE keeps one of the TMA warp-specialised tile shapes): it "
-                               "is for smoke tests and is never released",
-                               "build the kernel wheel without --fast-build")
-        if wheel.manifest is None:
-            continue
-        found = {"arch list": tuple(manifest.get("arch_list") or ()),
-                 "module groups": tuple(manifest.get("groups") or ()),
-                 "head dims": tuple(manifest.get("head_dims") or ())}
-        wrong = [f"{what} {', '.join(map(str, found[what])) or 'none'} (the target's: "
-                 f"{', '.join(map(str, wanted[what])) or 'none'})"
-                 for what in found if found[what] != wanted[what]]
-        if wrong:
-            raise PublishError(f"{wheel.path.name} is a trial build of {target.name}, not its "
-                               "kernels: " + "; ".join(wrong),
-                               f"build the target's own set: python -m builder kernels "
-                               f"build --target {target.name} (no --modules, --head-dims, "
-                               "--arch-list or --fast-build)")
-
-
 @dataclass
 class _Publishing:
     """A release's state from the built image on: what the publish steps share."""
@@ -242,8 +192,8 @@ class _Publishing:
 def _build_and_lock(options: Options, image_options: ImageOptions,
                     client: docker.DockerClient | None) -> _Publishing:
     # Everything before the gate: the kernel wheels' rule, the image, the version lock.
-    refuse_unreleased_kernels([read_extra_wheel(p) for p in image_options.kernel_wheels],
-                              select_target(options))
+    gate_kernel_wheels(options, select_target(options),
+                       [read_extra_wheel(p) for p in image_options.kernel_wheels])
     client = client or connect(image_options.docker_host)
     image = run_image(options, image_options, client)
     # One tag, one content (versions.lock): a tag is keyed with its registry and

@@ -19,9 +19,10 @@ The gate:
 Kernel wheels (``--kernel-wheel``, what the kernel stage wrote: FlashInfer >= 0.7's
 provider wheel and its shim, or the one jit-cache wheel of older releases) go through the
 same door: each must be a kernel wheel the builder made for the target (its local label,
-and a kernel manifest in the provider or jit-cache wheel; a shim only beside its
-provider), the ``smoke`` gate's report must have tested that manifest, and the index
-checks above apply to them before anything at all is uploaded.
+the FlashInfer the target pins, and a kernel manifest naming both in the provider or
+jit-cache wheel, of the target's own module set: :mod:`builder.image.kernel_gate`; a shim
+only beside its provider), the ``smoke`` gate's report must have tested that manifest,
+and the index checks above apply to them before anything at all is uploaded.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ from builder.core.config import Target
 from builder.core.errors import BuilderError, ConfigurationError, PublishError
 from builder.core.options import Options, select_target
 from builder.image.build import ExtraWheel, read_extra_wheel
+from builder.image.kernel_gate import gate_kernel_wheels
 from builder.release.publish import Index, Published, upload_wheel, wheel_state
-from builder.release.run import ReleaseSummary, refuse_unreleased_kernels
+from builder.release.run import ReleaseSummary
 from builder.smoke.gpu import SmokeReport, load_report, require_passed
 from builder.wheel.build import WheelResult, run_wheels
 
@@ -76,33 +78,27 @@ def _covered(wheels: list[WheelResult], report: SmokeReport | None) -> list[Whee
     return covered
 
 
-def kernel_wheels_for(paths: tuple[Path, ...], target: Target,
+def kernel_wheels_for(options: Options, paths: tuple[Path, ...], target: Target,
                       report: SmokeReport | None) -> list[ExtraWheel]:
     """Read and gate the kernel wheels to publish beside the sglang wheels.
 
     Args:
+        options: the build options (the target's upstream source, for its FlashInfer pin).
         paths: the kernel wheel files (``--kernel-wheel``).
-        target: the target released: each wheel's local version starts with its label
-            (``0.7.2+sm120.1.cu130`` for ``sm120.1``, the kernel stage's versioning), and its
-            kernels are its own set (:func:`refuse_unreleased_kernels`).
+        target: the target released: each wheel must be its own kernel wheel for the
+            FlashInfer it pins, of its own module set
+            (:func:`builder.image.kernel_gate.gate_kernel_wheels`).
         report: the smoke gate's report, read by :func:`_report` (it must have tested the
             kernel manifest); ``None`` for the ``build`` gate.
 
     Raises:
-        BuilderError: a file is not a wheel or has a broken manifest; it is not the
-            target's (label) or a trial of it; no wheel carries a kernel manifest; the smoke
-            report failed or tested other kernels.
+        ConfigurationError: a file is not a wheel or has a broken manifest; it was built
+            for another target or FlashInfer (exit 2).
+        PublishError: it is not the target's (label) or a trial of it; no wheel carries a
+            kernel manifest; the smoke report failed or tested other kernels.
     """
-    label = target.local_label
     wheels = [read_extra_wheel(p) for p in paths]
-    for wheel in wheels:
-        local = wheel.version.partition("+")[2]
-        if local != label and not local.startswith(f"{label}."):
-            raise PublishError(f"{wheel.path.name} is not a kernel wheel of this target "
-                               f"(local version {local or 'none'}, the target's label is "
-                               f"{label})", "pass the wheels `python -m builder kernels "
-                               "build --target NAME` wrote for this target")
-    refuse_unreleased_kernels(wheels, target)
+    gate_kernel_wheels(options, target, wheels)
     manifests = [w for w in wheels if w.manifest is not None]
     if wheels and not manifests:
         raise PublishError(
@@ -139,7 +135,7 @@ def run_release_wheels(options: Options, index: Index, *, gate: WheelGate = "smo
     report = _report(gate, smoke_report)
     try:
         # The kernel wheels are checked first: a refusal costs no build.
-        kernels = kernel_wheels_for(kernel_wheels, select_target(options), report)
+        kernels = kernel_wheels_for(options, kernel_wheels, select_target(options), report)
         wheels = run_wheels(options)
         covered = _covered(wheels, report)
     except BuilderError as exc:

@@ -22,6 +22,8 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from builder.core.basepins import load_base_pins
 from builder.core.config import load_targets
 from builder.core.lock import VersionLock
@@ -129,6 +131,7 @@ def test_lock_record_killed_anywhere(tmp_path: Path) -> None:
                     {"versions.lock": lambda p: VersionLock(p).entries}, tmp_path)
 
 
+@pytest.mark.slow(reason="runs the command once per write it makes: tens of runs")
 def test_refresh_killed_anywhere(sdists: dict[str, Path], tmp_path: Path) -> None:
     base = write_project(tmp_path / "base", sdist=sdists["0.5.10.post1"],
                          version="0.5.10.post1")
@@ -154,6 +157,7 @@ def test_pin_images_killed_anywhere(tmp_path: Path, hostile: tuple[Hostile, str]
                     env={"DOCKER_CONFIG": str(base / "docker")})
 
 
+@pytest.mark.slow(reason="runs the command once per write it makes: tens of runs")
 def test_add_target_killed_anywhere(index: str, project: Path,
                                     tmp_path: Path) -> None:
     files: dict[str, Callable[[Path], object]] = {

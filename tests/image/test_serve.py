@@ -128,7 +128,8 @@ def test_serve_command_for_4x_rtx_pro_6000_and_an_nvfp4_moe(shared_cache: Path) 
     assert answer["values"]["max_running_requests"] == 256
     # The release refuses what the parser refuses: the check is not a formality.
     bad = run_cli("serve-command", "--target", "sglang-0.5.23", "--gpu", "rtx-pro-6000",
-                  "--tp", "4", "--model", NVFP4_MOE, "--check", "--", "--tp-size", "four",
+                  "--tp", "4", "--model", NVFP4_MOE, "--check", "--",
+                  "--max-running-requests", "four",
                   cache=shared_cache)
     assert bad.returncode == 2 and "invalid int value: 'four'" in bad.stderr
 

@@ -19,23 +19,29 @@ from tests.helpers.project import write_project
 SEED = "0001-enable-flashinfer-cutlass-autotune.patch"
 
 
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One builder cache for this file's runs: each unpacks the same sdists, keyed by content."""
+    return tmp_path_factory.mktemp("refresh-cache")
+
+
 @pytest.fixture
 def project_0510(sdists: dict[str, Path], tmp_path: Path) -> Path:
     return write_project(tmp_path / "p", sdist=sdists["0.5.10.post1"], version="0.5.10.post1")
 
 
-def test_fuzzed_hunk_needs_accept_fuzz(project_0510: Path, tmp_path: Path) -> None:
+def test_fuzzed_hunk_needs_accept_fuzz(project_0510: Path, cache: Path) -> None:
     before = (project_0510 / "patches" / SEED).read_bytes()
-    done = run_cli("refresh", cwd=project_0510, cache=tmp_path / "cache")
+    done = run_cli("refresh", cwd=project_0510, cache=cache)
     assert done.returncode == 5
     assert "pass --accept-fuzz" in done.stderr
     assert (project_0510 / "patches" / SEED).read_bytes() == before
 
 
 def test_refresh_with_accept_fuzz(project_0510: Path, unpacked: dict[str, Path],
-                                  tmp_path: Path) -> None:
+                                  cache: Path) -> None:
     done = run_cli("refresh", "--accept-fuzz", "--json", cwd=project_0510,
-                   cache=tmp_path / "cache")
+                   cache=cache)
     assert done.returncode == 0, done.stderr
     (seed, *later) = json.loads(done.stdout)["patches"]
     assert seed["status"] == "refreshed"
@@ -54,15 +60,16 @@ def test_refresh_with_accept_fuzz(project_0510: Path, unpacked: dict[str, Path],
     assert (hunk.status, hunk.line, hunk.offset, hunk.fuzz, hunk.changed_line) == \
         (HunkStatus.CLEAN, 2075, 0, 0, 2078)
     # deterministic: a second refresh changes nothing
-    again = run_cli("refresh", "--json", cwd=project_0510, cache=tmp_path / "cache")
+    again = run_cli("refresh", "--json", cwd=project_0510, cache=cache)
     assert json.loads(again.stdout)["patches"][0]["status"] == "unchanged"
     assert patch.read_text() == text
 
 
-def test_refresh_output_is_stable_git_style(sdists: dict[str, Path], tmp_path: Path) -> None:
+def test_refresh_output_is_stable_git_style(sdists: dict[str, Path], tmp_path: Path,
+                                            cache: Path) -> None:
     project = write_project(tmp_path / "p", sdist=sdists["0.5.7"], version="0.5.7")
     out = tmp_path / "out"
-    done = run_cli("refresh", "--output-dir", str(out), cwd=project, cache=tmp_path / "cache")
+    done = run_cli("refresh", "--output-dir", str(out), cwd=project, cache=cache)
     assert done.returncode == 0, done.stderr
     text = (out / SEED).read_text()
     body = text[text.index("diff --git"):]
@@ -83,19 +90,19 @@ def test_shipped_patch_is_already_exact_for_0_5_9(shared_cache: Path) -> None:
 
 
 def test_in_place_refresh_refuses_to_break_other_targets(sdists: dict[str, Path],
-                                                          tmp_path: Path) -> None:
+                                                          tmp_path: Path, cache: Path) -> None:
     from tests.helpers.project import sdist_source, target_toml
 
     other = target_toml("t-0.5.9", "0.5.9", sdist_source("0.5.9", sdists["0.5.9"]))
     project = write_project(tmp_path / "p", sdist=sdists["0.5.10.post1"],
                             version="0.5.10.post1", extra_target=other)
     before = (project / "patches" / SEED).read_bytes()
-    done = run_cli("refresh", "--accept-fuzz", cwd=project, cache=tmp_path / "cache")
+    done = run_cli("refresh", "--accept-fuzz", cwd=project, cache=cache)
     assert done.returncode == 5
     assert f"{SEED} also applies to t-0.5.9" in " ".join(done.stderr.split())
     assert (project / "patches" / SEED).read_bytes() == before
     out = tmp_path / "copies"
     done = run_cli("refresh", "--accept-fuzz", "--output-dir", str(out), cwd=project,
-                   cache=tmp_path / "cache")
+                   cache=cache)
     assert done.returncode == 0, done.stderr
     assert (out / SEED).is_file()

@@ -52,7 +52,8 @@ def kernel_wheel(folder: Path, groups: tuple[str, ...] | None = None,
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
     groups = groups or default_groups(("12.0a",))
-    manifest = {"flashinfer_version": "0.6.3", "arch_list": ["12.0a"], "cuda_version": "12.9",
+    manifest = {"target": "t", "flashinfer_version": "0.6.3", "arch_list": ["12.0a"],
+                "cuda_version": "12.9",
                 "nvcc_version": "12.9.86", "flags_sha256": "0" * 64, "modules": [],
                 "groups": list(groups),
                 "head_dims": list(DEFAULT_HEAD_DIMS) if "attention" in groups else []}
