@@ -206,10 +206,12 @@ def _add_warm_cache(commands: Any) -> None:
     warm = add_command(
         commands, "warm-cache", reads=("json",),
         help="capture the autotune file a GPU run wrote, keyed, or restore it",
-        description="capture: keep the fused-MoE entries of FlashInfer's autotune file (the "
-                    "one SGLang's server wrote under --sglang-cache-dir, or --autotune-file) "
-                    "for KEY's shape, with KEY, in one JSON artifact. restore: write the "
-                    "artifact's file to --dest only when KEY equals the captured key.",
+        description="capture: keep the fused-MoE entries of FlashInfer's autotune files (every "
+                    "rank SGLang's server wrote under --sglang-cache-dir, or --autotune-file) "
+                    "for KEY's shape, with KEY, in one JSON artifact. restore: write every "
+                    "rank where the server of --model-path and --server-arg reads it (or "
+                    "--dest) only when KEY equals the captured key and the content is what "
+                    "capture keeps.",
         epilog=_WARM_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = warm.add_subparsers(dest="warm_action", required=True, metavar="ACTION")
     capture = add_command(actions, "capture", reads=("json",),

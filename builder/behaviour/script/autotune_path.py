@@ -86,7 +86,7 @@ def paths(argv: list[str]) -> dict[str, Any]:
         from sglang.srt.configs.model_config import ModelConfig
         config = ModelConfig.from_server_args(server)
     root = Path(os.environ["SGLANG_CACHE_DIR"])
-    found = []
+    found: list[str] = []
     for rank in reversed(range(server.pp_size * server.tp_size)):
         pp_rank, tp_rank = divmod(rank, server.tp_size)
         _publish(server, rank)
