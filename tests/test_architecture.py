@@ -577,3 +577,37 @@ def test_no_function_over_100_lines_or_graded_e_or_f() -> None:
     planted = oversized(f"def f(x):\n    y = 0\n{branches}    return y\n"
                         "def g(x):\n    return x\n", "planted.py")
     assert planted == ["planted.py:f: 113 lines", "planted.py:f: radon F (56)"], planted
+
+
+def json_file_reads(source: str, label: str) -> list[str]:
+    """``label:line: ...`` for each JSON parse of a file's content outside
+    ``builder.core.userfiles.parse_json`` (issue 38, class H: one parser, refusing an
+    object that names one key twice): ``json.load(handle)``, or ``json.loads`` of a
+    ``read_text()``, ``read_bytes()`` or ``read(...)`` (a file, a zip member)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "json"):
+            continue
+        if node.func.attr == "load":
+            found.append(f"{label}:{node.lineno}: json.load")
+        elif node.func.attr == "loads" and node.args and isinstance(node.args[0], ast.Call) \
+                and isinstance(node.args[0].func, ast.Attribute) \
+                and node.args[0].func.attr in ("read_text", "read_bytes", "read"):
+            found.append(f"{label}:{node.lineno}: json.loads of {node.args[0].func.attr}()")
+    return found
+
+
+def test_every_json_file_is_read_by_the_one_parser() -> None:
+    """The builder's modules read JSON files through userfiles.parse_json (or
+    read_json_input); the scripts that run in an image or a probe's interpreter
+    (``script/``, ``data/``: the standard library only) are not the builder's."""
+    found = [hit for path, text in _sources()
+             if not {"script", "data"} & set(path.relative_to(BUILDER).parts[:-1])
+             for hit in json_file_reads(text, _rel(path))]
+    assert found == [], "\n".join(found)
+    planted = sorted(json_file_reads("import json\nwith open(p) as h:\n    json.load(h)\n"
+                                     "json.loads(path.read_text())\njson.loads(zf.read(n))\n"
+                                     "json.loads(done.stdout)\n", "planted.py"))
+    assert planted == ["planted.py:3: json.load", "planted.py:4: json.loads of read_text()",
+                       "planted.py:5: json.loads of read()"], planted

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -103,15 +104,73 @@ def _pin_of(left_out: list[str], distribution: str) -> str:
     return "0+standin"
 
 
-def _pip(python: Path, args: list[str], reporter: Reporter, what: str) -> None:
+#: The disk the behaviour stage takes, measured on SGLang 0.5.22 and 0.5.21 (issue 39):
+#: each release's environment, the CPU torch shared by all (once), and the TileLang
+#: install of a release's kernel-fit check.
+SIZES = {"environment": "3.8 GB per release", "torch": "0.9 GB once (the CPU torch)",
+         "tilelang": "0.28 GB per release"}
+_NO_SPACE = re.compile(r"No space left on device|\[Errno 28\]|ENOSPC")
+
+
+def _free(folder: Path) -> str:
+    # The nearest existing folder: the one being written may be gone (removed on failure).
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return f"{shutil.disk_usage(folder).free / 1e9:.2f} GB"
+    except OSError:
+        return "unknown space"
+
+
+def disk_full(folder: Path, what: str, need: str) -> BuildError:
+    """The error for a disk that filled up while ``what`` was written under ``folder``.
+
+    Args:
+        folder: where it was written (its disk's free space is reported).
+        what: what was being installed or written.
+        need: the space it takes (:data:`SIZES`).
+
+    Returns:
+        The error to raise (exit 6), naming the disk, its free space and the need.
+    """
+    return BuildError(f"the disk is full: {what} could not be written under {folder} "
+                      f"({_free(folder)} free there; it needs about {need})",
+                      "free space on that disk (python -m builder cache prune), or pass "
+                      "--cache-dir DIR on a disk with room; the behaviour stage needs "
+                      + ", ".join(f"{k}: {v}" for k, v in SIZES.items()))
+
+
+def pip_failure(done: subprocess.CompletedProcess[str], folder: Path, what: str,
+                need: str, hint: str) -> BuildError:
+    """The error for a failed ``pip install``: a full disk as such, else pip's last lines.
+
+    Args:
+        done: the finished pip run.
+        folder: where it installed.
+        what: what it installed.
+        need: the space that takes (:data:`SIZES`).
+        hint: the hint for any other failure.
+
+    Returns:
+        The error to raise.
+    """
+    output = (done.stderr or "") + (done.stdout or "")
+    if _NO_SPACE.search(output):
+        return disk_full(folder, what, need)
+    tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-12:])
+    return BuildError(f"could not install {what}:\n{tail}", hint)
+
+
+def _pip(python: Path, args: list[str], reporter: Reporter, what: str,
+         need: str = SIZES["environment"]) -> None:
     with reporter.working(what):
         done = subprocess.run([str(python), "-m", "pip", "install", "--quiet",
                                "--disable-pip-version-check", *args],
                               capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-12:])
-        raise BuildError(f"could not install the behaviour environment ({what}):\n{tail}",
-                         "check the network (PyPI) and the release's pins")
+        raise pip_failure(done, python.parent.parent, f"the behaviour environment ({what})",
+                          need,
+                          "check the network (PyPI) and the release's pins")
 
 
 def _venv(folder: Path) -> Path:
@@ -135,10 +194,11 @@ def behaviour_env(wheel: Path, release: str, *, cache: Cache,
         wheel: the release's pinned wheel for this interpreter.
         release: its version.
         cache: where the environments live (``behaviour-torch``, ``behaviour-env``).
-        reporter: progress (an install takes minutes: 0.5.16's is about 770 MB).
+        reporter: progress (an install takes minutes; :data:`SIZES` gives the disk it takes).
 
     Raises:
-        BuildError: pip failed (the tail of its output is in the message).
+        BuildError: pip failed (the tail of its output is in the message), or the disk
+            filled up (said as such, with the space needed).
     """
     reporter = reporter or Reporter(quiet=True)
     tag = f"{sys.implementation.name}{sysconfig.get_python_version()}"
@@ -146,7 +206,8 @@ def behaviour_env(wheel: Path, release: str, *, cache: Cache,
 
     def make_base(folder: Path) -> dict[str, str]:
         python = _venv(folder / "venv")
-        _pip(python, [TORCH], reporter, f"CPU {TORCH} for the behaviour checks")
+        _pip(python, [TORCH], reporter, f"CPU {TORCH} for the behaviour checks",
+             SIZES["torch"])
         _pip(python, ["--no-deps", _TORCHVISION], reporter, "torchvision's Python")
         return {"torch": TORCH}
 

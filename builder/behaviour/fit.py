@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from builder.behaviour.env import BehaviourEnv
+from builder.behaviour.env import SIZES, BehaviourEnv, pip_failure
 from builder.core.arch import SM120 as SM120_TEXT
 from builder.core.cache import Cache, sha256_file, sha256_json
 from builder.core.errors import BuildError, MissingToolError, PatchError
@@ -266,9 +266,8 @@ def tilelang_dir(env: BehaviourEnv, pin: str, *, cache: Cache,
                                    str(target), pin, *_TILELANG_EXTRAS],
                                   capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-12:])
-            raise BuildError(f"could not install {pin} for the kernel-fit check:\n{tail}",
-                             "check the network (PyPI)")
+            raise pip_failure(done, target, f"{pin} for the kernel-fit check",
+                              SIZES["tilelang"], "check the network (PyPI)")
         probe = subprocess.run([str(env.python), "-c", "import tilelang"],
                                env={**_clean_env(), "PYTHONPATH": str(target)},
                                capture_output=True, text=True, check=False)

@@ -12,6 +12,7 @@ upstream's does in every case.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -24,13 +25,13 @@ from typing import Any
 from packaging.tags import sys_tags
 from packaging.utils import parse_wheel_filename
 
-from builder.behaviour.env import BehaviourEnv, behaviour_env
+from builder.behaviour.env import SIZES, BehaviourEnv, behaviour_env, disk_full
 from builder.behaviour.fit import FitReport, check_fits, fits_of, require_fit
 from builder.behaviour.preconditions import PreconditionResult, check_precondition
 from builder.behaviour.sm12x import OUTCOMES, judge
 from builder.core.cache import Cache, sha256_file, sha256_json
 from builder.core.config import Target, WheelPin
-from builder.core.errors import ConfigurationError, PatchError
+from builder.core.errors import BuilderError, ConfigurationError, PatchError
 from builder.core.options import Options, select_target
 from builder.core.progress import Reporter
 from builder.patching.series import (
@@ -346,10 +347,11 @@ def _observe(env: BehaviourEnv, cases: list[dict[str, Any]], capability: tuple[i
     series on an unchanged release runs nothing the second time."""
     if cache is None or not env.key:
         return _run_script(env, cases, capability, overlay, models)
-    # kernel_fit.py is the kernel-fit check's (builder.behaviour.fit keys its own runs);
-    # autotune_path.py is warm-cache's (builder.smoke.autotune_path), never run here
+    # kernel_fit.py is the kernel-fit check's (builder.behaviour.fit keys its own runs),
+    # select_backends.py the kernel derivation's (builder.kernels.derive), autotune_path.py
+    # warm-cache's (builder.smoke.autotune_path): none runs here
     script = {p.name: sha256_file(p) for p in sorted(SCRIPT.parent.glob("*.py"))
-              if p.name not in ("kernel_fit.py", "autotune_path.py")}
+              if p.name not in ("kernel_fit.py", "select_backends.py", "autotune_path.py")}
     key = sha256_json({"env": env.key, "code": overlay_key, "script": script, "cases": cases,
                        "standins": env.standins, "capability": list(capability)})
 
@@ -458,17 +460,31 @@ def run_behaviour(options: Options) -> BehaviourReport:
                     reporter=options.reporter))
     fit_pairs = fits_of(series, release)
     if pairs or fit_pairs:
-        env = behaviour_env(source.archive, str(release), cache=options.cache,
-                            reporter=options.reporter)
-        report.not_installed, report.standins = env.not_installed, env.standins
-        models = options.cache.root / "behaviour-models"
-        models.mkdir(parents=True, exist_ok=True)
-        report.results = check_behaviours(pairs, env, patched.tree, models=models,
-                                          reporter=options.reporter, cache=options.cache,
-                                          patched_key=patched.key)
-        report.kernel_fit = check_fits(fit_pairs, env, source.archive, patched.tree,
-                                       cache=options.cache, patched_key=patched.key,
-                                       reporter=options.reporter)
+        step = f"the behaviour environment of sglang {release}"
+        try:
+            env = behaviour_env(source.archive, str(release), cache=options.cache,
+                                reporter=options.reporter)
+            report.not_installed, report.standins = env.not_installed, env.standins
+            models = options.cache.root / "behaviour-models"
+            models.mkdir(parents=True, exist_ok=True)
+            step = "the behaviour checks' results"
+            report.results = check_behaviours(pairs, env, patched.tree, models=models,
+                                              reporter=options.reporter, cache=options.cache,
+                                              patched_key=patched.key)
+            step = "the kernel-fit check (its TileLang install)"
+            report.kernel_fit = check_fits(fit_pairs, env, source.archive, patched.tree,
+                                           cache=options.cache, patched_key=patched.key,
+                                           reporter=options.reporter)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            need = SIZES["tilelang"] if "kernel-fit" in step else SIZES["environment"]
+            raise disk_full(options.cache.root, step, need).replaced(report=report) from None
+        except BuilderError as exc:
+            if exc.report is not None:
+                raise
+            # The verdicts computed before the failure are printed with it (and in --json).
+            raise exc.replaced(report=report) from None
     unproven = [r.behaviour.name for r in report.results if not r.proven] + \
         [f"precondition {p.precondition.name!r} is not met by {p.precondition.distribution}"
          f"=={p.pin} and no proven behaviour says {p.precondition.unmet!r}"

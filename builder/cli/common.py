@@ -144,16 +144,16 @@ class PipIndexDefault:
 
 def _index_url(text: str) -> str:
     """A simple index's URL: ``http(s)://`` with a host, or ``file://`` (pip takes both);
-    :func:`builder.core.address.parse_url`'s rule.
+    :func:`builder.core.pipconfig.check_index_url`, the rule pip's configured index is
+    checked by too (credentials allowed, shown redacted).
 
     Raises:
         argparse.ArgumentTypeError: any other text.
     """
-    from builder.core.address import parse_url
+    from builder.core.pipconfig import check_index_url
 
     try:
-        return parse_url(text, ("http", "https", "file"), noun="an http(s):// or file:// URL",
-                         hint="").text
+        return check_index_url(text, "--index-url")
     except ConfigurationError as exc:
         raise argparse.ArgumentTypeError(exc.cause) from None
 
@@ -307,7 +307,6 @@ def resolve_project_paths(args: argparse.Namespace) -> None:
             args.targets_file = Path(TARGETS_FILE)
     root = args.targets_file.parent if getattr(args, "targets_file", None) else Path()
     for name, default in (("pins_file", PINS_FILE),
-                          ("dockerfile", "images/Dockerfile"),
                           ("profiles_dir", "images/profiles"),
                           ("gate_series", "patches/series.toml")):
         if name in args and getattr(args, name) is None:
@@ -345,9 +344,6 @@ def image_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--pins-file", type=Path, default=None, metavar="FILE",
                        help="upstream base images by digest (default: images/pins.toml "
                             "beside the targets file)")
-    group.add_argument("--dockerfile", type=Path, default=None, metavar="FILE",
-                       help="the runtime image's Dockerfile (default: images/Dockerfile "
-                            "beside the targets file)")
     group.add_argument("--profiles-dir", type=Path, default=None, metavar="DIR",
                        help="SM120 launch profiles, <target>.toml each (default: "
                             "images/profiles beside the targets file)")
@@ -365,7 +361,10 @@ def image_options_from(args: argparse.Namespace) -> ImageOptions:
 
     return ImageOptions(registry=args.registry, repository=args.repository,
                         base_image=args.base_image, pins_file=args.pins_file,
-                        dockerfile=args.dockerfile, kernel_wheels=tuple(args.kernel_wheel),
+                        # The Dockerfile installs the launcher and its profile reader: it is
+                        # the project's own file, not an input (images/ beside the targets).
+                        dockerfile=args.targets_file.parent / "images" / "Dockerfile",
+                        kernel_wheels=tuple(args.kernel_wheel),
                         docker_host=args.docker_host, profiles_dir=args.profiles_dir,
                         launch_profile=args.launch_profile)
 

@@ -17,7 +17,7 @@ from builder.cli.common import (
     target_arg,
 )
 from builder.core.basepins import PINS_FILE
-from builder.core.errors import VerificationError
+from builder.core.errors import ConfigurationError, VerificationError
 
 if TYPE_CHECKING:
     from builder.core.progress import Reporter
@@ -27,6 +27,7 @@ examples:
   python -m builder pin-images                 # resolve every base, rewrite images/pins.toml
   python -m builder pin-images --verify        # exit 1 if a tag now points elsewhere
   python -m builder pin-images --json --pins-file my-pins.toml
+  python -m builder pin-images --target sglang-0.5.23   # that target's bases only
 
 Credentials: docker login's (~/.docker/config.json, $DOCKER_CONFIG, credential helpers);
 Docker Hub's anonymous token is used when there are none. Registries on 127.0.0.0/8 and
@@ -34,8 +35,8 @@ localhost are reached over plain HTTP, like the Docker Engine does.
 exit status: 0 pinned (or, with --verify, nothing moved), 1 a tag moved or was never
 resolved (--verify), or a registry's answer failed its checks (not a digest, a body that
 does not hash to its digest, a malformed or oversized manifest), 2 bad usage, 4 a
-registry unreachable, refusing or without the tag. On any failure the pins file is
-unchanged.
+registry unreachable, refusing or without the tag. An entry that fails keeps its old pin;
+the entries that resolved are written (the error says which).
 """
 
 
@@ -54,14 +55,15 @@ def _platform(text: str) -> str:
 def add_commands(commands: Any) -> None:
     """Add ``pin-images`` and ``image``."""
     pin = add_command(
-        commands, "pin-images", reads=("json", "targets_file"),
+        commands, "pin-images", reads=("json", "targets_file", "target"),
         help="resolve the base images' tags to digests (images/pins.toml)",
         description="Resolve every base image in the pins file, upstream's runtime images "
                     "([[base]]) and the kernel build bases ([[kernel_base]]), from tag to "
                     "digest through the registry's API, pulling nothing; for a "
                     "multi-platform image record the index digest and the --platform "
-                    "manifest digest. The file is rewritten atomically with its comments, "
-                    "only when every entry resolved.",
+                    "manifest digest. --target NAME: only that target's entries. The "
+                    "entries that resolved are written (atomically, comments kept); one "
+                    "that fails keeps its old pin and is named in the error.",
         epilog=_PIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     pin.add_argument("--pins-file", type=Path, default=PINS_FILE,
                      help="the pins file (default: %(default)s)")
@@ -92,8 +94,12 @@ def _cmd_pin_images(args: argparse.Namespace, reporter: Reporter) -> dict[str, A
     from builder.image.pin import run_pin_images
 
     targets = load_targets(args.targets_file) if args.targets_file.is_file() else None
+    if args.target is not None and targets is None:
+        raise ConfigurationError(f"--target {args.target}: no targets file at "
+                                 f"{args.targets_file}", "pass --targets-file FILE")
+    only = targets.get(args.target) if targets is not None and args.target else None
     report = run_pin_images(args.pins_file, check=args.verify, targets=targets,
-                        platform=args.platform, reporter=reporter)
+                            platform=args.platform, reporter=reporter, target=only)
     lines = []
     for outcome in report.outcomes:
         now = outcome.now

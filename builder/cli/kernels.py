@@ -74,6 +74,9 @@ examples:
       --fast-build
   SCCACHE_REDIS_ENDPOINT=redis://cache:6379 python -m builder kernels build --sccache
   python -m builder kernels plan --target sglang-0.5.9 --output request.json
+  python -m builder kernels plan --target sglang-0.5.23 --model /models/Qwen3-30B-A3B-FP4 \\
+      --output request.json -- --tp-size 2      # the set this model and these flags load
+  python -m builder kernels build --target sglang-0.5.23 --model /models/Qwen3-30B-A3B-FP4
 
 one cold build over N machines (docs/compile-at-scale.md), the same backend everywhere:
   python -m builder kernels build --sccache --shard 1/4   # ... --shard 4/4, one per CI job
@@ -114,6 +117,7 @@ def _kernels_parser(commands: Any) -> None:
                             "nvidia-cuda-nvcc from PyPI)")
     build.add_argument("--wheelhouse", type=Path, metavar="DIR",
                        help="install the build venv offline from these wheels")
+    _model_args(build)
     build.set_defaults(handler=_cmd_kernels_build)
 
     container = add_command(
@@ -144,11 +148,21 @@ def _kernels_parser(commands: Any) -> None:
                     "network); compiles nothing.",
         epilog=_KERNELS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     _request_args(plan)
-    plan.add_argument("--request", type=Path, metavar="FILE",
-                      help="read a saved request instead of resolving the target")
+    _model_args(plan)
     plan.add_argument("--output", type=Path, required=True, metavar="FILE",
                       help="where the request's JSON goes")
     plan.set_defaults(handler=_cmd_kernels_plan)
+
+
+def _model_args(parser: argparse.ArgumentParser) -> None:
+    """The model a derived set is for, and its server flags (after ``--``)."""
+    parser.add_argument("--model", type=Path, metavar="DIR",
+                        help="derive the module groups and head dims from this checkpoint "
+                             "folder (config.json, hf_quant_config.json) and the server "
+                             "flags after --, with the release's own backend selection "
+                             "(its behaviour environment, the device reported as SM120)")
+    parser.add_argument("server_flags", nargs="*", metavar="-- FLAG",
+                        help="the server flags the model starts with (with --model)")
 
 
 def _request_args(parser: argparse.ArgumentParser) -> None:
@@ -247,7 +261,8 @@ def _cmd_kernels_build(args: argparse.Namespace, reporter: Reporter) -> dict[str
         arch_list=args.arch_list, mode="host", environment=args.environment,
         nvcc=args.nvcc, build_torch=args.build_torch, wheelhouse=args.wheelhouse,
         sccache=args.sccache, jobs=args.jobs, request_file=args.request,
-        shard=args.shard, step_costs=args.step_costs, fast_build=args.fast_build))
+        shard=args.shard, step_costs=args.step_costs, fast_build=args.fast_build,
+        model=args.model, server_flags=tuple(args.server_flags)))
 
 
 def _cmd_kernels_container(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
@@ -266,17 +281,27 @@ def _cmd_kernels_plan(args: argparse.Namespace, reporter: Reporter) -> dict[str,
     import json
 
     from builder.core.cache import atomic_write_bytes
-    from builder.kernels.request import KernelOptions, kernel_request
+    from builder.kernels.request import KernelOptions, derived_request
 
     kernel = KernelOptions(lane=args.cuda_lane, groups=args.modules, head_dims=args.head_dims,
                            arch_list=args.arch_list, fast_build=args.fast_build,
-                           request_file=args.request)
-    request = kernel_request(options(args, reporter), kernel)
-    atomic_write_bytes(args.output, (json.dumps(request.describe(), indent=2) + "\n").encode())
+                           model=args.model, server_flags=tuple(args.server_flags))
+    request, derived = derived_request(options(args, reporter), kernel)
+    written = request.describe()
+    if derived is not None:  # read back by KernelRequest.from_json, which ignores it
+        written["derived"] = {"model": str(args.model), "server_flags": args.server_flags,
+                              **derived.describe()}
+        for need in derived.needs:
+            reporter.info(f"{need.group}: {need.because}"
+                          + (f" ({need.variant})" if need.variant else ""))
+        for note in derived.unbuildable:
+            reporter.info(f"warning: not in any module group (JIT would compile it): {note}")
+    atomic_write_bytes(args.output, (json.dumps(written, indent=2) + "\n").encode())
     reporter.result(f"{request.target}: flashinfer_jit_cache {request.version}, "
                     f"{', '.join(request.groups)} for {' '.join(request.arch_list)} "
-                    f"-> {args.output}")
-    return request.describe()
+                    + (f"(head dims {', '.join(map(str, request.head_dims))}) "
+                       if request.head_dims else "") + f"-> {args.output}")
+    return written
 
 
 def _build(args: argparse.Namespace, reporter: Reporter, kernel: KernelOptions

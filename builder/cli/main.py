@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from builder.cli import cache, image, kernels, patching, release, serve, targets, wheel
 from builder.cli.common import SHARED, SHARED_DEST, add_shared, resolve_project_paths
+from builder.core.address import redact
 from builder.core.errors import BuilderError, ConfigurationError, exit_status_text
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         """Print the JSON error object when asked, then argparse's usage error (exit 2)."""
+        message = redact(message)  # it may quote an address the user gave
         if _Parser.json_errors:
             error = ConfigurationError(message, f"see `{self.prog} --help`")
             print(json.dumps(error.to_json(), indent=2), flush=True)
@@ -213,8 +215,11 @@ def _print_report(report: object, err: Console) -> None:
 
 
 def _fail(exc: BuilderError, as_json: bool) -> int:
+    # An address in a message may carry an index's credentials (pip's
+    # https://USER:TOKEN@host/simple): shown as ****, as pip shows them.
+    exc = exc.replaced(cause=redact(exc.cause), hint=redact(exc.hint))
     if as_json:
-        print(json.dumps(exc.to_json(), indent=2))
+        print(redact(json.dumps(exc.to_json(), indent=2)))
     else:
         _print_error(exc)
     return exc.exit_status
@@ -259,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, previous)
     if args.json:
         try:
-            print(json.dumps(payload, indent=2), flush=True)
+            print(redact(json.dumps(payload, indent=2)), flush=True)
         except BrokenPipeError:  # `... --json | head`: the reader left; no traceback
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 141  # 128 + SIGPIPE, as a shell reports it

@@ -74,11 +74,15 @@ def add_commands(commands: Any) -> None:
                "  python -m builder add-target 0.5.20 --dry-run --json\n"
                "  python -m builder add-target 0.5.23 --replace --local-label sm120.2\n"
                "which release is new: `python -m builder upstream` (CI: nox -s bump runs "
-               "both)")
+               "both)\n"
+               "It writes targets.toml, a [[base]] in images/pins.toml and the launch profile "
+               "(derived from\nthe neighbour whose patches in effect match, claims to re-check "
+               "marked # RE-CHECK), all or\nnone, then prints what the target lacks and the "
+               "checklist to a served, CI-green target\n(docs/new-release.md).")
     bump.add_argument("version", metavar="VERSION",
                       help="the upstream release (PEP 440), e.g. 0.5.23")
     index_url_arg(bump)
-    bump.add_argument("--local-label", default="sm120.1", metavar="LABEL",
+    bump.add_argument("--local-label", default="sm120.1", metavar="LABEL", type=_local_label,
                       help="our PEP 440 local label (default: %(default)s)")
     bump.add_argument("--cuda-lane", metavar="X.Y",
                       help="the CUDA lane, instead of reading torch's wheel on the index")
@@ -93,6 +97,22 @@ def add_commands(commands: Any) -> None:
                            "was written (ci/upstream.yml)")
     bump.set_defaults(handler=_cmd_add_target)
     _add_lock_commands(commands)
+
+
+def _local_label(text: str) -> str:
+    """argparse type of ``--local-label``: checked before anything is fetched or written
+    (the targets file's own rule, :data:`builder.core.config.LOCAL_LABEL`).
+
+    Raises:
+        argparse.ArgumentTypeError: not lowercase letters and digits separated by dots.
+    """
+    from builder.core.config import LOCAL_LABEL
+
+    if not LOCAL_LABEL.match(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a PEP 440 local label: use lowercase letters and digits "
+            "separated by dots, e.g. sm120.2")
+    return text
 
 
 def _cmd_plan(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
@@ -179,11 +199,8 @@ def _cmd_add_target(args: argparse.Namespace, reporter: Reporter) -> dict[str, A
         _check_body_file(args.body_file)  # before targets.toml changes
     report = run_add_target(options(args, reporter), args.version,
                             local_label=args.local_label, cuda_lane=args.cuda_lane,
-                            replace=args.replace, dry_run=args.dry_run)
-    if args.body_file is not None and report.status in ("added", "replaced"):
-        from builder.core.cache import atomic_write_bytes
-
-        atomic_write_bytes(args.body_file, report.to_markdown().encode())
+                            replace=args.replace, dry_run=args.dry_run,
+                            body_file=args.body_file)  # written with the others, or none
     if args.format == "markdown":
         reporter.raw(report.to_markdown())
     elif report.target is None:
@@ -201,10 +218,23 @@ def _cmd_add_target(args: argparse.Namespace, reporter: Reporter) -> dict[str, A
             reporter.result(f"{finding.action}: {finding.patch}: {finding.detail}")
         for path in report.written:
             reporter.result(f"wrote {path}")
+        if report.derived is not None:
+            derived = report.derived
+            reporter.result(
+                f"launch profile derived from {derived.neighbour}'s (patches in effect: "
+                + ("the same" if derived.same_patches else ", ".join(derived.differ))
+                + f"); {len(derived.recheck)} claim(s) to re-check in "
+                f"{target.upstream_version}'s code, marked RE-CHECK in the file:\n"
+                + "\n".join(f"  {line}" for line in derived.recheck))
         if report.gaps:
             reporter.result(f"{target.name} still lacks:")
             for gap in report.gaps:
                 reporter.result(f"  {gap.line()}")
+        if report.steps:
+            from builder.targets.checklist import checklist_lines
+
+            reporter.result(f"Checklist for {target.name} (docs/new-release.md):\n"
+                            + "\n".join(checklist_lines(report.steps)))
     return report.to_json()
 
 

@@ -2,9 +2,14 @@
 
 One rule for all of them: the scheme is one the caller names, a network address has a
 host, a port is a whole number from 1 to 65535 (urllib accepts 0 and reads the range only
-when asked), and credentials are never part of an address -- they would be printed in
-messages, logs and reports. The one exception is an ``ssh://USER@HOST`` engine address,
-where USER is the login name ssh uses (not a secret); a password is refused there too.
+when asked), and credentials are refused where the tool that gets the address cannot use
+them (the publish index: twine reads ``TWINE_*``; the Docker Engine). The exceptions: an
+``ssh://USER@HOST`` engine address, where USER is the login name ssh uses (not a secret;
+a password is refused there too), and a package index, where pip documents
+``https://USER:TOKEN@HOST/simple`` and uses it (``credentials=True``).
+
+Wherever an address is printed -- progress, errors, ``--help``, ``--json`` -- it goes
+through :func:`redact` first, which shows a password as ``****`` as pip does.
 
 The other modules read URLs only through these functions (``tests/test_architecture.py``
 checks that no other module calls ``urllib.parse.urlsplit`` or ``urlparse``).
@@ -14,7 +19,6 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-import urllib.request
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +32,11 @@ _DOMAIN_PART = r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
 _HOST_PORT = re.compile(rf"^(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*|\[[0-9A-Fa-f:.]+\])"
                         r"(?::(?P<port>[0-9]{1,5}))?$")
 PORTS = range(1, 65536)
+#: ``scheme://USERINFO@`` anywhere in a text; USERINFO runs to the netloc's last ``@`` (as
+#: urllib's ``rpartition``), never past a ``/``, ``?``, ``#``, a space or a quote.
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^\s/?#'\"<>`]*)@")
+#: Schemes whose lone user name is a login name, not a token: kept when printed.
+_LOGIN_SCHEMES = frozenset({"ssh", "git+ssh", "ssh+git"})
 _CREDENTIALS_HINT = ("put them in ~/.netrc, TWINE_USERNAME / TWINE_PASSWORD or the "
                      "keyring instead, so they are never printed")
 
@@ -53,6 +62,31 @@ class Address:
     user: str | None = None
 
 
+def redact(text: str) -> str:
+    """``text`` with the credentials of every address in it shown as ``****``: the
+    password of ``USER:PASSWORD@`` (``https://alice:****@host/simple``), and a lone user
+    name (``****@host``: an access token is often written that way), as pip prints index
+    URLs (``redact_auth_from_url`` / ``redact_netloc`` in ``pip._internal.utils.misc``,
+    pip 26.3). An ``ssh://`` login name without a password is kept (it is not a secret).
+
+    Args:
+        text: a URL, or any text that may hold URLs (a message, a JSON document).
+
+    Returns:
+        The text with nothing else changed (an address without credentials is kept).
+    """
+    def hide(match: re.Match[str]) -> str:
+        user, colon, _ = match.group("userinfo").partition(":")
+        scheme = match.group("scheme")[:-3].lower()
+        if colon:
+            return f"{match.group('scheme')}{user}:****@"
+        if scheme in _LOGIN_SCHEMES:
+            return match.group(0)
+        return f"{match.group('scheme')}****@"
+
+    return _USERINFO.sub(hide, text) if "@" in text else text
+
+
 def _port(text: str, value: str | None, what: str, hint: str) -> int | None:
     """A written port, range-checked.
 
@@ -62,12 +96,14 @@ def _port(text: str, value: str | None, what: str, hint: str) -> int | None:
     if value is None or value == "":
         return None
     if not value.isascii() or not value.isdigit() or int(value) not in PORTS:
-        raise ConfigurationError(f"{what}{text!r}: port {value} is outside 1-65535", hint)
+        raise ConfigurationError(f"{what}{redact(text)!r}: port {value} is outside 1-65535",
+                                 hint)
     return int(value)
 
 
 def parse_url(text: str, schemes: Collection[str], *, noun: str, hint: str,
-              what: str = "", ssh_user: bool = False) -> Address:
+              what: str = "", ssh_user: bool = False, credentials: bool = False,
+              credentials_hint: str = _CREDENTIALS_HINT) -> Address:
     """Check and split a URL.
 
     Args:
@@ -78,24 +114,30 @@ def parse_url(text: str, schemes: Collection[str], *, noun: str, hint: str,
         hint: how to write one.
         what: the flag or variable it came from, with a trailing space ("" for none).
         ssh_user: accept a login name (never a password) in an ``ssh://`` address.
+        credentials: accept ``USER[:PASSWORD]@`` (a package index: pip uses them); the
+            messages show them redacted all the same.
+        credentials_hint: where the tool that gets the address takes its credentials
+            instead (default: the publish index's: ``~/.netrc``, ``TWINE_*``, keyring).
 
     Returns:
         The address, split (``text`` unchanged).
 
     Raises:
         ConfigurationError: another scheme, a NUL, no host where one is needed, a port
-            outside 1-65535, or credentials in the address.
+            outside 1-65535, or credentials in the address (unless ``credentials``); the
+            message shows the address through :func:`redact`.
     """
+    shown = redact(text)
     try:
         parts = urllib.parse.urlsplit(text)
     except ValueError:  # an unbalanced "[" of an IPv6 host
-        raise ConfigurationError(f"{what}{text!r} is not {noun}", hint) from None
+        raise ConfigurationError(f"{what}{shown!r} is not {noun}", hint) from None
     scheme = parts.scheme.lower()
     if scheme not in schemes or "\0" in text or "://" not in text:
-        raise ConfigurationError(f"{what}{text!r} is not {noun}", hint)
+        raise ConfigurationError(f"{what}{shown!r} is not {noun}", hint)
     if scheme == "unix":
         if not text.partition("://")[2].startswith("/"):
-            raise ConfigurationError(f"{what}{text!r}: the socket must be an absolute path",
+            raise ConfigurationError(f"{what}{shown!r}: the socket must be an absolute path",
                                      hint)
         return Address(text, scheme, "", None, text.partition("://")[2])
     if scheme == "file":
@@ -106,19 +148,13 @@ def parse_url(text: str, schemes: Collection[str], *, noun: str, hint: str,
         written_port = netloc_host.rpartition(":")[2]
     port = _port(text, written_port, what, hint)
     if not parts.hostname:
-        raise ConfigurationError(f"{what}{text!r} names no host", hint)
-    if parts.password is not None or (parts.username is not None and
-                                      not (ssh_user and scheme == "ssh")):
-        raise ConfigurationError(f"{what}the address {_without_credentials(parts)!r} "
-                                 "carries credentials", _CREDENTIALS_HINT)
+        raise ConfigurationError(f"{what}{shown!r} names no host", hint)
+    if not credentials and (parts.password is not None or (
+            parts.username is not None and not (ssh_user and scheme == "ssh"))):
+        raise ConfigurationError(f"{what}the address {shown!r} carries credentials",
+                                 credentials_hint)
     return Address(text, scheme, parts.hostname, port, parts.path,
                    parts.username if scheme == "ssh" else None)
-
-
-def _without_credentials(parts: urllib.parse.SplitResult) -> str:
-    """The URL with its user and password left out (for a message that must not show them)."""
-    host = parts.netloc.rpartition("@")[2]
-    return urllib.parse.urlunsplit(parts._replace(netloc=host))
 
 
 def parse_host_port(text: str, *, noun: str, hint: str) -> Address:
@@ -153,6 +189,8 @@ def scheme(url: str) -> str:
 
 def local_path(url: str) -> Path:
     """The file a ``file://`` URL names (percent-escapes decoded, as pip reads it)."""
+    import urllib.request  # slow to import; progress output needs only redact()
+
     return Path(urllib.request.url2pathname(urllib.parse.urlparse(url).path))
 
 

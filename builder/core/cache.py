@@ -22,6 +22,7 @@ reports every delete that failed.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -41,6 +42,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from builder.core.errors import BuildError, ConfigurationError
+from builder.core.userfiles import parse_json
 
 _CHUNK = 1 << 20
 IN_USE_FILE = ".in-use"
@@ -93,19 +95,33 @@ def _open_in_use(root: Path) -> int:
     Returns:
         The open descriptor (the caller closes it).
 
+    A cache the builder may not write (its permissions, a read-only mount) is locked
+    through an ``.in-use`` already there (a shared lock needs no write access), so it
+    still serves its entries; without one it is refused naming the cache, not the file.
+
     Raises:
         ConfigurationError: ``.in-use`` is a symbolic link, a folder or a special file, or
-            cannot be opened.
+            cannot be opened; or the cache is not writable and has none.
     """
     path = root / IN_USE_FILE
     hint = f"remove {path} (the builder makes a new one); nothing was changed"
+    flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK |
-                     os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o644)
     except OSError as exc:
-        what = "a symbolic link" if path.is_symlink() else exc.strerror
-        raise ConfigurationError(f"the cache's lock file {path} is {what}, not a file the "
-                                 "builder can lock", hint) from None
+        if path.is_symlink():
+            raise ConfigurationError(f"the cache's lock file {path} is a symbolic link, not "
+                                     "a file the builder can lock", hint) from None
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise ConfigurationError(f"the cache's lock file {path} is {exc.strerror}, not "
+                                     "a file the builder can lock", hint) from None
+        try:
+            fd = os.open(path, os.O_RDONLY | flags)
+        except OSError:
+            raise ConfigurationError(
+                f"the cache {root} is not writable: {exc.strerror}",
+                f"make {root} writable (its permissions and owner, or a read-only mount), "
+                "or use another cache: --cache-dir DIR or SGLANG_SM120_CACHE") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise ConfigurationError(f"the cache's lock file {path} is not a regular file", hint)
@@ -412,7 +428,7 @@ def legacy_entry(name: str, files: Callable[[dict[str, Any]], dict[str, str]] | 
     """
     def adopt(path: Path) -> dict[str, Any] | None:
         try:
-            meta = json.loads((path / name).read_text())
+            meta = parse_json((path / name).read_text())
             if not isinstance(meta, dict):
                 return None
             for file, digest in (files(meta) if files else {}).items():
@@ -428,7 +444,7 @@ def _read_manifest(path: Path, kind: str, key: str) -> CachedArtifact | None:
     """The entry at ``path`` as its manifest describes it (``None``: no readable manifest
     of this schema, as in an entry made by an older builder)."""
     try:
-        data = json.loads((path / MANIFEST).read_text())
+        data = parse_json((path / MANIFEST).read_text())
         if data.get("schema") != MANIFEST_SCHEMA or data.get("kind") != kind or \
                 data.get("key") != key:
             return None

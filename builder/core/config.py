@@ -29,7 +29,9 @@ SOURCE_KINDS: tuple[SourceKind, ...] = ("sdist", "wheel", "git")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 # PEP 440 local version label: alphanumerics separated by dots.
-_LOCAL_LABEL = re.compile(r"^[a-z0-9]+(\.[a-z0-9]+)*$")
+#: A local label as the targets file takes it: PEP 440 local version segments, lowercase
+#: (the normal form), e.g. ``sm120.1``. ``add-target --local-label`` is checked against it too.
+LOCAL_LABEL = re.compile(r"^[a-z0-9]+(\.[a-z0-9]+)*$")
 _ARCH = re.compile(r"^\d+\.\d+[af]?$")
 
 
@@ -473,7 +475,7 @@ def _identity(table: dict[str, Any], where: str) -> tuple[str, Version, str, str
         raise ConfigurationError(f"{where}: upstream_version is not a PEP 440 version",
                                  "write it like 0.5.9 or 0.5.10.post1") from None
     label = require(table, "local_label", str, where)
-    if not _LOCAL_LABEL.match(label):
+    if not LOCAL_LABEL.match(label):
         raise ConfigurationError(f"{where}: local_label {label!r} is not a PEP 440 local label",
                                  "use lowercase letters and digits separated by dots, e.g. sm120.1")
     # Every version written from here on (wheel name, METADATA, image tag and label) is

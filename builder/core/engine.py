@@ -63,12 +63,19 @@ def check_docker_host(address: str, where: str) -> str:
 
     Raises:
         ConfigurationError: an empty address, another scheme, a unix socket that is not an
-            absolute path, or a host missing or with a port outside 1-65535.
+            absolute path, a host missing or with a port outside 1-65535, or credentials
+            (a password; a user name but for ssh's login name).
     """
     hint = "write unix:///var/run/docker.sock, tcp://HOST:PORT or ssh://USER@HOST"
+    # docker-py sends no credentials written in the address (it authenticates a TCP
+    # engine by TLS client certificates, an ssh:// one by ssh's own keys): refused, and
+    # never printed (builder.core.address.redact).
     return parse_url(address, ("unix", "tcp", "http", "https", "ssh"),
                      noun="a Docker Engine address", hint=hint,
-                     what=f"{where} " if where else "", ssh_user=True).text
+                     what=f"{where} " if where else "", ssh_user=True,
+                     credentials_hint="a Docker Engine takes no password in its address: "
+                     "use TLS client certificates (DOCKER_CERT_PATH, DOCKER_TLS_VERIFY) for "
+                     "tcp://, or ssh://USER@HOST with ssh's own keys").text
 
 
 def connect(host: str | None = None, *, timeout: int = 600) -> docker.DockerClient:

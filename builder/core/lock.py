@@ -18,16 +18,20 @@ that record the same entries write the same bytes; it is replaced atomically.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from builder.core.errors import ConfigurationError
-from builder.core.userfiles import read_json_input, rewrite_user_file
+from builder.core.userfiles import (
+    exclusive,
+    read_input,
+    read_json_input,
+    rewrite_user_file,
+    with_line_endings_of,
+)
 
 LOCK_FILE = "versions.lock"
 SCHEMA = 1
@@ -148,15 +152,11 @@ class VersionLock:
 
     @contextlib.contextmanager
     def _serialised(self) -> Iterator[None]:
-        """Hold an exclusive ``flock`` on the lock file's folder (the file itself is
-        replaced by a rename, so its inode cannot carry the lock) for a read-modify-write."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        """Hold an exclusive ``flock`` for a read-modify-write, on the folder of the file
+        itself (:func:`builder.core.userfiles.exclusive`): projects sharing one lock
+        through links share the flock too."""
+        with exclusive(self.path):
             yield
-        finally:
-            os.close(fd)  # closing releases the lock
 
     def to_json(self) -> dict[str, Any]:
         """The file's content: sorted, so the same entries always give the same bytes."""
@@ -165,6 +165,11 @@ class VersionLock:
                    for kind, table in self.entries.items()}}
 
     def write(self) -> None:
-        """Replace the file atomically (a reader sees the old or the new file, whole)."""
+        """Replace the file atomically (a reader sees the old or the new file, whole),
+        with the line endings it has (a CRLF checkout stays CRLF)."""
         text = json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
-        rewrite_user_file(self.path, text.encode())
+        original = b""
+        if self.path.exists():
+            original = read_input(self.path, "the lock file", "restore it from git "
+                                  "(git checkout -- versions.lock)")
+        rewrite_user_file(self.path, with_line_endings_of(original, text))

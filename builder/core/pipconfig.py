@@ -33,7 +33,8 @@ class IndexChoice:
     """The index a run uses and where that choice came from.
 
     Attributes:
-        url: the simple index's root URL.
+        url: the simple index's root URL, as given: the downloads use it, credentials
+            (``https://USER:TOKEN@host/simple``) included, as pip does.
         origin: ``--index-url``, ``PIP_INDEX_URL``, ``pip config (global.index-url)``,
             or ``pip's default``.
     """
@@ -41,12 +42,19 @@ class IndexChoice:
     url: str
     origin: str
 
+    @property
+    def shown(self) -> str:
+        """:attr:`url` as it may be printed (:func:`builder.core.address.redact`)."""
+        from builder.core.address import redact
+
+        return redact(self.url)
+
     def describe(self) -> dict[str, str]:
-        """Return JSON-ready data."""
-        return {"url": self.url, "origin": self.origin}
+        """Return JSON-ready data (the URL redacted)."""
+        return {"url": self.shown, "origin": self.origin}
 
     def __str__(self) -> str:
-        return f"{self.url} (from {self.origin})"
+        return f"{self.shown} (from {self.origin})"
 
 
 def parse_config_list(text: str) -> IndexChoice:
@@ -99,14 +107,47 @@ def pip_index() -> IndexChoice:
 
 
 def resolve_index(given: str | None) -> IndexChoice:
-    """``--index-url`` when given, else pip's configured index.
+    """``--index-url`` when given, else pip's configured index, checked by the rule of
+    every address (:func:`builder.core.address.parse_url`; credentials allowed, as pip
+    uses them) before any request.
 
     Args:
-        given: the command line's ``--index-url`` (``None`` when absent).
+        given: the command line's ``--index-url`` (``None`` when absent; argparse
+            checked it already).
 
     Returns:
         The index to use and where it came from.
+
+    Raises:
+        ConfigurationError: pip's configured index is not an http(s):// or file:// URL
+            with a host and a port from 1 to 65535 (the message names where it was set).
     """
     if given:
         return IndexChoice(given, "--index-url")
-    return pip_index()
+    choice = pip_index()
+    check_index_url(choice.url, choice.origin)
+    return choice
+
+
+def check_index_url(url: str, origin: str) -> str:
+    """``url`` if it is a package index's address: ``http(s)://`` with a host and a port
+    from 1 to 65535, or ``file://`` (pip takes both); credentials are allowed.
+
+    Args:
+        url: the address.
+        origin: where it was set (``--index-url``, ``PIP_INDEX_URL``, ``pip config
+            (global.index-url)``), for the message.
+
+    Returns:
+        ``url`` unchanged.
+
+    Raises:
+        ConfigurationError: it is not one (the message shows it redacted).
+    """
+    from builder.core.address import parse_url
+
+    hint = "" if origin == "--index-url" else \
+        f"fix {origin} (pip reads it too), or pass --index-url URL"
+    where = "" if origin == "--index-url" else f"{origin} "
+    return parse_url(url, ("http", "https", "file"), noun="an http(s):// or file:// URL",
+                     hint=hint, what=where, credentials=True).text

@@ -1,4 +1,8 @@
-"""Progress display on standard error (rich), silent when asked or not a terminal."""
+"""Progress display on standard error (rich), silent when asked or not a terminal.
+
+Every line shown goes through :func:`builder.core.address.redact`: an address in it may
+carry an index's credentials, shown as ``****`` as pip shows them.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
 from typing import TYPE_CHECKING
+
+from builder.core.address import redact
 
 if TYPE_CHECKING:  # rich loads on first print, not at start-up (``targets --json``)
     from rich.console import Console
@@ -55,12 +61,13 @@ class Reporter:
 
     def info(self, message: str) -> None:
         """Print one line of progress on standard error (text is never read as markup)."""
-        self.console.print(message, markup=False)
+        self.console.print(redact(message), markup=False)
 
     def detail(self, line: str) -> None:
         """Show one line of a running tool's log as it arrives: every line when verbose,
         else only step lines (ninja's ``[3/12] ...``, the builder's own, errors), cut
         to the terminal's width."""
+        line = redact(line)
         if self.verbose:
             self.console.print(line, markup=False, soft_wrap=True)
         elif _STEP.search(line):
@@ -69,12 +76,13 @@ class Reporter:
     def raw(self, text: str) -> None:
         """Write text to standard output exactly as given (Markdown, diffs)."""
         if not self.quiet:
-            sys.stdout.write(text)
+            sys.stdout.write(redact(text))
             sys.stdout.flush()
 
     def result(self, renderable: object, *, style: str | None = None) -> None:
         """Print part of the command's result on standard output (not with ``--json``)."""
-        self.out.print(renderable, markup=False, style=style)
+        self.out.print(redact(renderable) if isinstance(renderable, str) else renderable,
+                       markup=False, style=style)
 
     @contextmanager
     def download(self, label: str, total: int | None) -> Iterator[Progress]:
@@ -91,7 +99,7 @@ class Reporter:
                             TransferSpeedColumn(), console=self.console,
                             disable=self.quiet, transient=False)
         with progress:
-            progress.add_task(label, total=total)
+            progress.add_task(redact(label), total=total)
             yield progress
 
     @contextmanager
@@ -102,6 +110,6 @@ class Reporter:
         progress = Progress(TextColumn("{task.description}"), TimeElapsedColumn(),
                             console=self.console, disable=self.quiet, transient=True)
         with progress:
-            progress.add_task(label, total=None)
+            progress.add_task(redact(label), total=None)
             yield
         self.info(f"{label} done")

@@ -5,7 +5,8 @@
 and refuses what is not a regular file (a named pipe would wait forever for a writer, a
 folder or a device is never an input) or is over a size cap, with one configuration error
 naming the file. :func:`read_json_input` adds JSON's own faults (not UTF-8, not JSON,
-nested beyond Python's recursion limit).
+an object naming one key twice, nested beyond Python's recursion limit); :func:`parse_json`
+is the one JSON parser of everything the builder reads.
 
 The new content goes to a temporary file beside the file, is flushed to disk
 (``os.fsync``), gets the file's permission bits (and owner, where allowed) and then
@@ -102,6 +103,43 @@ def read_input(path: Path, what: str, hint: str, *, limit: int = INPUT_LIMIT) ->
     return data
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice (Python's ``json`` would keep the last silently)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` of :func:`parse_json`: the object, refusing a repeated key."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise DuplicateKeyError(f"the key {key!r} appears twice in one object")
+        found[key] = value
+    return found
+
+
+def parse_json(text: str | bytes) -> Any:
+    """The one JSON parser for what the builder reads: ``json.loads`` that refuses an
+    object naming one key twice.
+
+    RFC 8259 section 4 says the names within an object SHOULD be unique and leaves the
+    meaning of repeated ones to each reader; Python's ``json`` (3.11) keeps the last
+    silently, so a merge that left two digests for one version in ``versions.lock`` would
+    be read as the second alone.
+
+    Args:
+        text: the document.
+
+    Returns:
+        The parsed value.
+
+    Raises:
+        DuplicateKeyError: an object names a key twice (a ``ValueError``).
+        ValueError: the text is not JSON (``json.JSONDecodeError``).
+        RecursionError: it nests deeper than the interpreter's recursion limit.
+    """
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
 def read_json_input(path: Path, what: str, hint: str) -> Any:
     """The JSON value in the user's input file ``path`` (:func:`read_input`).
 
@@ -115,18 +153,48 @@ def read_json_input(path: Path, what: str, hint: str) -> Any:
 
     Raises:
         ConfigurationError: the file cannot be read (:func:`read_input`), is not UTF-8, is
-            not JSON, or nests deeper than the interpreter's recursion limit.
+            not JSON, names one key twice in an object (:func:`parse_json`), or nests
+            deeper than the interpreter's recursion limit.
     """
     data = read_input(path, what, hint)
     try:
-        return json.loads(data.decode("utf-8"))
+        return parse_json(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ConfigurationError(f"{what} {path} is not UTF-8 text (byte {exc.start}: "
                                  f"{exc.reason})", hint) from None
     except RecursionError:
         raise ConfigurationError(f"{what} {path} nests too deeply to be read", hint) from None
+    except DuplicateKeyError as exc:  # a merge or a hand edit: which value is meant?
+        raise ConfigurationError(f"{what} {path} is malformed: {exc}", hint) from None
     except ValueError as exc:
         raise ConfigurationError(f"{what} {path} is not JSON: {exc}", hint) from None
+
+
+@contextlib.contextmanager
+def exclusive(path: Path) -> Iterator[Path]:
+    """Hold an exclusive ``flock`` for a read-modify-write of the user's file ``path``.
+
+    The lock is taken on the folder of the file itself (every symbolic link resolved):
+    the file is replaced by a rename, so its inode cannot carry the lock, and two names
+    of one file (a link in each of two projects) must share one lock.
+
+    Args:
+        path: the file as the user named it (it may not exist yet).
+
+    Yields:
+        The file really edited (``path`` with every link resolved).
+    """
+    real = Path(os.path.realpath(path))
+    # A link to nothing: its own folder (the rewrite refuses it; nothing made where it
+    # points).
+    folder = real.parent if real.parent.is_dir() else path.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield real
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def _locked_temporary(real: Path) -> tuple[int, Path]:
@@ -212,16 +280,15 @@ def temporary_beside(path: Path, data: bytes) -> Iterator[Path]:
         temporary.unlink(missing_ok=True)
 
 
-def rewrite_user_file(path: Path, data: bytes) -> Path:
-    """Replace the content of the user's file ``path`` with ``data``, atomically.
+def check_rewritable(path: Path) -> tuple[Path, os.stat_result | None]:
+    """The checks :func:`rewrite_user_file` makes before it writes, alone: for a command
+    that writes several files and must refuse before the first of them.
 
     Args:
-        path: the file as the user named it (a link to it is fine).
-        data: the complete new content (line endings are the caller's: read the file as
-            bytes to keep them).
+        path: the file as the user named it (a link to it is fine; it may not exist).
 
     Returns:
-        The file really written (``path`` with every symbolic link resolved).
+        The file really written (every link resolved) and its status (``None``: new).
 
     Raises:
         ConfigurationError: ``path`` is not a regular file, is a link to nothing, or has
@@ -243,6 +310,24 @@ def rewrite_user_file(path: Path, data: bytes) -> Path:
             f"{path} has {info.st_nlink} hard links: replacing it would leave the other "
             "names with the old content", "make it one file (cp it over itself under one "
             "name), or a symbolic link, and run the command again; nothing was changed")
+    return real, info
+
+
+def rewrite_user_file(path: Path, data: bytes) -> Path:
+    """Replace the content of the user's file ``path`` with ``data``, atomically.
+
+    Args:
+        path: the file as the user named it (a link to it is fine).
+        data: the complete new content (line endings are the caller's: read the file as
+            bytes to keep them).
+
+    Returns:
+        The file really written (``path`` with every symbolic link resolved).
+
+    Raises:
+        ConfigurationError: as :func:`check_rewritable`.
+    """
+    real, info = check_rewritable(path)
     real.parent.mkdir(parents=True, exist_ok=True)  # a new file in a new folder
     remove_dead_temporaries(real)
     fd, temporary = _locked_temporary(real)
@@ -269,6 +354,20 @@ def rewrite_user_file(path: Path, data: bytes) -> Path:
     finally:
         os.close(folder)
     return real
+
+
+def newline_of(original: bytes) -> bytes:
+    """The line ending of lines added to a file: CRLF when most of its lines end so (a
+    CRLF checkout where a merge left one LF line is still a CRLF file), else LF.
+
+    Args:
+        original: the file's bytes.
+
+    Returns:
+        ``b"\\r\\n"`` or ``b"\\n"``.
+    """
+    crlf = original.count(b"\r\n")
+    return b"\r\n" if crlf and 2 * crlf > original.count(b"\n") else b"\n"
 
 
 def with_line_endings_of(original: bytes, text: str) -> bytes:

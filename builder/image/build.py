@@ -46,6 +46,7 @@ from builder.core.config import GitPin, Target
 from builder.core.engine import BuildkitTrace, StreamError, read_stream
 from builder.core.errors import BuildError, ConfigurationError
 from builder.core.progress import Reporter
+from builder.core.userfiles import parse_json
 from builder.image.profile import (
     LAUNCHER_PATH,
     LAUNCHER_SOURCE,
@@ -160,7 +161,7 @@ def read_extra_wheel(path: Path) -> ExtraWheel:
     manifest = None
     if raw is not None:
         try:
-            manifest = json.loads(raw)
+            manifest = parse_json(raw)
         except ValueError:
             manifest = None
         if not isinstance(manifest, dict) or not isinstance(manifest.get("arch_list"), list):

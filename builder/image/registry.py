@@ -38,6 +38,7 @@ import requests
 
 from builder.core.address import parse_host_port
 from builder.core.errors import ConfigurationError, SourceError, VerificationError
+from builder.core.userfiles import parse_json
 
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
                "application/vnd.docker.distribution.manifest.list.v2+json")
@@ -252,9 +253,9 @@ class RegistryClient:
                               f"docker login {self.name.registry} with an account that "
                               "may pull it")
         try:
-            body = answer.json()
+            body = parse_json(answer.content)  # a key named twice is no answer
             token = body.get("token") or body.get("access_token")
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             token = None
         if answer.status_code != 200:
             raise SourceError(f"the token service of {self.name.registry} gave no token "
@@ -469,8 +470,8 @@ def _json_object(response: requests.Response, cause: str, hint: str) -> dict[str
         BuilderError: ``cause`` and ``hint``, when the body is not JSON or not an object.
     """
     try:
-        data = response.json()
-    except ValueError:
+        data = parse_json(response.content)  # a key named twice is not an object
+    except (ValueError, RecursionError):
         data = None
     if not isinstance(data, dict):
         raise VerificationError(cause, hint)

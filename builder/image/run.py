@@ -77,8 +77,8 @@ def run_image(options: Options, image_options: ImageOptions,
                            profile_path(image_options.profiles_dir, target), target)
     if not image_options.dockerfile.is_file():
         raise ConfigurationError(f"{image_options.dockerfile} not found",
-                                 "check --dockerfile (default images/Dockerfile, relative to "
-                                 "the project root)")
+                                 "the image is built from images/Dockerfile beside the targets "
+                                 "file: restore it from the builder's repository")
     # Before the engine and the wheel: an unresolved pin or a profile option the release
     # refuses is reported without an engine, not at serve time.
     check_profile(profile, target, cache=options.cache, index_url=options.index_url,

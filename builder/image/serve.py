@@ -14,7 +14,7 @@ from builder.core.options import Options
 
 def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profiles_dir: Path,
                       extra: tuple[str, ...] = (), launch_profile: Path | None = None,
-                      check: bool = False) -> dict[str, Any]:
+                      check: bool = False, kernel_wheel: Path | None = None) -> dict[str, Any]:
     """Print (on the reporter) and return the environment and server command line.
 
     Args:
@@ -25,7 +25,9 @@ def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profil
         extra: more server arguments (they win over the profile's).
         launch_profile: this profile instead of the target's.
         profiles_dir: the folder of ``<target>.toml`` profiles.
-        check: parse the command with the pinned release's own argument parser.
+        check: parse the command with the pinned release's own argument parser, and check
+            that the kernel wheel covers the model and flags (:func:`check_kernel_coverage`).
+        kernel_wheel: the kernel wheel to check (``None``: the one installed here, if any).
 
     Returns:
         ``{"target", "gpu", "tp", "profile", "env", "argv", "command", "checked",
@@ -35,7 +37,8 @@ def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profil
         ConfigurationError: an empty model, ``--model-path`` among ``extra``, a TP size
             among ``extra`` (any spelling the release's parser reads) other than ``tp``, a
             profile without that GPU or without per-GPU entries, or (``check``) a command
-            the release's parser refuses.
+            the release's parser refuses, or a kernel wheel that does not cover the model
+            and flags.
     """
     from builder.core.config import load_targets
     from builder.image.profile import (
@@ -88,6 +91,11 @@ def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profil
                                      f"refuses the command: {answer['error']}",
                                      "drop or fix the argument it names")
         checked = f"parsed by sglang {target.upstream_version}'s own argument parser"
+        covered = check_kernel_coverage(opts, target, model, tuple(
+            a for i, a in enumerate(server_argv) if "--model-path" not in
+            (a, server_argv[i - 1] if i else "")), kernel_wheel)
+        if covered:
+            checked += f"; {covered}"
     reporter.raw(command + "\n")  # one line, never wrapped: it is meant to be pasted
     if checked:
         reporter.info(checked)
@@ -97,3 +105,140 @@ def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profil
             "command": command, "checked": checked,
             "requirements": [f"sglang=={target.upstream_version}+{target.local_label}",
                              "flashinfer-jit-cache (the kernel wheels: docs/kernels-current.md)"]}
+
+
+def run_serve_check_all(options: Options, *, profiles_dir: Path, model: str | None = None,
+                        extra: tuple[str, ...] = (),
+                        launch_profile: Path | None = None) -> dict[str, Any]:
+    """``serve-command --check --all``: every GPU x TP pair of the target's profile (and
+    its common ``[args]`` alone) parsed by the pinned release's own argument parser, in one
+    run, each pair's verdict printed before the command fails on any refused one.
+
+    Args:
+        options: the targets file, target, cache, index URL and reporter.
+        profiles_dir: the folder of ``<target>.toml`` profiles.
+        model: the model path the commands carry (default: a placeholder path; the parser
+            only checks that one is given).
+        extra: more server arguments (they win over the profile's).
+        launch_profile: this profile instead of the target's.
+
+    Returns:
+        ``{"target", "profile", "checked": [{"gpu", "tp", "ok", "error", "argv"}], "method"}``.
+
+    Raises:
+        ConfigurationError: a pair the release's parser refuses (every refused pair named),
+            or a profile without per-GPU entries.
+    """
+    from builder.core.config import WheelPin, load_targets
+    from builder.image.profile import (
+        CHECK_MODEL,
+        check_profile,
+        load_profile,
+        parse_with_release,
+        profile_path,
+        release_env,
+    )
+
+    targets = load_targets(options.targets_file)
+    target = targets.get(options.target or targets.default)
+    profile = load_profile(launch_profile or profile_path(profiles_dir, target), target)
+    if not profile.gpus:
+        raise ConfigurationError(f"{profile.path} has no per-GPU entries ([gpu.*])",
+                                 "write [gpu.NAME] tables (docs/new-release.md: profile)")
+    reporter = options.reporter
+    user = ["--model-path", model or CHECK_MODEL, *extra]
+    given = {arg.split("=", 1)[0] for arg in user if arg.startswith("--")}
+    combos = profile.combinations()
+    argvs = [[*profile.argv(gpu, tp, given), *user] for gpu, tp in combos]
+    if not any(isinstance(pin, WheelPin) for pin in target.sources):
+        # An sdist target has no parser environment: option names only, first refusal.
+        check_profile(profile, target, cache=options.cache, index_url=options.index_url,
+                      reporter=reporter)
+        answers = [{"ok": True, "error": None}] * len(argvs)
+        method = f"option names of sglang {target.upstream_version}'s server_args.py"
+    else:
+        env = release_env(target, cache=options.cache, index_url=options.index_url,
+                          reporter=reporter)
+        answers = parse_with_release(env, argvs)
+        method = f"sglang {target.upstream_version}'s own argument parser"
+    checked = [{"gpu": gpu, "tp": tp, "ok": bool(answer["ok"]), "error": answer.get("error"),
+                "argv": ["python", "-m", "sglang.launch_server", *argv]}
+               for (gpu, tp), argv, answer in zip(combos, argvs, answers, strict=True)]
+    for item in checked:
+        where = "common [args]" if item["gpu"] is None else f"{item['gpu']} TP {item['tp']}"
+        reporter.result(f"{'ok' if item['ok'] else 'REFUSED'}: {where}"
+                        + ("" if item["ok"] else f": {item['error']}"))
+    refused = [i for i in checked if not i["ok"]]
+    if refused:
+        raise ConfigurationError(
+            f"{profile.path}: {method} refuses {len(refused)} of {len(checked)} "
+            "commands: " + "; ".join(
+                f"{i['gpu'] or 'common'} TP {i['tp'] or '-'}: {i['error']}" for i in refused),
+            "fix the values it names (every pair's verdict is printed above)")
+    reporter.info(f"{len(checked)} commands of {profile.path.name} parsed by {method}")
+    return {"target": target.name, "profile": str(profile.path), "method": method,
+            "checked": checked}
+
+
+def check_kernel_coverage(options: Options, target: Any, model: str,
+                          server_flags: tuple[str, ...], kernel_wheel: Path | None
+                          ) -> str | None:
+    """Refuse a kernel wheel that lacks a module the model and flags will load.
+
+    The set is derived with the release's own backend selection
+    (:func:`builder.kernels.derive.select_backends`, on the patched code, in its behaviour
+    environment) and compared with the wheel's manifest (``kernel_wheel``, else the one
+    installed in this Python).
+
+    Args:
+        options: the cache, index URL and reporter.
+        target: the target.
+        model: the model folder (a Hugging Face name cannot be derived from).
+        server_flags: the server arguments after ``--model-path MODEL``.
+        kernel_wheel: the kernel wheel (the provider wheel from FlashInfer 0.7).
+
+    Returns:
+        what was checked, or ``None`` when no kernel wheel was given or installed.
+
+    Raises:
+        ConfigurationError: the wheel misses a module group, head dim, arch or FlashInfer
+            version the configuration needs (one message, with the ``kernels`` command
+            that builds the set: exit 2), or a wheel was given for a model that is not a
+            local checkpoint folder (with the installed wheel such a model is not checked).
+    """
+    from builder.kernels.derive import (
+        derive,
+        installed_manifest,
+        require_coverage,
+        select_backends,
+    )
+    from builder.kernels.jitcache import read_manifest
+
+    if kernel_wheel is not None:
+        found: tuple[str, dict[str, Any]] | None = (str(kernel_wheel),
+                                                    read_manifest(kernel_wheel))
+    else:
+        found = installed_manifest()
+    if found is None:
+        options.reporter.info("kernel coverage not checked: no kernel wheel given "
+                              "(--check WHEEL) and none installed in this Python")
+        return None
+    label, manifest = found
+    folder = Path(model)
+    if not (folder / "config.json").is_file() and kernel_wheel is None:
+        options.reporter.info(f"kernel coverage not checked: {model} is not a local "
+                              "checkpoint folder (the set is derived from its config.json)")
+        return None
+    if not (folder / "config.json").is_file():
+        raise ConfigurationError(f"{model} is not a checkpoint folder with a config.json: the "
+                                 "kernel set is derived from it",
+                                 "give the local folder as --model, or --check without a "
+                                 "wheel")
+    arch_list = tuple(str(a) for a in manifest.get("arch_list") or ())
+    selection = select_backends(options, target, folder, server_flags)
+    derived = derive(selection, arch_list or (target.arch_list[0],))
+    require_coverage(manifest, derived, arch_list=tuple(target.arch_list),
+                     flashinfer=selection.get("flashinfer_version"), target=target.name,
+                     model=folder, flags=server_flags, wheel=label)
+    return f"kernel wheel {label} covers {', '.join(derived.groups)}"
+

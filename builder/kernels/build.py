@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -33,7 +34,12 @@ from packaging.version import InvalidVersion, Version
 
 from builder.core.arch import SM120_FAMILY
 from builder.core.cache import Cache, legacy_entry, sha256_file, sha256_json
-from builder.core.errors import BuilderError, BuildError, ConfigurationError
+from builder.core.errors import (
+    BuilderError,
+    BuildError,
+    ConfigurationError,
+    MissingToolError,
+)
 from builder.core.progress import Reporter
 from builder.kernels import jitcache, reproducible
 from builder.kernels.pins import DEFAULT_GROUPS, KernelPins, uses_providers
@@ -576,27 +582,112 @@ def _workspace(build: KernelBuild) -> Iterator[_Site]:
     nvcc names each translation unit's internal symbols after the source's absolute path
     (cudafe++'s ``--orig_src_path_name``, nvcc 13.0) and no option maps it, so FlashInfer's
     sources, the generated ones and the objects must lie at one path everywhere
-    (:func:`reproducible.stage`); shards and the final job compile there too. Builds on
-    one machine take turns (a lock beside the root); the root is emptied before and after.
+    (:func:`reproducible.stage`); shards and the final job compile there too. So the root
+    is one path for every user (a per-user path would give each user other bytes), in a
+    world-writable folder: nothing there is trusted. A user's builds take turns on their
+    own lock (:func:`_build_lock`); the root is made afresh, owner-only, and a build of
+    another user finds it theirs and is refused (:func:`_claim_root`). The root is
+    removed after the build.
 
     Raises:
-        BuilderError: a preflight check failed, or the fixed root cannot be made.
+        BuilderError: a preflight check failed; the lock or the root is a link, not a
+            file or folder, or another user's, or cannot be made (exit 3, naming it).
     """
     reporter = build.reporter
     folder = Path(reproducible.FIXED_ROOT)
-    with open(folder.with_name(folder.name + ".lock"), "w") as lock:
+    with _build_lock(folder) as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            with reporter.working("Waiting for another kernel build on this machine"):
+            with reporter.working("Waiting for another kernel build of this user"):
                 fcntl.flock(lock, fcntl.LOCK_EX)
-        shutil.rmtree(folder, ignore_errors=True)
+        _claim_root(folder)
         try:
-            folder.mkdir()
             reproducible.stage(build.env.site_packages, folder / "site")
             yield _Site(folder, _toolchain(build, folder))
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def build_lock_path(root: Path) -> Path:
+    """The lock of this user's kernel builds, beside the fixed root:
+    ``<root>-<uid>.lock`` (``/tmp/sglang-sm120-build-1000.lock``)."""
+    return root.with_name(f"{root.name}-{os.geteuid()}.lock")
+
+
+@contextlib.contextmanager
+def _build_lock(root: Path) -> Iterator[int]:
+    """Open (creating it, owner-only) this user's build lock beside ``root``; yield its
+    descriptor, closed at the end.
+
+    The folder is world-writable (``/tmp``): another user can plant a link or a file
+    there. The lock is opened with ``O_NOFOLLOW`` and without ``O_TRUNC`` (a link is never
+    followed, no file is ever emptied), must be a regular file of this user, and is only
+    locked, never written.
+
+    Raises:
+        MissingToolError: it is a link, not a regular file, another user's, or cannot be
+            opened (exit 3; the hint names it).
+    """
+    path = build_lock_path(root)
+    hint = (f"remove {path} (as its owner or root; the builder makes a new one, owner-only);"
+            " nothing was written through it")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK |
+                     os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        what = "a symbolic link" if os.path.islink(path) else f"not openable ({exc.strerror})"
+        raise MissingToolError(f"the kernel build lock {path} is {what}", hint) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise MissingToolError(f"the kernel build lock {path} is not a regular file", hint)
+        if info.st_uid != os.geteuid():
+            raise MissingToolError(f"the kernel build lock {path} belongs to another user "
+                                   f"(uid {info.st_uid})", hint)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _claim_root(root: Path) -> None:
+    """Make the fixed root afresh, owner-only (``0700``), holding this user's lock.
+
+    ``mkdir`` is atomic: of two users, one makes it and the other finds it. A root of this
+    user's is what a killed build of theirs left (their lock is held): it is emptied. A
+    link, a file or another user's folder is never entered, emptied or followed.
+
+    Raises:
+        MissingToolError: the root is a symbolic link, not a folder, another user's (their
+            build runs there, or was killed and left it), or cannot be made (exit 3; the
+            hint names the root).
+    """
+    hint = (f"every kernel build compiles in {root} (the same path everywhere, for the same "
+            f"bytes); once no build of its owner runs, have {root} removed (by its owner or "
+            "root), then build again")
+    try:
+        os.mkdir(root, 0o700)
+        return
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise MissingToolError(f"the kernel build root {root} cannot be made: "
+                               f"{exc.strerror}", hint) from None
+    info = os.lstat(root)
+    if stat.S_ISLNK(info.st_mode):
+        raise MissingToolError(f"the kernel build root {root} is a symbolic link", hint)
+    if not stat.S_ISDIR(info.st_mode):
+        raise MissingToolError(f"the kernel build root {root} is not a folder", hint)
+    if info.st_uid != os.geteuid():
+        raise MissingToolError(f"the kernel build root {root} belongs to another user "
+                               f"(uid {info.st_uid}): a kernel build of theirs runs there, or "
+                               "a killed one left it", hint)
+    try:  # this user's, left by a killed build (the lock is held)
+        shutil.rmtree(root)
+        os.mkdir(root, 0o700)
+    except OSError as exc:
+        raise MissingToolError(f"the kernel build root {root} cannot be emptied: "
+                               f"{exc.strerror} ({exc.filename})", hint) from None
 
 
 def _toolchain(build: KernelBuild, work: Path) -> Toolchain:

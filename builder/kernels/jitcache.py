@@ -34,6 +34,7 @@ from wheel.wheelfile import WheelFile
 
 from builder.core.errors import BuildError
 from builder.core.reproducible import record_timestamp, zip_timestamp
+from builder.core.userfiles import parse_json
 
 PACKAGE = "flashinfer_jit_cache"
 MANIFEST = "sm120-manifest.json"
@@ -124,7 +125,7 @@ def read_manifest(wheel: Path) -> dict[str, Any]:
             name = next((n for n in archive.namelist() if n == f"{PACKAGE}/{MANIFEST}" or (
                 n.startswith(f"{PACKAGE}/providers/") and n.endswith(f"/{MANIFEST}"))),
                 f"{PACKAGE}/{MANIFEST}")
-            data: dict[str, Any] = json.loads(archive.read(name))
+            data: dict[str, Any] = parse_json(archive.read(name))
     except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
         raise BuildError(f"{wheel} is not a kernel wheel of this builder ({error})",
                          "build one with `python -m builder kernels`") from None

@@ -47,8 +47,9 @@ from builder.core.errors import BuildError
 #: the version lock's digest.
 SCHEME = 1
 
-#: The folder every kernel build compiles in, the same on every machine (one build at a
-#: time per machine: a lock beside it).
+#: The folder every kernel build compiles in, the same on every machine and for every user
+#: (one build at a time per machine: a user's builds take turns on their lock beside it, and
+#: another user's build is refused while the root is theirs; ``build._workspace``).
 FIXED_ROOT = "/tmp/sglang-sm120-build"
 
 #: What :data:`FIXED_ROOT` and the mapped folders read as in the libraries (``__FILE__``).

@@ -7,7 +7,7 @@ upstream source, the arch list, the CUDA lane, the module groups and the wheel's
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from builder.core.basepins import PINS_FILE
@@ -21,6 +21,7 @@ from builder.kernels.build import (
     check_groups,
     has_fused_moe,
 )
+from builder.kernels.derive import Derived
 from builder.kernels.pins import (
     check_arch_list,
     default_groups,
@@ -69,6 +70,10 @@ class KernelOptions:
             ``FAST_BUILD`` (CTA 128x128 alone among the TMA warp-specialised grouped
             GEMMs): a quicker smoke-test wheel whose label says ``fastbuild``; never
             recorded in the version lock.
+        model: derive the module groups and head dims from this checkpoint folder (or its
+            ``config.json``) and ``server_flags`` with the release's own selection
+            (:mod:`builder.kernels.derive`); a trial build, never recorded in the lock.
+        server_flags: the server flags the model will start with (with ``model``).
     """
 
     lane: str | None = None
@@ -90,6 +95,8 @@ class KernelOptions:
     shard: Shard | None = None
     step_costs: Path | None = None
     fast_build: bool = False
+    model: Path | None = None
+    server_flags: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         """Refuse a jobs count that is not a whole number from 1 to :data:`MAX_JOBS`.
@@ -104,7 +111,41 @@ class KernelOptions:
             raise ConfigurationError(f"jobs is {self.jobs!r}, not a whole number from 1 to "
                                      f"{MAX_JOBS}", "give --jobs N, or leave it out for "
                                      "the CPUs (bounded by free memory)")
+        if self.model is None and self.server_flags:
+            raise ConfigurationError("server flags after -- need --model",
+                                     "give --model DIR, or leave the flags out")
+        if self.model is not None and (self.groups is not None or self.head_dims is not None
+                                       or self.request_file is not None):
+            raise ConfigurationError("--model derives the module groups and head dims; "
+                                     "--modules, --head-dims and --request name them",
+                                     "give --model alone, or the groups without it")
 
+
+def derived_request(options: Options, kernel: KernelOptions
+                    ) -> tuple[KernelRequest, Derived | None]:
+    """:func:`kernel_request`, and with ``kernel.model`` the groups and head dims the
+    release's own selection for that model and ``kernel.server_flags`` loads
+    (:func:`builder.kernels.derive.derive`), with the derivation.
+
+    Raises:
+        BuilderError: see :func:`kernel_request` and
+            :func:`builder.kernels.derive.select_backends`; the release refuses the
+            configuration at start-up.
+    """
+    request = kernel_request(options, kernel)
+    if kernel.model is None:
+        return request, None
+    from builder.kernels.derive import derive, select_backends
+
+    selection = select_backends(options, select_target(options), kernel.model,
+                                kernel.server_flags)
+    derived = derive(selection, request.arch_list)
+    check_groups(derived.groups)
+    if kernel.fast_build and not has_fused_moe(derived.groups):
+        raise ConfigurationError("--fast-build changes only the fused MoE modules, and this "
+                                 "model's set has none", "leave --fast-build out")
+    head_dims = derived.head_dims if "attention" in derived.groups else ()
+    return replace(request, groups=derived.groups, head_dims=head_dims), derived
 
 
 def kernel_request(options: Options, kernel: KernelOptions) -> KernelRequest:

@@ -22,7 +22,7 @@ from builder.kernels.build import (
     compile_shard,
     sccache_settings,
 )
-from builder.kernels.request import KernelOptions, kernel_request
+from builder.kernels.request import KernelOptions, derived_request
 from builder.kernels.shard import StepCosts
 from builder.kernels.toolchain import (
     PythonEnv,
@@ -82,7 +82,7 @@ def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult | Shard
     groups, head dims or archs, or a fast build, is checked but not recorded.
 
     Raises:
-        BuilderError: see :func:`kernel_request` and :func:`builder.kernels.build.build_kernels`;
+        BuilderError: see :func:`derived_request` and :func:`builder.kernels.build.build_kernels`;
             in container mode also :func:`builder.kernels.container.build_kernels_in_container`;
             the version lock records other content for this kernel wheel's version.
         ConfigurationError: ``kernel.step_costs`` is not a step-costs file of finite
@@ -94,7 +94,11 @@ def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult | Shard
                                  "(SCCACHE_REDIS_ENDPOINT, SCCACHE_BUCKET ...)")
     if kernel.step_costs is not None:  # refused before any environment or container
         StepCosts(kernel.step_costs).read()
-    request = kernel_request(options, kernel)
+    request, derived = derived_request(options, kernel)
+    if derived is not None:
+        for note in derived.unbuildable:
+            options.reporter.info(f"warning: not in any module group (JIT would compile "
+                                  f"it): {note}")
     lock = None
     if kernel.request_file is None and options.source_dir is None:
         lock = VersionLock(lock_path(options.targets_file))
@@ -134,9 +138,10 @@ def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult | Shard
         result = build_kernels(build, options.dist_dir)
     if lock is not None and isinstance(result, KernelResult):
         if kernel.groups is None and kernel.head_dims is None and kernel.arch_list is None \
-                and not kernel.fast_build:
+                and not kernel.fast_build and kernel.model is None:
             lock.record("kernels", request.target, request.version, digest)
         else:  # checked above, but a trial subset must not claim the target's version
             options.reporter.info(f"{request.version} not recorded in versions.lock: a trial "
-                                  "build (--modules, --head-dims, --arch-list or --fast-build)")
+                                  "build (--modules, --head-dims, --arch-list, --fast-build "
+                                  "or --model)")
     return result

@@ -26,6 +26,7 @@ from typing import Any
 
 from builder.core.cache import atomic_write_bytes
 from builder.core.errors import ConfigurationError
+from builder.core.userfiles import parse_json
 
 #: The most shards: GitHub Actions runs at most 256 jobs of one matrix ("Using a matrix
 #: for your jobs", docs.github.com); a larger N is a typo, and each shard is a runner.
@@ -198,7 +199,7 @@ class StepCosts:
         if not self.path.exists():
             return {"steps": {}, "links": {}}
         try:
-            data = json.loads(self.path.read_text())
+            data = parse_json(self.path.read_text())
             steps = _seconds(data.get("steps", {}), self.path)
             links = _seconds(data.get("links", {}), self.path)
         except (OSError, ValueError, AttributeError, TypeError) as error:

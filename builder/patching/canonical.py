@@ -17,6 +17,7 @@ refused (``--layout`` decides then).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Literal
 from builder.core.errors import ConfigurationError
 from builder.core.layout import PACKAGE_FOLDER
 from builder.core.userfiles import read_input, rewrite_user_file
-from builder.patching.patchfile import parse_patch, split_header
+from builder.patching.patchfile import parse_patch_bytes, split_header
 
 PatchLayout = Literal["git", "sdist"]
 _SDIST_ROOT_FILES = frozenset({"pyproject.toml", "setup.py", "setup.cfg", "MANIFEST.in",
@@ -52,19 +53,6 @@ def detect_layout(paths: Iterable[str]) -> PatchLayout:
     other = next(p for p in paths if not _is_sdist_path(p))
     raise ConfigurationError(f"the patch names {sdist[0]} (an sdist path) and {other} (a "
                              "repository path)", "split it, or say which with --layout git|sdist")
-
-
-def patch_layout(patch: Path, strip: int, layout: str = "auto") -> PatchLayout:
-    """The layout of a patch file: ``layout`` when given, else :func:`detect_layout`.
-
-    Raises:
-        BuilderError: the patch cannot be parsed, or its layout is mixed.
-    """
-    if layout in ("git", "sdist"):
-        return layout  # type: ignore[return-value]
-    parsed = parse_patch(patch, strip)
-    return detect_layout(path for f in parsed.files for path in (f.old_path, f.new_path)
-                         if path is not None)
 
 
 def _move(name: str, strip: int) -> str:
@@ -129,22 +117,43 @@ def to_repository_layout(text: str, strip: int) -> str:
     return header + "".join(out)
 
 
+def canonical_bytes(patch: Path, strip: int, layout: str) -> tuple[bytes, PatchLayout]:
+    """The patch in the repository layout (its bytes as they are when it is already in
+    it), checked to parse, and the layout it was in; nothing is written.
+
+    Args:
+        patch: the patch file, read once without blocking (a named pipe or a folder is
+            refused before parsing).
+        strip: its strip level.
+        layout: ``auto`` (:func:`detect_layout`), ``git`` or ``sdist``.
+
+    Raises:
+        BuilderError: the patch cannot be read or parsed at ``strip``, its layout is mixed,
+            or the converted copy does not parse; the messages name ``patch``.
+    """
+    data = read_input(patch, "patch file", "name the patch file itself")
+    if layout in ("git", "sdist"):
+        found: PatchLayout = layout  # type: ignore[assignment]
+    else:
+        parsed = parse_patch_bytes(data, patch, strip)
+        found = detect_layout(path for f in parsed.files for path in (f.old_path, f.new_path)
+                              if path is not None)
+    if found == "sdist":
+        data = to_repository_layout(data.decode("utf-8", "surrogateescape"), strip).encode(
+            "utf-8", "surrogateescape")
+    parse_patch_bytes(data, patch, strip)  # what is stored must still be a valid diff
+    return data, found
+
+
 def canonical_patch(patch: Path, strip: int, layout: str, destination: Path) -> PatchLayout:
     """Write ``patch`` to ``destination`` in the repository layout (a copy as it is when
     it is already in it); return the layout it was written in.
 
     Raises:
-        BuilderError: the layout is mixed, or the patch cannot be read or rewritten; the
-            converted copy does not parse.
+        BuilderError: as :func:`canonical_bytes` (then nothing is written).
     """
-    # Read first, without blocking: a named pipe or a folder is refused before parsing.
-    data = read_input(patch, "patch file", "name the patch file itself")
-    found = patch_layout(patch, strip, layout)
-    if found == "sdist":
-        data = to_repository_layout(data.decode("utf-8", "surrogateescape"), strip).encode(
-            "utf-8", "surrogateescape")
-    rewrite_user_file(destination, data)  # a new file in the user's series folder
-    parse_patch(destination, strip)  # the converted copy must still be a valid diff
+    data, found = canonical_bytes(patch, strip, layout)
+    rewrite_user_file(destination, data)
     return found
 
 
@@ -199,36 +208,35 @@ def add_to_series(series_file: Path, patch: Path, *, versions: str, description:
     Raises:
         BuilderError: the name is not a plain file name, or a patch of that name exists
             or is in the series; the description is not one line of UTF-8 text; the
-            version range is not PEP 440; the patch cannot be read (a folder, a named
-            pipe); the layout is mixed; the series would not load afterwards (then it is
-            left as it was). Nothing is written then.
+            version range is not PEP 440; the strip level is below 0; the patch cannot
+            be read (a folder, a named pipe) or parsed at the strip level; the layout is
+            mixed; the series would not load with the entry or cannot be replaced.
+            Nothing is written then: neither the copy nor the series.
     """
-    from builder.core.cache import sha256_file
     from builder.core.config import specifier
     from builder.patching.series import append_entry, load_series
 
-    # Every argument is checked before anything is written.
+    # Every argument is checked before anything is written, each naming its flag.
     file_name = patch.name if name is None else name
     check_patch_name(file_name, "--name" if name is not None else "the patch's file name")
     _check_text(description, "--description", "give one line of text")
     _check_text(versions, "--versions", "e.g. --versions '>=0.5.9,<0.5.11'")
-    series = load_series(series_file)
+    if not description.strip():
+        raise ConfigurationError("a patch needs a description", "pass --description TEXT")
+    if strip < 0:
+        raise ConfigurationError(f"--strip {strip} is below 0",
+                                 "1 for a/ b/ prefixes, 0 for bare paths")
     specifier(versions, "--versions")
+    series = load_series(series_file)
     stored = series_file.parent / file_name
     if stored.exists() or stored.is_symlink() or \
             any(e.name == stored.name for e in series.entries):
         raise ConfigurationError(f"{stored} already exists", "give it another name with --name, "
                                  "or refresh the existing patch instead")
-    if not description.strip():
-        raise ConfigurationError("a patch needs a description", "pass --description TEXT")
-    # Reads the patch (read_input: a named pipe or a folder refused) before writing stored.
-    found = canonical_patch(patch, strip, layout, stored)
-    digest = sha256_file(stored)
-    try:  # the series is left as it was when the entry does not load
-        append_entry(series_file, {"file": stored.name, "sha256": digest,
-                                   "description": description.strip(), "strip": strip,
-                                   "versions": versions})
-    except BaseException:
-        stored.unlink(missing_ok=True)
-        raise
+    data, found = canonical_bytes(patch, strip, layout)
+    digest = hashlib.sha256(data).hexdigest()
+    # The series with the entry is checked before the copy is written; both or neither.
+    append_entry(series_file, {"file": stored.name, "sha256": digest,
+                               "description": description.strip(), "strip": strip,
+                               "versions": versions}, patch_file=(stored, data))
     return stored, found, digest

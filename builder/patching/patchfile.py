@@ -21,13 +21,13 @@ A UTF-16 or UTF-32 patch file (as PowerShell's ``>`` writes) is refused by name.
 from __future__ import annotations
 
 import codecs
+import hashlib
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 
-from builder.core.cache import sha256_file
 from builder.core.errors import BuilderError, ConfigurationError, PatchError
 from builder.patching.hunks import Hunk, split_lines
 
@@ -557,6 +557,24 @@ def parse_patch(path: Path, strip: int) -> ParsedPatch:
     except OSError as exc:
         raise PatchError(f"cannot read patch file {path}: {exc.strerror}",
                          "check its permissions") from None
+    return parse_patch_bytes(data, path, strip)
+
+
+def parse_patch_bytes(data: bytes, path: Path, strip: int) -> ParsedPatch:
+    """Parse the bytes of a patch (:func:`parse_patch` without the read): for a patch
+    checked before it is written (``add-patch``'s stored copy).
+
+    Args:
+        data: the patch's bytes.
+        path: the file they are, or will be, for messages.
+        strip: leading path components to remove.
+
+    Returns:
+        The header and the file patches.
+
+    Raises:
+        BuilderError: as :func:`parse_patch`, the read aside.
+    """
     wide = _wide_encoding(data)
     if wide:
         raise PatchError(f"{path.name} is encoded as {wide}, not UTF-8 or ASCII",
@@ -576,7 +594,8 @@ def parse_patch(path: Path, strip: int) -> ParsedPatch:
     if not files:
         raise PatchError(f"{path.name} contains no diff",
                          "an empty or truncated patch file; regenerate it")
-    return ParsedPatch(path=path, sha256=sha256_file(path), header=header, files=files)
+    return ParsedPatch(path=path, sha256=hashlib.sha256(data).hexdigest(), header=header,
+                       files=files)
 
 
 def _wide_encoding(data: bytes) -> str:

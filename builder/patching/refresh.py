@@ -337,8 +337,8 @@ def refresh_series(source: SourceResult, series: Series, *, accept_fuzz: bool = 
     steps, _ = replay_series(source, series, fuzz=2 if accept_fuzz else None)
     results: list[RefreshedPatch] = []
     writes: list[tuple[Path, bytes]] = []
-    pins: list[tuple[str, str]] = []
-    for step in steps:
+    pins: list[tuple[int, str, str]] = []
+    for index, step in enumerate(steps):  # one step per series entry, in order
         left = _left_alone(step, only, accept_fuzz)
         if left is not None:
             results.append(left)
@@ -350,20 +350,29 @@ def refresh_series(source: SourceResult, series: Series, *, accept_fuzz: bool = 
         new_sha = hashlib.sha256(data).hexdigest()
         changed = new_sha != outcome.sha256
         destination = _destination(step, series, output_dir)
+        sharing = [e.name for n, e in enumerate(series.entries)
+                   if n != index and e.path == step.entry.path]
+        if changed and output_dir is None and sharing:
+            # Its new bytes would no longer be what the other entry pins.
+            raise ConfigurationError(
+                f"{outcome.name} is also the file of another entry of the series: "
+                "refreshing it in place would break that entry's pin",
+                "refresh a copy with --output-dir DIR and give it a file of its own")
         if changed or output_dir:
             writes.append((destination, data))
             if output_dir is None:
-                pins.append((outcome.sha256, new_sha))
+                pins.append((index, outcome.sha256, new_sha))
         results.append(RefreshedPatch(outcome.name, RefreshStatus.REFRESHED if changed
                                       else RefreshStatus.UNCHANGED,
                                       None if dry_run or not (changed or output_dir)
                                       else destination,
                                       outcome.sha256, new_sha, _fuzzed(step, text)))
     if not dry_run:
-        for destination, data in writes:
-            rewrite_user_file(destination, data)
-        if pins and series.path is not None:
-            repin_entries(series.path, pins)
+        if pins and series.path is not None:  # in place: the patches and their pins
+            repin_entries(series.path, pins, patch_files=writes)
+        else:
+            for destination, data in writes:
+                rewrite_user_file(destination, data)
     return tuple(results)
 
 

@@ -512,21 +512,36 @@ def _read_series_document(path: Path) -> tuple[bytes, tomlkit.TOMLDocument]:
         raise ConfigurationError(f"{path}: {exc}", "fix the series file") from None
 
 
-def append_entry(path: Path, entry: dict[str, Any]) -> None:
+def append_entry(path: Path, entry: dict[str, Any], *,
+                 patch_file: tuple[Path, bytes] | None = None) -> None:
     """Add one ``[[patch]]`` table at the end of the series file, rendered by tomlkit
     (the rest of the file byte for byte: tomlkit would regroup the ``[[patch]]`` tables the
     series interleaves with ``[[behaviour]]`` ones if the table went into the document).
     Every writer of a series file renders it with tomlkit (``tests/test_architecture.py``).
 
+    Everything is checked before the first write: the series with the entry is loaded
+    from a temporary file beside it (an error names the series file), and the series must
+    be a file that can be replaced. Then ``patch_file`` is written, then the series; when
+    the series cannot be written, ``patch_file`` is removed again. The added lines end as
+    most of the file's lines do (:func:`builder.core.userfiles.newline_of`).
+
     Args:
         path: the series file.
         entry: the entry's keys (``file``, ``sha256``, ``description`` ...), in order.
+        patch_file: the patch the entry names and its bytes, written with the entry.
 
     Raises:
         BuilderError: the file cannot be read or is not TOML, or does not load as a series
-            with the entry (then it is left as it was).
+            with the entry, or cannot be replaced (hard links, not a file). Nothing is
+            written then.
     """
-    from builder.core.userfiles import rewrite_user_file, with_line_endings_of
+    from builder.core.errors import BuilderError
+    from builder.core.userfiles import (
+        check_rewritable,
+        newline_of,
+        rewrite_user_file,
+        temporary_beside,
+    )
 
     original, _ = _read_series_document(path)
     table = tomlkit.table()
@@ -534,43 +549,94 @@ def append_entry(path: Path, entry: dict[str, Any]) -> None:
         table.add(key, value)
     patches = tomlkit.aot()
     patches.append(table)
-    added = tomlkit.dumps({"patch": patches})
-    text = original.decode("utf-8").rstrip("\r\n") + "\n\n" + added
-    rewrite_user_file(path, with_line_endings_of(original, text))
+    newline = newline_of(original)
+    added = tomlkit.dumps({"patch": patches}).encode("utf-8").replace(b"\n", newline)
+    data = original.rstrip(b"\r\n") + newline * 2 + added
+    with temporary_beside(path, data) as temporary:
+        try:
+            load_series(temporary)
+        except BuilderError as exc:
+            raise exc.replaced(cause=exc.cause.replace(str(temporary), str(path))) from None
+    check_rewritable(path)
+    if patch_file is not None:
+        rewrite_user_file(*patch_file)
     try:
-        load_series(path)
+        rewrite_user_file(path, data)
     except BaseException:
-        rewrite_user_file(path, original)  # the untouched bytes back
+        if patch_file is not None:
+            patch_file[0].unlink(missing_ok=True)
         raise
 
 
-def repin_entries(path: Path, pins: list[tuple[str, str]]) -> None:
-    """Move each entry's ``sha256`` in the series file from an old to a new value.
+_PATCH_HEADER = re.compile(r"(?m)^[ \t]*\[\[[ \t]*patch[ \t]*\]\][ \t]*(?:#.*)?\r?$")
+_ANY_HEADER = re.compile(r"(?m)^[ \t]*\[")
 
-    The new value is rendered by tomlkit and put in place of the old one at its entry's
-    ``sha256`` key; the rest of the file stays byte for byte. (tomlkit 0.15 cannot write
-    this file back as it read it: ``dumps(parse(text))`` regroups the ``[[patch]]`` tables
-    the series interleaves with ``[[behaviour]]`` ones.)
+
+def repin_entries(path: Path, pins: list[tuple[int, str, str]], *,
+                  patch_files: list[tuple[Path, bytes]] | None = None) -> None:
+    """Move each named entry's ``sha256`` in the series file from an old to a new value.
+
+    The new value is rendered by tomlkit and put in place of the old one at that entry's
+    ``sha256`` key (between its ``[[patch]]`` header and the next table header): another
+    entry that pins the same sha256 (a copy of the patch kept for other versions) keeps
+    its pin. The rest of the file stays byte for byte. (tomlkit 0.15 cannot write this
+    file back as it read it: ``dumps(parse(text))`` regroups the ``[[patch]]`` tables the
+    series interleaves with ``[[behaviour]]`` ones.)
+
+    Everything is checked before the first write (the new pins found, the series and
+    each of ``patch_files`` replaceable); then the patches are written, then the series.
+    A write that fails puts back what the ones before it replaced.
 
     Args:
         path: the series file.
-        pins: ``(old sha256, new sha256)`` pairs.
+        pins: ``(entry index, old sha256, new sha256)``: the index counts the file's
+            ``[[patch]]`` entries from 0, in order.
+        patch_files: the rewritten patches whose pins move, and their new bytes.
 
     Raises:
-        BuilderError: the file cannot be read or is not TOML, or an old value is the
-            ``sha256`` of no entry.
+        BuilderError: the file cannot be read or is not TOML, or an entry's ``sha256`` is
+            not the old value, or is not written as ``sha256 = "HEX"`` under its own
+            ``[[patch]]`` header, or a file cannot be replaced. Nothing is written then.
     """
-    from builder.core.userfiles import rewrite_user_file
+    from builder.core.userfiles import check_rewritable, read_input, rewrite_user_file
 
     original, document = _read_series_document(path)
     text = original.decode("utf-8")
     entries = [str(t.get("sha256", "")) for t in document.get("patch", [])]
-    for old, new in pins:
+    headers = list(_PATCH_HEADER.finditer(text))
+    hint = "write each entry as a [[patch]] table with sha256 = \"HEX\""
+    edits: list[tuple[int, int, str]] = []
+    for index, old, new in pins:
+        if not 0 <= index < len(entries) or entries[index] != old:
+            raise ConfigurationError(f"{path}: sha256 {old} is not the pin of [[patch]] "
+                                     f"entry #{index + 1}", hint)
+        if len(headers) != len(entries):
+            raise ConfigurationError(f"{path}: {len(entries)} [[patch]] entries but "
+                                     f"{len(headers)} [[patch]] headers: cannot find "
+                                     f"entry #{index + 1}'s pin", hint)
+        start = headers[index].end()
+        following = _ANY_HEADER.search(text, start)
+        end = following.start() if following else len(text)
         key = re.compile(rf'(?m)^(sha256[ \t]*=[ \t]*)"{re.escape(old)}"')
-        if old not in entries or not key.search(text):
-            raise ConfigurationError(f"{path}: sha256 {old} is the pin of no [[patch]] "
-                                     "entry", "write each pin as sha256 = \"HEX\"")
-        # The value as tomlkit renders it, its backslashes doubled: sub reads escapes.
-        value = tomlkit.string(new).as_string().replace("\\", "\\\\")
-        text = key.sub(rf"\g<1>{value}", text)
-    rewrite_user_file(path, text.encode("utf-8"))
+        found = key.search(text, start, end)
+        if found is None:
+            raise ConfigurationError(f"{path}: [[patch]] entry #{index + 1} has no "
+                                     f'sha256 = "{old}" line', hint)
+        # The value as tomlkit renders it.
+        edits.append((found.start(), found.end(),
+                      found[1] + tomlkit.string(new).as_string()))
+    for start, end, replacement in sorted(edits, reverse=True):
+        text = text[:start] + replacement + text[end:]
+    writes = [*(patch_files or []), (path, text.encode("utf-8"))]
+    for file, _ in writes:
+        check_rewritable(file)
+    done: list[tuple[Path, bytes]] = []
+    try:
+        for file, data in writes:
+            before = read_input(file, "the file", "restore it from git")
+            rewrite_user_file(file, data)
+            done.append((file, before))
+    except BaseException:
+        for file, before in reversed(done):  # all or none
+            rewrite_user_file(file, before)
+        raise

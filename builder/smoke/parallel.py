@@ -18,12 +18,12 @@ between its ranks, so the expert count must divide by ``--ep-size``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from builder.core.userfiles import parse_json
 from builder.smoke.server import ServerSpec, free_port, run_server_check
 from builder.smoke.shared import Status
 
@@ -97,7 +97,7 @@ def expert_count(model: Path) -> int | None:
     Raises:
         OSError, ValueError: no readable JSON ``config.json``.
     """
-    config = json.loads((model / "config.json").read_text())
+    config = parse_json((model / "config.json").read_text())
     for key in EXPERT_KEYS:
         value = config.get(key)
         if isinstance(value, int) and not isinstance(value, bool):

@@ -7,12 +7,22 @@ and the files. A file is streamed into a partial file in the cache
 asks for the rest with ``Range: bytes=N-`` (RFC 9110 section 14) and appends, or starts
 over when the server ignores the range (HTTP 200). The whole file's sha256 is compared
 with the pin at the end: a mismatch removes the partial file and fails.
+
+One partial file has one writer: a command holds an exclusive ``flock`` on it
+(:func:`partial_lock`) from before it looks for the cache entry to after the entry is in
+place. A second command fetching the same file into the same cache waits for that lock,
+then finds the first one's entry, rather than writing the file the first one is writing
+or renaming away. A killed writer's lock goes with its process: the next run resumes its
+bytes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import time
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -76,6 +86,60 @@ def unreachable(url: str, exc: BaseException) -> BuilderError:
                        "check the network, or pass --index-url for a reachable index")
 
 
+@contextlib.contextmanager
+def partial_lock(partial: Path, reporter: Reporter) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the partial file ``partial`` (made empty if missing)
+    for a block that may download into it.
+
+    A writer that finishes renames the file away while it holds the lock; a command that
+    waited then finds the name missing or another file under it, and opens it again. An
+    empty partial file the block left (nothing was downloaded) is removed.
+
+    Args:
+        partial: the partial file of one download.
+        reporter: progress output (a line when another command holds it).
+
+    Yields:
+        Nothing; the lock is held until the block ends.
+    """
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    waited = False
+    while True:
+        fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not waited:
+                    reporter.info(f"Waiting for another command's download of {partial.name}")
+                    waited = True
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            if _same_file(partial, fd):
+                break
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # renamed away by the writer waited for: open the name again
+    try:
+        yield
+    finally:
+        try:
+            if _same_file(partial, fd) and os.fstat(fd).st_size == 0:
+                partial.unlink()
+        finally:
+            os.close(fd)  # releases the lock
+
+
+def _same_file(path: Path, fd: int) -> bool:
+    """Whether ``path`` names the file open as ``fd`` (not a file made since)."""
+    try:
+        named = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+
 def download(url: str, destination: Path, sha256: str, partial: Path,
              reporter: Reporter) -> None:
     """Fetch ``url`` into ``destination``, resuming ``partial`` and checking ``sha256``.
@@ -85,7 +149,8 @@ def download(url: str, destination: Path, sha256: str, partial: Path,
         destination: the final file (written only once the digest matched).
         sha256: the pinned hex sha256.
         partial: where the bytes collect meanwhile; kept across runs when a download is
-            interrupted, so the next run resumes it.
+            interrupted, so the next run resumes it. A caller that shares it with other
+            commands holds :func:`partial_lock` on it.
         reporter: progress output.
 
     Raises:

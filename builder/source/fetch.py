@@ -26,7 +26,14 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from builder.core.address import file_name
-from builder.core.cache import Cache, legacy_entry, sha256_file, sha256_tree
+from builder.core.cache import (
+    Cache,
+    CachedArtifact,
+    hold_cache,
+    legacy_entry,
+    sha256_file,
+    sha256_tree,
+)
 from builder.core.config import GitPin, Pin, SdistPin, SourceKind, Target, WheelPin
 from builder.core.errors import BuilderError, ConfigurationError, SourceError, VerificationError
 from builder.core.layout import Layout
@@ -268,14 +275,20 @@ def _download_pinned(pin: SdistPin | WheelPin, cache: Cache, index_url: str | No
 
     A damaged entry is never trusted: it is fetched again.
     """
+    from builder.source.download import download, partial_lock
+
+    # The partial file lives outside the entry being built, so an interrupted download
+    # survives for the next run to resume (builder.source.download).
+    partial = cache.root / "partial" / f"{pin.sha256}.{pin.filename}.part"
+    held = False
+
     def fetch(tmp: Path) -> dict[str, Any]:
         url = pin.url or _find_on_index(pin, resolve_index(index_url).url)
-        # The partial file lives outside the entry being built, so an interrupted
-        # download survives for the next run to resume (builder.source.download).
-        partial = cache.root / "partial" / f"{pin.sha256}.{pin.filename}.part"
-        from builder.source.download import download
-
-        download(url, tmp / pin.filename, pin.sha256, partial, reporter)
+        if held:
+            download(url, tmp / pin.filename, pin.sha256, partial, reporter)
+        else:  # a damaged entry, fetched again: still one writer of the partial file
+            with partial_lock(partial, reporter):
+                download(url, tmp / pin.filename, pin.sha256, partial, reporter)
         return {"file": pin.filename}
 
     def made_before_manifests(path: Path) -> dict[str, Any] | None:
@@ -283,9 +296,18 @@ def _download_pinned(pin: SdistPin | WheelPin, cache: Cache, index_url: str | No
         return {"file": pin.filename} \
             if archive.is_file() and sha256_file(archive) == pin.sha256 else None
 
-    entry = cache.artifact("downloads", pin.sha256, fetch, record=glob.escape(pin.filename),
-                           adopt=made_before_manifests)
-    return entry.file(pin.filename)
+    def entry() -> CachedArtifact:
+        return cache.artifact("downloads", pin.sha256, fetch,
+                              record=glob.escape(pin.filename), adopt=made_before_manifests)
+
+    hold_cache(cache.root)  # marked and held before its partial/ folder is made
+    if cache.entry("downloads", pin.sha256).is_dir():
+        return entry().file(pin.filename)
+    # Missing: the lock is held until the entry is in place, so a command that waited
+    # for it finds the entry rather than downloading (or renaming away) the file again.
+    with partial_lock(partial, reporter):
+        held = True
+        return entry().file(pin.filename)
 
 
 def download_pinned(pin: SdistPin | WheelPin, cache: Cache, index_url: str | None,

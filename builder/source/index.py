@@ -11,7 +11,6 @@ breaks the spec is one :class:`BuilderError` naming the entry, never a traceback
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +18,7 @@ from packaging.utils import canonicalize_name
 
 from builder.core.address import local_path, scheme
 from builder.core.errors import BuilderError, SourceError, VerificationError
+from builder.core.userfiles import parse_json
 from builder.source.download import TIMEOUT_S, session, unreachable
 
 # PEP 691 content negotiation: JSON preferred, HTML accepted (the spec's example header).
@@ -101,6 +101,8 @@ def _http_page(project: str, page_url: str) -> tuple[str, Any]:
                           f"{response.reason}", "check --index-url, or try again later")
     final = response.url  # after redirects: relative file URLs resolve against it
     try:
+        if "json" in response.headers.get("Content-Type", ""):
+            parse_json(response.content)  # a key named twice: which value is meant?
         return final, ProjectPage.from_response(response, project)
     except ValueError as exc:  # a JSON error, or pydantic's ValidationError (a ValueError)
         raise _malformed(final, response.content, exc) from None
@@ -115,7 +117,7 @@ def _file_page(project: str, page_url: str) -> tuple[str, Any]:
             body = (folder / name).read_bytes()
             try:
                 if name == "index.json":
-                    return page_url, ProjectPage.from_json_data(json.loads(body), page_url)
+                    return page_url, ProjectPage.from_json_data(parse_json(body), page_url)
                 return page_url, ProjectPage.from_html(project, body, page_url)
             except ValueError as exc:
                 raise _malformed(page_url, body, exc) from None
@@ -131,7 +133,7 @@ def _malformed(page_url: str, body: bytes, exc: ValueError) -> BuilderError:
         try:
             problems = errors()
             location: tuple[Any, ...] = tuple(problems[0].get("loc", ())) if problems else ()
-            files = json.loads(body).get("files", [])
+            files = parse_json(body).get("files", [])
             if len(location) >= 2 and location[0] == "files" and isinstance(location[1], int):
                 entry = files[location[1]]
                 label = entry.get("filename", f"#{location[1] + 1}") \

@@ -45,14 +45,18 @@ from builder.source.fetch import (
     release_files,
     remote_wheel_metadata,
 )
+from builder.targets.checklist import Step, checklist
+from builder.targets.derive import DerivedProfile, derive_profile
 from builder.targets.gaps import (
     Gap,
+    base_entry_bytes,
     check_stub_paths,
+    in_effect,
+    profile_stub_bytes,
     target_gaps,
-    write_base_entry,
-    write_profile_stub,
 )
 from builder.targets.upstream import Finding, assess
+from builder.targets.writes import Writes, check_writable
 
 DEFAULT_LABEL = "sm120.1"
 Status = Literal["added", "replaced", "up-to-date", "dry-run"]
@@ -108,6 +112,10 @@ class BumpReport:
         unpatched: ``True`` when no patch changes the release: its wheel is upstream's own.
         gaps: what the new target still lacks (:mod:`builder.targets.gaps`).
         written: the stub files written besides targets.toml (pins file, profile).
+        steps: the checklist from here to a served, CI-green target
+            (:func:`builder.targets.checklist.checklist`).
+        derived: the launch profile derived from a neighbour's, with the claims to
+            re-check (``None`` when a profile was there or no neighbour has one).
     """
 
     status: Status
@@ -119,6 +127,8 @@ class BumpReport:
     unpatched: bool
     gaps: tuple[Gap, ...] = ()
     written: tuple[str, ...] = ()
+    steps: tuple[Step, ...] = ()
+    derived: DerivedProfile | None = None
 
     @property
     def needs_refresh(self) -> bool:
@@ -133,6 +143,11 @@ class BumpReport:
                 "needs_refresh": self.needs_refresh, "unpatched": self.unpatched,
                 "findings": [f.to_json() for f in self.findings],
                 "gaps": [g.to_json() for g in self.gaps], "written": list(self.written),
+                "checklist": [s.to_json() for s in self.steps],
+                "profile": None if self.derived is None else {
+                    "from": self.derived.neighbour, "same_patches": self.derived.same_patches,
+                    "differ": list(self.derived.differ),
+                    "recheck": list(self.derived.recheck)},
                 "matrix": self.matrix.to_json() if self.matrix else None}
 
     def to_markdown(self) -> str:
@@ -168,6 +183,18 @@ class BumpReport:
             lines += ["### What the target still lacks", "",
                       *(f"- {g.kind}: `{g.subject}`: {g.detail} (fix: {g.fix})"
                         for g in self.gaps), ""]
+        if self.derived is not None:
+            d = self.derived
+            lines += [f"### Launch profile derived from `{d.neighbour}`", "",
+                      "Its patches in effect are the same." if d.same_patches else
+                      f"Its patches in effect differ: {', '.join(d.differ)}.",
+                      "Claims to re-check in this release's code (marked `# RE-CHECK`):", "",
+                      *(f"- {line}" for line in d.recheck), ""]
+        if self.steps:
+            lines += ["### Checklist (docs/new-release.md)", "",
+                      *(f"{n}. **{s.title}**: {s.what}: "
+                        + ", ".join(f"`{c}`" for c in s.commands)
+                        for n, s in enumerate(self.steps, 1)), ""]
         lines += ["### Compatibility matrix", "", self.matrix.to_markdown().rstrip("\n")]
         return "\n".join(lines) + "\n"
 
@@ -287,13 +314,17 @@ def _target_table(target: NewTarget, series: str) -> tomlkit.items.Table:
     return table
 
 
-def write_target(path: Path, target: NewTarget, *, replace: bool = False) -> Literal[
-        "added", "replaced"]:
-    """Add (or, with ``replace``, swap in) ``target`` in the targets file.
+def render_target(path: Path, target: NewTarget, *, replace: bool = False
+                  ) -> tuple[bytes, Literal["added", "replaced"]]:
+    """The targets file with ``target`` added (or, with ``replace``, swapped in); nothing
+    is written.
 
-    Everything else in the file (comments, order, formatting) is kept; the result is
-    checked by :func:`builder.core.config.load_targets` before it atomically replaces the
-    file (a temporary file in the same folder, then ``os.replace``).
+    Everything else in the file (comments, order, formatting, line endings) is kept; the
+    result is checked by :func:`builder.core.config.load_targets` on a temporary copy
+    beside the file (its series path is relative to it).
+
+    Returns:
+        The new file's bytes, and whether the target was added or replaced one.
 
     Raises:
         BuilderError: a target of that name or upstream version exists and ``replace``
@@ -330,8 +361,20 @@ def write_target(path: Path, target: NewTarget, *, replace: bool = False) -> Lit
         except BuilderError as exc:
             raise type(exc)(exc.cause.replace(str(temporary), str(path)).replace(
                 temporary.name, path.name), exc.hint) from None
+    return output, "replaced" if existing else "added"
+
+
+def write_target(path: Path, target: NewTarget, *, replace: bool = False) -> Literal[
+        "added", "replaced"]:
+    """Add (or, with ``replace``, swap in) ``target`` in the targets file, atomically
+    (:func:`render_target`, then :func:`builder.core.userfiles.rewrite_user_file`).
+
+    Raises:
+        BuilderError: as :func:`render_target`.
+    """
+    output, status = render_target(path, target, replace=replace)
     rewrite_user_file(path, output)
-    return "replaced" if existing else "added"
+    return status
 
 
 def _same_version(text: object, version: str) -> bool:
@@ -343,8 +386,12 @@ def _same_version(text: object, version: str) -> bool:
 
 def run_add_target(options: Options, version: str, *, local_label: str = DEFAULT_LABEL,
                    cuda_lane: str | None = None, replace: bool = False,
-                   dry_run: bool = False) -> BumpReport:
+                   dry_run: bool = False, body_file: Path | None = None) -> BumpReport:
     """Pin ``version`` as a new target.
+
+    Every file it writes (``targets.toml``, ``images/pins.toml``, the launch profile,
+    ``body_file``) is checked before the first write, and a write that fails anyway puts
+    back the ones already written (:mod:`builder.targets.writes`): all or none.
 
     Args:
         options: the run's options (targets file, cache, index URL, reporter).
@@ -353,13 +400,14 @@ def run_add_target(options: Options, version: str, *, local_label: str = DEFAULT
         cuda_lane: the CUDA lane, instead of reading it from torch's wheel.
         replace: overwrite an existing target for the same name or version.
         dry_run: work everything out and report it, write nothing.
+        body_file: also write the Markdown pull request body there (``--body-file``).
 
     Returns:
         What was pinned and what the series does on it.
 
     Raises:
-        BuilderError: as :func:`plan_target` and :func:`write_target`; or ``version`` is
-            not a PEP 440 version.
+        BuilderError: as :func:`plan_target` and :func:`render_target`; a file cannot be
+            written (nothing was); or ``version`` is not a PEP 440 version.
     """
     targets = load_targets(options.targets_file)
     project = targets.get(None).sdist_project
@@ -375,24 +423,56 @@ def run_add_target(options: Options, version: str, *, local_label: str = DEFAULT
                                  "pass --replace to overwrite it explicitly")
     root = options.targets_file.parent
     check_stub_paths(root)
+    writes = Writes()
+    if body_file is not None and not dry_run:
+        check_writable(body_file, "--body-file")  # before the slow part, as before
     options.reporter.info(f"Pinning {project} {wanted} from {_index_url(options)}")
     target = plan_target(options, wanted, local_label=local_label, cuda_lane=cuda_lane)
     matrix = run_matrix(options, versions=[str(wanted)])
     findings, unpatched = assess(matrix)
     status: Status = "dry-run"
     written: list[str] = []
-    if not dry_run:
-        status = write_target(options.targets_file, target, replace=replace)
-        pins_file = root / PINS_FILE
-        if write_base_entry(pins_file, target.upstream_version, target.cuda_lane):
-            written.append(str(pins_file))
-        profile = root / PROFILES_DIR / f"{target.name}.toml"
-        if write_profile_stub(profile, target.name, target.upstream_version):
-            written.append(str(profile))
+    data, added = render_target(options.targets_file, target, replace=replace)
+    pins_file = root / PINS_FILE
+    profile = root / PROFILES_DIR / f"{target.name}.toml"
     default = targets.get(None)
     series = load_series(options.series) if options.series else load_series(default.series)
-    gaps = target_gaps(series=series, matrix=matrix, version=str(wanted),
-                       lane=target.cuda_lane, name=target.name, root=root,
-                       older=[t.upstream_version for t in targets.targets.values()])
-    return BumpReport(status, options.targets_file, str(wanted), target, matrix, findings,
-                      bool(unpatched), gaps, tuple(written))
+    derived = None
+    if not profile.exists() and not profile.is_symlink():
+        derived = derive_profile(name=target.name, version=str(wanted),
+                                 in_effect=in_effect(matrix, str(wanted)), series=series,
+                                 targets=[t for t in targets.targets.values()
+                                          if t.name != target.name],
+                                 profiles=root / PROFILES_DIR)
+    if not dry_run:
+        status = added
+        writes.add(options.targets_file, data, "the targets file")
+        pins = base_entry_bytes(pins_file, target.upstream_version, target.cuda_lane)
+        if pins is not None:
+            writes.add(pins_file, pins, "the base pins file")
+        stub = (profile_stub_bytes(profile, target.name, target.upstream_version)
+                if derived is None else derived.text.encode())
+        if stub is not None:
+            writes.add(profile, stub, "the launch profile")
+        written = [str(p) for p, _, _ in writes.planned[1:]]
+        if body_file is not None:
+            check_writable(body_file, "--body-file")
+        writes.check()  # every destination, before the first write
+        writes.apply()
+    try:
+        gaps = target_gaps(series=series, matrix=matrix, version=str(wanted),
+                           lane=target.cuda_lane, name=target.name, root=root,
+                           older=[t.upstream_version for t in targets.targets.values()])
+        steps = checklist(target.name, str(wanted),
+                          failing=[g.subject for g in gaps if g.kind == "patch"],
+                          ended=[g.subject for g in gaps if g.kind == "patch-range"],
+                          recheck=derived.recheck if derived else (),
+                          derived_from=derived.neighbour if derived else None)
+        report = BumpReport(status, options.targets_file, str(wanted), target, matrix,
+                            findings, bool(unpatched), gaps, tuple(written), steps, derived)
+        if body_file is not None and not dry_run:
+            writes.write(body_file, report.to_markdown().encode(), "--body-file")
+    except BaseException:
+        writes.undo()
+        raise
+    return report

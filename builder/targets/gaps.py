@@ -2,16 +2,20 @@
 ``add-target`` writes for it.
 
 ``add-target`` writes the release's ``[[base]]`` entry into ``images/pins.toml`` (upstream's
-runtime tag, digest left to ``pin-images``) and a launch profile stub
-(``images/profiles/<target>.toml`` with an empty ``[args]``), each only where none exists.
-:func:`target_gaps` then lists, from the compatibility matrix and those files:
+runtime tag, digest left to ``pin-images``) and its launch profile
+(``images/profiles/<target>.toml``: derived from a neighbour's by
+:mod:`builder.targets.derive`, else a stub with an empty ``[args]``), each only where none
+exists. :func:`target_gaps` then lists, from the compatibility matrix and those files:
 
 * ``patch``: a patch that fails on the release, is not reached, or applies but whose
   intent checks fail (it needs a refresh);
 * ``patch-range``: a patch in effect on an older pinned target whose version range ends
-  before the release, with no other copy of it (same ``NNNN-`` number) in effect there;
+  before the release, with no other copy of it (same ``NNNN-`` number) in effect there nor
+  one the matrix finds ``obsolete`` there (upstream has the change), and no newer pinned
+  target without a copy (the series ended it for good); one gap per patch;
 * ``base-digest``: no ``[[base]]`` for the release and lane, or its digest unresolved;
-* ``launch-profile``: no profile, or one without values;
+* ``launch-profile``: no profile, one without per-GPU values, or one derived from a
+  neighbour's with claims still marked ``# RE-CHECK`` (:mod:`builder.targets.derive`);
 * ``behaviour``: a patch in effect on the release that no behaviour case checks there.
 """
 
@@ -29,10 +33,11 @@ from packaging.version import Version
 
 from builder.core.basepins import PINS_FILE, load_base_pins
 from builder.core.errors import ConfigurationError
-from builder.core.userfiles import rewrite_user_file, with_line_endings_of
+from builder.core.userfiles import with_line_endings_of
 from builder.image.profile import PROFILES_DIR
 from builder.patching.matrix import Cell, Matrix
 from builder.patching.series import Series
+from builder.targets.derive import MARK
 
 #: Upstream's runtime image repository on Docker Hub.
 UPSTREAM_IMAGE = "docker.io/lmsysorg/sglang"
@@ -79,33 +84,29 @@ def upstream_base_name(version: str, lane: str) -> str:
     return f"{UPSTREAM_IMAGE}:v{version}-cu{lane.replace('.', '')}-runtime"
 
 
-def _replace_atomically(path: Path, text: str) -> None:
-    # A new file of the user's: the same atomic, kill -9 safe write as an edit.
-    rewrite_user_file(path, text.encode("utf-8"))
-
-
-def write_base_entry(pins_path: Path, version: str, lane: str) -> bool:
-    """Add a ``[[base]]`` for ``version`` / ``lane`` (digest ``""``) after the last one.
+def base_entry_bytes(pins_path: Path, version: str, lane: str) -> bytes | None:
+    """``images/pins.toml`` with a ``[[base]]`` for ``version`` / ``lane`` (digest ``""``)
+    after the last one; nothing is written.
 
     The text is inserted (tomlkit would move the comments that follow the last entry);
-    the result is parsed by :func:`builder.core.basepins.load_base_pins` before it
-    replaces the file, atomically.
+    the result is parsed by :func:`builder.core.basepins.load_base_pins` (from a temporary
+    file) and keeps the file's line endings.
 
     Args:
-        pins_path: ``images/pins.toml`` (created when absent).
+        pins_path: ``images/pins.toml`` (a new one gets a header when absent).
         version: the upstream release.
         lane: its CUDA lane.
 
     Returns:
-        ``True`` when written, ``False`` when an entry for them was already there.
+        The new file's bytes, or ``None`` when an entry for them is already there.
 
     Raises:
         BuilderError: the existing file is malformed.
     """
-    original = pins_path.read_bytes() if pins_path.exists() else b""
+    original = pins_path.read_bytes() if pins_path.is_file() else b""
     text = original.decode("utf-8").replace("\r\n", "\n") if original else _PINS_HEADER
-    if pins_path.exists() and lane in load_base_pins(pins_path).lanes(Version(version)):
-        return False
+    if original and lane in load_base_pins(pins_path).lanes(Version(version)):
+        return None
     entry = (f'[[base]]\nupstream_version = "{version}"\ncuda_lane = "{lane}"\n'
              f'name = "{upstream_base_name(version, lane)}"\ndigest = ""\n')
     lines = text.splitlines(keepends=True)
@@ -125,29 +126,24 @@ def write_base_entry(pins_path: Path, version: str, lane: str) -> bool:
         load_base_pins(Path(probe))  # never write a file the stages cannot read
     finally:
         os.unlink(probe)
-    if original:  # the user's file: its identity and line endings kept
-        rewrite_user_file(pins_path, with_line_endings_of(original, new))
-    else:
-        _replace_atomically(pins_path, new)
-    return True
+    return with_line_endings_of(original, new)
 
 
-def write_profile_stub(path: Path, name: str, version: str) -> bool:
-    """Write a launch profile with no values for target ``name`` where none exists.
+def profile_stub_bytes(path: Path, name: str, version: str) -> bytes | None:
+    """A launch profile with no values for target ``name``, where none exists.
 
     Returns:
-        ``True`` when written, ``False`` when the file was there.
+        The stub's bytes, or ``None`` when a file is there.
     """
     if path.exists():
-        return False
-    _replace_atomically(path, (
+        return None
+    return (
         f"# SM120 launch profile of the image for target {name} (SGLang {version}): a stub\n"
         "# written by `python -m builder add-target`. Fill [args] and the [gpu.rtx-pro-6000]\n"
         "# and [gpu.rtx-5090] tables from the nearest release's profile, with the evidence\n"
         "# for each value as a comment; `serve-command --check` parses them with the release's\n"
         "# own server arguments.\n"
-        f'target = "{name}"\nupstream_version = "{version}"\n\n[args]\n'))
-    return True
+        f'target = "{name}"\nupstream_version = "{version}"\n\n[args]\n').encode()
 
 
 def _family(name: str) -> str:
@@ -155,35 +151,47 @@ def _family(name: str) -> str:
     return found.group(0) if found else name
 
 
-def _patch_gaps(cells: dict[str, Cell], version: str) -> list[Gap]:
+def _patch_gaps(cells: dict[str, Cell], version: str, name: str) -> list[Gap]:
     # ``patch``: failed, ambiguous or unreached hunks, or applied with failing intents.
     gaps = []
     for patch, cell in cells.items():
         if cell.status in ("failed", "ambiguous", "not-reached"):
             gaps.append(Gap("patch", patch, f"{cell.text} on {version}",
-                            f"python -m builder refresh {patch} (then extend its range)"))
+                            f"python -m builder refresh --target {name} --patch patches/{patch} "
+                            "--output-dir refreshed, then add-patch the copy for this release "
+                            "(docs/new-release.md)"))
         elif cell.status in _IN_EFFECT and cell.intents is False:
             gaps.append(Gap("patch", patch, f"applies on {version} ({cell.text}) but its "
-                            "intent checks fail", "refresh the patch or its intents"))
+                            "intent checks fail", "refresh the patch (python -m builder "
+                            f"refresh --target {name} --patch patches/{patch} --output-dir "
+                            "refreshed) or its intents"))
     return gaps
 
 
-def _range_gaps(series: Series, in_effect: set[str], version: str,
-                older: list[Version]) -> list[Gap]:
-    # ``patch-range``: in effect on an older pinned target, ended before the release,
-    # and no other copy of it (same ``NNNN-`` number) in effect on the release.
+def _range_gaps(series: Series, in_effect: set[str], obsolete: set[str], version: str,
+                others: list[Version]) -> list[Gap]:
+    # ``patch-range``: in effect on an older pinned target, ended before the release, and
+    # no other copy of it (same ``NNNN-`` number) in effect on the release, nor one the
+    # matrix found obsolete there (upstream has the change: the range ended rightly), nor
+    # a newer pinned target without any copy (the series ended it for good). One gap per
+    # patch: its latest copy so ended.
     release = Version(version)
-    families = {_family(p) for p in in_effect}
-    gaps = []
+    families = {_family(p) for p in in_effect | obsolete}
+    ended: dict[str, str] = {}
     for entry in series.entries:
-        if entry.applies_to(release) or _family(entry.name) in families:
+        family = _family(entry.name)
+        if entry.applies_to(release) or family in families:
             continue
-        if any(v < release and entry.applies_to(v) for v in older):
-            gaps.append(Gap("patch-range", entry.name,
-                            f"its range {entry.versions} ends before {version}",
-                            "extend the range in patches/series.toml if the change is still "
-                            "needed there, or leave it ended if upstream has it"))
-    return gaps
+        if any(v > release and not any(e.applies_to(v) for e in series.entries
+                                       if _family(e.name) == family) for v in others):
+            continue
+        if any(v < release and entry.applies_to(v) for v in others):
+            ended[family] = entry.name  # series order: a later copy replaces an earlier
+    by_name = {e.name: e for e in series.entries}
+    return [Gap("patch-range", name, f"its range {by_name[name].versions} ends before "
+                f"{version}", "extend the range in patches/series.toml if the change is still "
+                "needed there, or leave it ended if upstream has it")
+            for name in ended.values()]
 
 
 def _base_gaps(root: Path, version: str, lane: str) -> list[Gap]:
@@ -203,13 +211,19 @@ def _base_gaps(root: Path, version: str, lane: str) -> list[Gap]:
 
 
 def _profile_gaps(root: Path, name: str) -> list[Gap]:
-    # ``launch-profile``: no profile, or one without [args] or [gpu.*] values.
+    # ``launch-profile``: no profile, one without [gpu.*] values, or claims still marked.
     profile = root / PROFILES_DIR / f"{name}.toml"
     try:
         data = tomllib.loads(profile.read_text())
     except (FileNotFoundError, tomllib.TOMLDecodeError, UnicodeDecodeError):
         data = {}  # reported below as a profile to write
-    if data.get("args") and data.get("gpu"):
+    if data.get("gpu"):  # per-GPU values ([args] may rightly be empty, as in 0.5.23's)
+        marks = sum(line.lstrip().startswith(MARK) for line in profile.read_text().splitlines())
+        if marks:
+            return [Gap("launch-profile", str(PROFILES_DIR / profile.name),
+                        f"{marks} claim(s) marked RE-CHECK (derived from a neighbour's "
+                        "profile)", "check each in the release's code and remove its mark, "
+                        f"then python -m builder serve-command --target {name} --check --all")]
         return []
     return [Gap("launch-profile", str(PROFILES_DIR / profile.name),
                 "no launch profile values" if profile.exists() else "no launch profile",
@@ -228,6 +242,18 @@ def _behaviour_gaps(series: Series, in_effect: set[str], version: str) -> list[G
                         for b in entry.behaviours)]
 
 
+def _column(matrix: Matrix, version: str) -> dict[str, Cell]:
+    column = [c.label for c in matrix.columns].index(version)
+    return {patch: row[column] for patch, row in zip(matrix.patches, matrix.cells, strict=True)}
+
+
+def in_effect(matrix: Matrix, version: str) -> set[str]:
+    """The patches in effect on ``version`` (the matrix column of that label): applied
+    clean, with an offset or allowed fuzz, and no failing intent check."""
+    return {p for p, cell in _column(matrix, version).items()
+            if cell.status in _IN_EFFECT and cell.intents is not False}
+
+
 def target_gaps(*, series: Series, matrix: Matrix, version: str, lane: str, name: str,
                 root: Path, older: list[Version]) -> tuple[Gap, ...]:
     """What target ``name`` (release ``version``, CUDA ``lane``) still lacks.
@@ -239,19 +265,18 @@ def target_gaps(*, series: Series, matrix: Matrix, version: str, lane: str, name
         lane: its CUDA lane.
         name: the target's name (its profile's file name).
         root: the project root (``images/`` is under it).
-        older: the upstream versions of the other pinned targets.
+        older: the upstream versions of the other pinned targets (older and newer).
 
     Returns:
         the gaps, in the order of the module docstring's list.
     """
-    column = [c.label for c in matrix.columns].index(version)
-    cells = {patch: row[column] for patch, row in zip(matrix.patches, matrix.cells,
-                                                      strict=True)}
-    in_effect = {p for p, cell in cells.items()
-                 if cell.status in _IN_EFFECT and cell.intents is not False}
-    return tuple(_patch_gaps(cells, version) + _range_gaps(series, in_effect, version, older)
+    cells = _column(matrix, version)
+    effective = in_effect(matrix, version)
+    obsolete = {p for p, cell in cells.items() if cell.status == "obsolete"}
+    return tuple(_patch_gaps(cells, version, name)
+                 + _range_gaps(series, effective, obsolete, version, older)
                  + _base_gaps(root, version, lane) + _profile_gaps(root, name)
-                 + _behaviour_gaps(series, in_effect, version))
+                 + _behaviour_gaps(series, effective, version))
 
 
 def check_stub_paths(root: Path) -> None:

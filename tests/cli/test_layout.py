@@ -32,7 +32,7 @@ EQUIVALENTS: dict[tuple[str, ...], str] = {
     ("wheel",): "builder.wheel.build:run_wheels",
     ("kernels", "build"): "builder.kernels.run:run_kernels",  # mode "host"
     ("kernels", "container"): "builder.kernels.run:run_kernels",  # mode "container"
-    ("kernels", "plan"): "builder.kernels.request:kernel_request",
+    ("kernels", "plan"): "builder.kernels.request:derived_request",
     ("release", "image"): "builder.release.run:run_release",
     ("smoke", "host"): "builder.smoke.gpu:run_smoke",  # mode "host"
     ("smoke", "image"): "builder.smoke.gpu:run_smoke",  # mode "image"

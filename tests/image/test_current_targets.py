@@ -17,8 +17,9 @@ from tests.helpers.files import hardlink_tree
 from tests.helpers.paths import REPO
 from tests.helpers.project import project_0_5_23 as _project_0_5_23
 from tests.helpers.services import DockerEngine, Registry
+from tests.helpers.targets import current_targets
 
-CURRENT = ("sglang-0.5.16", "sglang-0.5.20", "sglang-0.5.23")
+CURRENT = current_targets()  # from targets.toml and the series
 
 
 @pytest.mark.parametrize("name", CURRENT)

@@ -17,6 +17,7 @@ import pytest
 
 from builder.core.basepins import load_base_pins
 from builder.kernels.container import DEFAULT_BASES
+from builder.targets.gaps import upstream_base_name
 from tests.helpers.cli import run_cli
 from tests.helpers.paths import REPO
 from tests.helpers.services import (
@@ -28,6 +29,7 @@ from tests.helpers.services import (
     start_registry,
     start_token_server,
 )
+from tests.helpers.targets import current_targets, targets
 
 HEADER = "# Pins for the test: this comment must survive pin-images.\n"
 INDEX = "application/vnd.oci.image.index.v1+json"
@@ -145,21 +147,24 @@ def test_moved_tag_is_reported_by_check_then_repinned(
 
 
 @pytest.mark.slow(reason="starts a docker-registry")
-def test_missing_tag_is_one_clear_error_and_nothing_written(
+def test_missing_tag_is_one_clear_error_and_the_others_written(
         registry: Registry, tmp_path: Path, docker_config: Path) -> None:
     push_synthetic_image(registry.host, "pin/exists", "v1", content="e")
     pins = tmp_path / "pins.toml"
-    # The first entry resolves; the second does not: the first is not written either.
+    # The first entry resolves; the second does not: the first is written, the second
+    # keeps its (empty) pin and is named.
     pins.write_text(pins_text(f"{registry.host}/pin/exists:v1",
                               f"{registry.host}/pin/exists:no-such-tag"))
-    before = pins.read_bytes()
     done = pin(pins, env={"DOCKER_CONFIG": str(docker_config)})
     assert done.returncode == 4
     message = " ".join(done.stderr.split())
     assert (f"source error: the kernel build base for CUDA 12.9: {registry.host}/pin/exists:"
             "no-such-tag does not exist in its registry (HTTP 404)") in message
-    assert f"{pins} was not changed" in message and "Traceback" not in done.stderr
-    assert pins.read_bytes() == before
+    assert f"the 1 other entry resolved and was written to {pins}" in message
+    assert "Traceback" not in done.stderr
+    data = tomllib.loads(pins.read_text())
+    assert data["base"][0]["digest"].startswith("sha256:")
+    assert data["kernel_base"][0]["digest"] == ""
 
 
 def test_registry_down_is_one_clear_error(tmp_path: Path, docker_config: Path) -> None:
@@ -237,10 +242,12 @@ def test_token_registry_bearer_flow(token_registry: tuple[Registry, TokenServer]
 def test_repository_pins_name_every_default_kernel_base() -> None:
     pins = load_base_pins(REPO / "images/pins.toml")
     assert {lane: pins.kernel_base(lane).name for lane in DEFAULT_BASES} == DEFAULT_BASES
-    assert [p.name for p in pins.runtime()] == [
-        "docker.io/lmsysorg/sglang:v0.5.9-cu129-amd64-runtime",
-        *(f"docker.io/lmsysorg/sglang:v{v}-cu130-runtime" for v in ("0.5.16", "0.5.20",
-                                                                      "0.5.23"))]
+    # the current targets' bases (from targets.toml), as add-target writes them
+    current = [targets().get(n) for n in current_targets()]
+    names = [p.name for p in pins.runtime()]  # add-target appends: file order
+    assert names[0] == "docker.io/lmsysorg/sglang:v0.5.9-cu129-amd64-runtime"
+    assert sorted(names[1:]) == sorted(upstream_base_name(str(t.upstream_version),
+                                                          t.cuda_lane) for t in current)
 
 
 def test_kernel_stage_refuses_an_unpinned_default_base_naming_pin_images(

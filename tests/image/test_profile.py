@@ -26,22 +26,12 @@ from builder.image.profile import (
     server_args_options,
 )
 from tests.helpers.paths import REPO
-from tests.helpers.releases import FILES, MATRIX_RELEASES, RELEASES, Release
 from tests.helpers.releases import download as _download
+from tests.helpers.targets import release_file
 
 TARGETS = load_targets(REPO / "targets.toml")
 SERVER_ARGS = "sglang/srt/server_args.py"
 ARG_GROUPS = "sglang/srt/arg_groups/"  # where 0.5.16+ declare (0.5.2x: all) their fields
-
-# Targets' releases that the matrix tests do not cover (its column list is fixed).
-PROFILE_RELEASES = {
-    "0.5.20": Release("0.5.20",
-                      "1573527042f4f6b4ead838302818595fc77fdc611dbcc2e40cd150fbc8f8513c",
-                      f"{FILES}/9e/5e/63895828d22998545df27d62bc030d15d13055ac8d1ff2031d1c9a1e54a1/sglang-0.5.20-cp311-cp311-manylinux_2_34_x86_64.whl"),
-    "0.5.23": Release("0.5.23",
-                      "00b3cd5b265ac76c64185fbb6b95424f324ddd9f428d0306b77bc9db9d859937",
-                      f"{FILES}/57/dd/0206d00b2ea5b163bbdd216e91cc4f23ea90fde8620db0a6272d4236b68e/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl"),
-}
 
 
 def _is_args_source(name: str) -> bool:
@@ -52,10 +42,7 @@ def _is_args_source(name: str) -> bool:
 def server_args_sources(version: str) -> tuple[str, ...]:
     """``server_args.py`` and ``arg_groups/**.py`` of the release, from its pinned sdist or
     wheel (cached); ``server_args.py`` first."""
-    release = {**RELEASES, **MATRIX_RELEASES, **PROFILE_RELEASES}.get(version)
-    assert release is not None, \
-        f"add sglang {version}'s sdist or wheel to tests/helpers/releases.py"
-    archive = _download(release)
+    archive = _download(release_file(version))  # any target's, read from targets.toml
     texts: dict[str, str] = {}
     if archive.name.endswith(".whl"):
         with zipfile.ZipFile(archive) as wheel:

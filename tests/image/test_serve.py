@@ -27,9 +27,10 @@ from builder.image.profile import (
 )
 from tests.helpers.cli import run_cli
 from tests.helpers.paths import REPO
+from tests.helpers.targets import current_targets
 
 TARGETS = load_targets(REPO / "targets.toml")
-CURRENT = ["sglang-0.5.16", "sglang-0.5.20", "sglang-0.5.23"]
+CURRENT = list(current_targets())  # from targets.toml and the series
 GPUS = {"rtx-pro-6000", "rtx-5090"}
 NVFP4_MOE = "/models/DeepSeek-V3-0324-FP4"
 

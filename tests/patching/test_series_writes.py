@@ -25,8 +25,8 @@ def test_a_repin_changes_only_the_pins_and_keeps_crlf(tmp_path: Path) -> None:
     original = (REPO / "patches" / "series.toml").read_bytes().replace(b"\n", b"\r\n")
     series = tmp_path / "series.toml"
     series.write_bytes(original)
-    first, last = (e.sha256 for e in (load_series(REPO / "patches" / "series.toml").entries[0],
-                                      load_series(REPO / "patches" / "series.toml").entries[-1]))
-    repin_entries(series, [(first, "b" * 64), (last, "c" * 64)])
+    entries = load_series(REPO / "patches" / "series.toml").entries
+    first, last = entries[0].sha256, entries[-1].sha256
+    repin_entries(series, [(0, first, "b" * 64), (len(entries) - 1, last, "c" * 64)])
     assert series.read_bytes() == original.replace(first.encode(), b"b" * 64).replace(
         last.encode(), b"c" * 64)

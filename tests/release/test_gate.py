@@ -151,7 +151,7 @@ def test_a_release_stopped_by_a_stage_keeps_that_stages_status(tmp_path: Path) -
     (["--repository-url", "http://127.0.0.1:99999/", "--gate", "build"],
      "port 99999 is outside 1-65535"),
     (["--repository-url", "http://u:p@127.0.0.1:9/", "--gate", "build"],
-     "'http://127.0.0.1:9/' carries credentials"),
+     "'http://u:****@127.0.0.1:9/' carries credentials"),
     (["--repository-url", "http://127.0.0.1:9/"],
      "the smoke gate needs the smoke test's report from a GPU runner"),
     (["--repository-url", "http://127.0.0.1:9/", "--gate", "build", "--kernel-wheel",

@@ -11,6 +11,7 @@ import json
 import os
 import tarfile
 import threading
+import time
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -57,6 +58,8 @@ class Faults:
     drop_after: int = 1000
     ignore_range: bool = False
     unavailable: dict[str, int] = field(default_factory=dict)
+    # Set: a whole-file answer sends its first 64 KiB, then waits for the event.
+    gate: threading.Event | None = None
 
 
 @dataclass
@@ -127,6 +130,11 @@ def _handler(root: Path, faults: Faults, log: list[tuple[str, str | None, int]])
                                        "Content-Range":
                                            f"bytes {start}-{len(data) - 1}/{len(data)}"},
                                  data[start:])
+                elif faults.gate is not None:
+                    self._answer(200, {"Content-Length": str(len(data))}, data[:65_536])
+                    self.wfile.flush()
+                    faults.gate.wait(60)
+                    self.wfile.write(data[65_536:])
                 else:
                     self._answer(200, {"Content-Length": str(len(data))}, data)
                 return
@@ -598,6 +606,50 @@ def test_interrupted_run_leaves_a_partial_that_the_next_run_resumes(tmp_path: Pa
         fetch_pin(pin, pin_version(pin), cache=cache)  # random bytes: not a wheel
     assert (cache.entry("downloads", sha) / name).read_bytes() == data
     assert server.log[-1] == ("/files/big.bin", f"bytes={kept}-", 206)
+
+
+def test_two_fetches_of_one_file_on_one_cache_both_succeed(tmp_path: Path,
+                                                           serve: object) -> None:
+    """Issue 38, class I: two commands fetch one pin into one empty cache at once. The
+    second waits for the first's partial file (a lock on it), then finds the finished
+    entry: one download, two successes (two writers of one partial file: one failed with
+    "No such file")."""
+    from builder.core.progress import Reporter
+
+    _, data = _payload(tmp_path, 1_000_000)
+    sha = hashlib.sha256(data).hexdigest()
+    gate = threading.Event()
+    server = serve(tmp_path / "srv", Faults(gate=gate))  # type: ignore[operator]
+    name = "sglang-0.5.9-py3-none-any.whl"
+    pin = WheelPin("sglang", "0.5.9", name, sha, f"{server.url}/files/big.bin")
+    cache = Cache(tmp_path / "cache")
+    partial = cache.root / "partial" / f"{sha}.{name}.part"
+    outcomes: list[str] = []
+
+    def fetch() -> None:
+        try:
+            fetch_pin(pin, pin_version(pin), cache=cache, reporter=Reporter(quiet=True))
+        except BuilderError as exc:  # random bytes are not a wheel: the download was done
+            outcomes.append("downloaded" if "cannot read" in str(exc) else str(exc))
+        except OSError as exc:
+            outcomes.append(repr(exc))
+
+    first = threading.Thread(target=fetch)
+    first.start()
+    for _ in range(600):  # the first is mid-file: its first 64 KiB are in the partial
+        if partial.is_file() and partial.stat().st_size >= 65_536:
+            break
+        time.sleep(0.05)
+    second = threading.Thread(target=fetch)
+    second.start()
+    time.sleep(1.0)  # the second reaches the partial file (and waits, or writes it too)
+    gate.set()
+    first.join(60)
+    second.join(60)
+    assert outcomes == ["downloaded", "downloaded"]
+    assert (cache.entry("downloads", sha) / name).read_bytes() == data
+    assert [p for p, _, _ in server.log] == ["/files/big.bin"]  # fetched once
+    assert not partial.exists()
 
 
 def test_unpack_digest_equals_the_trees(tmp_path: Path, sdists: dict[str, Path]) -> None:

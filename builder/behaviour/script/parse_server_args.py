@@ -5,7 +5,9 @@ neighbour ``standins``). Builds the parser as ``prepare_server_args`` in
 ``sglang.srt.server_args`` does (0.5.16 to 0.5.23: ``argparse.ArgumentParser`` and
 ``ServerArgs.add_cli_args``) and calls its ``parse_args`` on each list; nothing is
 resolved, so no GPU is needed. An unknown option, a value of the wrong type or outside the
-option's choices is the parser's own error.
+option's choices is the parser's own error; so is an option that ends the parse instead
+(``-h``/``--help`` prints the help and exits, as may a release's own action): the list is
+refused with what the parser printed, and the other lists are still answered.
 
 Input (standard input, JSON): ``{"argvs": [[...], ...], "standins": {import name:
 version}}``. Output: one line ``PARSED {json}`` per list, ``{"ok": true, "values":
@@ -15,6 +17,8 @@ version}}``. Output: one line ``PARSED {json}`` per list, ``{"ok": true, "values
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import logging
 import sys
@@ -31,6 +35,13 @@ class _Refused(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse would print and exit 2
         raise _Refused(message)
+
+    def exit(self, status: int = 0, message: str | None = None) -> Any:
+        # -h/--help (after printing the help) or a release's own action: the parse ends
+        # without a result; it is an answer about this list, not a failure of the script
+        raise _Refused(f"the parser exits (status {status}) instead of parsing the list, as "
+                       "-h/--help does"
+                       + (f": {message.strip()}" if message and message.strip() else ""))
 
 
 def _plain(value: Any) -> Any:
@@ -49,12 +60,19 @@ def main() -> int:
     for argv in request["argvs"]:
         parser = _Parser(prog="sglang serve")
         ServerArgs.add_cli_args(parser)
+        printed = io.StringIO()  # what the parser prints (the help) never mixes with answers
         try:
-            values = vars(parser.parse_args(argv))
+            with contextlib.redirect_stdout(printed):
+                values = vars(parser.parse_args(argv))
             record: dict[str, Any] = {"ok": True,
                                       "values": {k: _plain(v) for k, v in values.items()}}
         except _Refused as exc:
-            record = {"ok": False, "error": str(exc)}
+            shown = printed.getvalue().strip().splitlines()
+            record = {"ok": False, "error": str(exc) + (f" (it printed {shown[0]!r} ...)"
+                                                        if shown else "")}
+        except SystemExit as exc:  # an action that calls sys.exit itself
+            record = {"ok": False, "error": f"the parser exits (status {exc.code}) instead "
+                                            "of parsing the list"}
         print("PARSED " + json.dumps(record), flush=True)
     return 0
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import zipfile
 from collections.abc import Iterable, Mapping
 from fnmatch import fnmatchcase
@@ -16,6 +15,7 @@ from typing import Any
 from builder.core.cache import sha256_json
 from builder.core.errors import ConfigurationError
 from builder.core.layout import Layout
+from builder.core.userfiles import parse_json
 from builder.patching.series import Series
 from builder.smoke.gpu.report import CheckResult
 from builder.smoke.shared import ProbeCheck, SglangData, Status
@@ -72,9 +72,9 @@ def wheel_provenance(wheel: Path) -> tuple[dict[str, Any], dict[str, str]]:
             if info is None or record_name is None:
                 raise ConfigurationError(f"{wheel} has no {PROVENANCE_FILE} (or no RECORD)",
                                          "pass a wheel built by python -m builder wheel")
-            provenance = json.loads(archive.read(info))
+            provenance = parse_json(archive.read(info))
             record = archive.read(record_name).decode()
-    except (OSError, zipfile.BadZipFile) as exc:
+    except (OSError, ValueError, RecursionError, zipfile.BadZipFile) as exc:
         raise ConfigurationError(f"cannot read the wheel {wheel}: {exc}",
                                  "pass the patched sglang wheel (dist/sglang-*.whl)") from None
     hashes = {row[0]: row[1] for row in csv.reader(io.StringIO(record))  # paths may hold ","
@@ -190,7 +190,7 @@ def _provenance_record(text: str) -> tuple[dict[str, Any], str | None]:
         object, ``patches`` not a list of objects with a string ``name``).
     """
     try:
-        provenance = json.loads(text)
+        provenance = parse_json(text)
     except (ValueError, RecursionError) as exc:
         return {}, f"is not JSON ({exc})"
     if not isinstance(provenance, dict):

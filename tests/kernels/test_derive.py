@@ -1,0 +1,352 @@
+"""The kernels for the model you serve (issue 36): the module table, the derivation from the
+release's own selection, and the coverage check of a kernel wheel's manifest.
+
+The fast tests feed :func:`derive` and :func:`missing_from` selections as the selection
+script reports them; the slow ones run the script on every zoo form in 0.5.23's behaviour
+environment (its patched code, the device reported as SM120).
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from builder.core.cache import Cache
+from builder.core.errors import ConfigurationError
+from builder.core.options import Options
+from builder.kernels.derive import (
+    TABLE,
+    Derived,
+    derive,
+    has_fp4_linears,
+    missing_from,
+    require_coverage,
+    run_select,
+    server_kwargs,
+)
+from builder.kernels.pins import default_groups
+from tests.helpers.paths import REPO
+from tests.helpers.tiers import BEHAVIOUR
+
+F = ("12.0f",)
+MOE = ("fused_moe_sm120", "trtllm_utils", "fp4_quantization_sm120f")
+COMMON = ("sampling", "norm", "rope", "activation", "page")
+
+
+def _nvfp4(**more: Any) -> dict[str, Any]:
+    """What the selection script reports for a ModelOpt NVFP4 MoE on patched 0.5.23."""
+    return {"moe_method": "ModelOptNvFp4FusedMoEMethod", "layer_moe_backend":
+            "flashinfer_cutlass", "moe_runner_backend": "flashinfer_cutlass",
+            "fp4_gemm_backend": "flashinfer_b12x", "fp8_gemm_backend": "cutlass",
+            "attention_backend": "flashinfer", "kv_cache_dtype": "auto",
+            "sampling_backend": "flashinfer", "model_quantization": "modelopt_fp4",
+            "fp4_linears": True, "fp4_checkpoint": True,
+            "attention": {"head_dim": 128, "v_head_dim": 128, "dtype": "bfloat16",
+                          "attention_arch": "MHA"}, **more}
+
+
+def _manifest(groups: tuple[str, ...], head_dims: tuple[int, ...] = (128,),
+              arch: tuple[str, ...] = F, flashinfer: str = "0.7.2") -> dict[str, Any]:
+    return {"flashinfer_version": flashinfer, "arch_list": list(arch), "groups": list(groups),
+            "head_dims": list(head_dims), "modules": [{"name": g, "group": g}
+                                                      for g in groups]}
+
+
+def test_every_row_names_a_group_the_builder_compiles_and_a_flashinfer_function() -> None:
+    from builder.kernels.build import check_groups
+
+    for row in TABLE:
+        check_groups((row.group.format(sm="120", smf="120f"),))
+        assert row.function.startswith("flashinfer.") and "gen_" in row.function, row
+        assert row.why
+
+
+def test_an_nvfp4_moe_loads_the_cutlass_moe_its_quantization_and_attention() -> None:
+    derived = derive(_nvfp4(), F)
+    assert derived.groups == (*MOE, "attention", *COMMON)
+    assert derived.head_dims == (128,)
+    moe = next(n for n in derived.needs if n.group == "fused_moe_sm120")
+    assert moe.variant == "nvfp4 x nvfp4" and moe.because == "moe_runner=flashinfer_cutlass"
+    assert moe.function == "flashinfer.jit.fused_moe.gen_cutlass_fused_moe_sm120_module"
+    # the CUTLASS FP4 GEMM only with its backend
+    assert "fp4_gemm_sm120" not in derived.groups
+    assert "fp4_gemm_sm120" in derive(_nvfp4(fp4_gemm_backend="flashinfer_cutlass"), F).groups
+    # a 12.0a build names the per-arch groups after it
+    assert "fp4_quantization_sm120" in derive(_nvfp4(), ("12.0a",)).groups
+
+
+def test_a_triton_moe_with_triton_attention_loads_no_moe_and_no_attention_module() -> None:
+    selection = {"moe_method": "Fp8MoEMethod", "layer_moe_backend": "triton",
+                 "fp4_gemm_backend": "flashinfer_cutlass", "attention_backend": "triton",
+                 "sampling_backend": "flashinfer", "attention": {"head_dim": 192,
+                                                                  "attention_arch": "MLA"}}
+    derived = derive(selection, F)
+    assert derived.groups == COMMON and derived.head_dims == ()
+    assert derive({**selection, "sampling_backend": "pytorch"}, F).groups == COMMON[1:]
+
+
+def test_what_no_group_builds_is_named_not_dropped() -> None:
+    fp8_kv = derive(_nvfp4(kv_cache_dtype="fp8_e4m3"), F)
+    assert any("kv float8_e4m3fn" in note for note in fp8_kv.unbuildable)
+    mla = derive(_nvfp4(attention={"head_dim": 576, "attention_arch": "MLA"}), F)
+    assert "attention" not in mla.groups and "MLA" in mla.unbuildable[0]
+    trtllm = derive(_nvfp4(layer_moe_backend="flashinfer_trtllm"), F)
+    assert "fused_moe_sm120" not in trtllm.groups
+    assert any("moe_runner=flashinfer_trtllm" in note for note in trtllm.unbuildable)
+
+
+def test_a_refused_configuration_has_no_kernel_set() -> None:
+    with pytest.raises(ConfigurationError, match="refuses this configuration at start-up: "
+                       "ValueError: SM12x"):
+        derive({"refused": "ValueError: SM12x: no kernels"}, F)
+
+
+def test_fp4_linears_are_read_from_the_quantization_declaration() -> None:
+    flat = {"quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"}}
+    assert has_fp4_linears(flat, None)
+    experts_only = {"quant_algo": "MIXED_PRECISION", "quantized_layers": {
+        "model.layers.1.mlp.experts.0.up_proj": {"quant_algo": "NVFP4"},
+        "model.layers.0.self_attn.q_proj": {"quant_algo": "FP8"}}}
+    assert not has_fp4_linears({}, {"quantization": experts_only})
+    assert not has_fp4_linears({"quantization_config": {"quant_method": "fp8"}}, None)
+
+
+def test_coverage_both_ways_and_one_message_with_the_kernels_command() -> None:
+    derived = derive(_nvfp4(), F)
+    full = _manifest(default_groups(F))
+    assert missing_from(full, derived, F, "0.7.2") == []
+    lacking = _manifest(tuple(g for g in default_groups(F) if g != "fused_moe_sm120"),
+                        head_dims=(64,), arch=("9.0a",), flashinfer="0.6.18")
+    assert missing_from(lacking, derived, F, "0.7.2") == [
+        "module group fused_moe_sm120 (moe_runner=flashinfer_cutlass, nvfp4 x nvfp4)",
+        "attention head dim 128", "arch 12.0f", "FlashInfer 0.7.2 (the wheel is for 0.6.18)"]
+    with pytest.raises(ConfigurationError) as refused:
+        require_coverage(lacking, derived, arch_list=F, flashinfer="0.7.2",
+                         target="sglang-0.5.23", model=Path("/m/q"), flags=("--tp-size", "2"),
+                         wheel="w.whl")
+    assert "w.whl does not cover /m/q with these flags: missing module group " \
+        "fused_moe_sm120" in refused.value.cause
+    assert refused.value.hint == "build the set: python -m builder kernels build --target " \
+        "sglang-0.5.23 --model /m/q -- --tp-size 2"
+    assert refused.value.exit_status == 2
+
+
+def test_a_fast_build_wheel_does_not_cover_a_fused_moe() -> None:
+    derived = derive(_nvfp4(), F)
+    fast = {**_manifest(default_groups(F)), "fast_build": True}
+    assert missing_from(fast, derived, F) == [
+        "the full fused MoE module (the wheel is a --fast-build one)"]
+
+
+def test_model_and_modules_are_refused_together() -> None:
+    from builder.kernels.request import KernelOptions
+
+    with pytest.raises(ConfigurationError, match="--model derives the module groups"):
+        KernelOptions(model=Path("m"), groups=("norm",))
+    with pytest.raises(ConfigurationError, match="server flags after -- need --model"):
+        KernelOptions(server_flags=("--tp-size", "2"))
+
+
+# --- the release's own selection on the zoo (0.5.23's behaviour environment) -----------------
+
+#: Patched 0.5.23, default flags: the groups each zoo form loads beyond :data:`COMMON`
+#: (``"refused"``: the series refuses the checkpoint's default backends on SM12x). Head dims
+#: are the zoo's shrunk ones (32, 64), not the public checkpoints'.
+EXPECTED_0523: dict[str, tuple[str, ...] | str] = {
+    **{name: MOE for name in (
+        "deepseek-r1-0528-nvfp4", "deepseek-v3-0324-nvfp4-bf16-shared", "glm-5-nvfp4",
+        "deepseek-r1-ct-nvfp4", "gpt-oss-120b-nvfp4", "glm-5.3-flash-nvfp4",
+        "step-3.5-flash-nvfp4", "step-3.5-flash-modelopt-nvfp4")},
+    **{name: (*MOE, "attention") for name in (
+        "qwen3-235b-a22b-nvfp4", "qwen3.6-35b-a3b-nvfp4-mixed",
+        "qwen3.5-397b-a17b-nvfp4-mixed", "qwen3-30b-a3b-nvfp4-mixed", "minimax-m3-nvfp4-mixed",
+        "qwen3-30b-a3b-ct-nvfp4")},
+    "qwen3.6-35b-a3b-w4a16-nvfp4-mixed": ("attention",),
+    "deepseek-v4-flash-nvfp4": "refused", "gpt-oss-20b-mxfp4": "refused",
+    "gpt-oss-120b-mxfp4": "refused",
+    **{name: () for name in ("deepseek-v3.2-fp8", "deepseek-v3.2-bf16", "glm-5-fp8",
+                             "glm-5-bf16", "deepseek-v3-fp8", "deepseek-r1-w4afp8",
+                             "deepseek-v3-bf16", "gpt-oss-20b-bf16")},
+    **{name: ("attention",) for name in ("qwen3-30b-a3b-fp8", "qwen3-30b-a3b-bf16")},
+}
+#: The families the shipped default set claims (docs/kernels.md: what SGLang loads on SM120
+#: for NVFP4 MoE models with the flashinfer_cutlass runner).
+CLAIMED = ("nvfp4", "nvfp4-mixed", "ct-nvfp4", "nvfp4-clamp")
+#: Forms run again with flags (the flags change the derived set).
+WITH_FLAGS: list[tuple[str, tuple[str, ...]]] = [
+    ("qwen3-235b-a22b-nvfp4", ("--fp4-gemm-backend", "flashinfer_cutlass")),
+    ("qwen3-30b-a3b-bf16", ("--moe-runner-backend", "flashinfer_cutlass")),
+    ("deepseek-v4-flash-nvfp4", ("--moe-runner-backend", "flashinfer_cutlass")),
+    ("qwen3-30b-a3b-fp8", ("--kv-cache-dtype", "fp8_e4m3")),
+]
+
+
+@pytest.fixture(scope="module")
+def zoo_0523(shared_cache: Path, tmp_path_factory: pytest.TempPathFactory
+             ) -> dict[tuple[str, tuple[str, ...]], dict[str, Any]]:
+    """Every 0.5.23 zoo form's selection (default flags, then :data:`WITH_FLAGS`), by
+    (form, flags), from one run of the selection script on the patched release."""
+    from builder.behaviour.env import behaviour_env
+    from builder.behaviour.run import wheel_for_interpreter, zoo_forms
+    from builder.core.config import load_targets
+    from builder.patching.apply import apply_series
+    from builder.patching.series import select_series
+    from builder.source.fetch import fetch_pin
+
+    cache = Cache(shared_cache)
+    target = load_targets(REPO / "targets.toml").get("sglang-0.5.23")
+    source = fetch_pin(wheel_for_interpreter(target), target.upstream_version, cache=cache)
+    assert source.archive is not None
+    options = Options(targets_file=REPO / "targets.toml", target=target.name,
+                      cache_dir=shared_cache)
+    patched = apply_series(source, select_series(options, target), cache=cache)
+    env = behaviour_env(source.archive, "0.5.23", cache=cache)
+    zoo, root = zoo_forms(), tmp_path_factory.mktemp("zoo")
+    forms = {f.name: zoo.write(f, root) for f in zoo.FORMS
+             if f.buildable and f.in_release("0.5.23")}
+    keys = [(name, ()) for name in forms] + WITH_FLAGS
+    cases = [(forms[name], server_kwargs(env, forms[name], flags) if flags else {})
+             for name, flags in keys]
+    return dict(zip(keys, run_select(env, cases, patched.tree), strict=True))
+
+
+def _derived(zoo: dict[tuple[str, tuple[str, ...]], dict[str, Any]], name: str,
+             flags: tuple[str, ...] = ()) -> Derived:
+    return derive(zoo[(name, flags)], F)
+
+
+@pytest.mark.slow(reason="runs 0.5.23's backend selection in its behaviour environment",
+                  group=BEHAVIOUR)
+def test_each_zoo_form_gets_its_derived_request(
+        zoo_0523: dict[tuple[str, tuple[str, ...]], dict[str, Any]]) -> None:
+    assert {name for name, flags in zoo_0523 if not flags} == set(EXPECTED_0523)
+    for name, expected in EXPECTED_0523.items():
+        if expected == "refused":
+            with pytest.raises(ConfigurationError, match="SM12x: this checkpoint would run "
+                               "backends with no kernels"):
+                _derived(zoo_0523, name)
+            continue
+        derived = _derived(zoo_0523, name)
+        assert derived.groups == (*expected, *COMMON), name
+        assert derived.unbuildable == (), (name, derived.unbuildable)
+        assert bool(derived.head_dims) == ("attention" in expected), name
+
+
+@pytest.mark.slow(reason="runs 0.5.23's backend selection in its behaviour environment",
+                  group=BEHAVIOUR)
+def test_server_flags_change_the_derived_set(
+        zoo_0523: dict[tuple[str, tuple[str, ...]], dict[str, Any]]) -> None:
+    gemm = _derived(zoo_0523, *WITH_FLAGS[0])
+    assert "fp4_gemm_sm120" in gemm.groups
+    bf16 = _derived(zoo_0523, *WITH_FLAGS[1])
+    moe = next(n for n in bf16.needs if n.group == "fused_moe_sm120")
+    assert moe.variant == "bf16 x bf16"
+    assert _derived(zoo_0523, *WITH_FLAGS[2]).groups[:3] == MOE  # V4 serves with the flag
+    fp8_kv = _derived(zoo_0523, *WITH_FLAGS[3])
+    assert any("kv float8_e4m3fn" in note for note in fp8_kv.unbuildable)
+
+
+@pytest.mark.slow(reason="runs 0.5.23's backend selection in its behaviour environment",
+                  group=BEHAVIOUR)
+def test_the_default_set_covers_the_forms_it_claims_and_a_lacking_one_is_refused(
+        zoo_0523: dict[tuple[str, tuple[str, ...]], dict[str, Any]]) -> None:
+    from builder.behaviour.run import zoo_forms
+
+    claimed = [f.name for f in zoo_forms().FORMS if f.family in CLAIMED
+               and EXPECTED_0523.get(f.name) not in (None, "refused")]
+    assert len(claimed) == 14
+    for name in claimed:
+        derived = _derived(zoo_0523, name)
+        # the default set's groups; head dims as the form's (the zoo's are shrunk)
+        shipped = _manifest(default_groups(F), head_dims=derived.head_dims or (128,))
+        assert missing_from(shipped, derived, F, "0.7.2") == [], name
+        lacking = _manifest(tuple(g for g in default_groups(F) if g != "fused_moe_sm120"),
+                            head_dims=derived.head_dims or (128,))
+        assert missing_from(lacking, derived, F, "0.7.2") == [
+            "module group fused_moe_sm120 (moe_runner=flashinfer_cutlass, nvfp4 x nvfp4)"], name
+    # the default set does not claim the MoE-less forms, and covers them too (a superset)
+    assert missing_from(_manifest(default_groups(F), (32,)),
+                        _derived(zoo_0523, "qwen3-30b-a3b-bf16"), F) == []
+
+
+@pytest.mark.slow(reason="runs 0.5.23's backend selection and parser in its environment",
+                  group=BEHAVIOUR)
+def test_serve_command_check_refuses_a_wheel_lacking_a_derived_module(
+        shared_cache: Path, tmp_path: Path) -> None:
+    from builder.behaviour.run import zoo_forms
+    from tests.helpers.cli import run_cli
+
+    zoo = zoo_forms()
+    model = zoo.write(zoo.BY_NAME["qwen3-30b-a3b-ct-nvfp4"], tmp_path / "zoo")
+    wheels = {}
+    for name, groups in (("full", default_groups(F)),
+                         ("lacking", tuple(g for g in default_groups(F) if g != "attention"))):
+        wheels[name] = tmp_path / f"{name}.whl"
+        with zipfile.ZipFile(wheels[name], "w") as archive:
+            archive.writestr("flashinfer_jit_cache/sm120-manifest.json",
+                             json.dumps(_manifest(groups, head_dims=(32, 128))))
+    common = ["serve-command", "--target", "sglang-0.5.23", "--gpu", "rtx-pro-6000", "--tp",
+              "2", "--model", str(model)]
+    done = run_cli(*common, "--check", str(wheels["full"]), "--json", cache=shared_cache)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "full.whl covers fused_moe_sm120, trtllm_utils" in json.loads(done.stdout)["checked"]
+    bad = run_cli(*common, "--check", str(wheels["lacking"]), cache=shared_cache)
+    assert bad.returncode == 2, bad.stderr[-2000:]
+    assert "missing module group attention (attention=flashinfer, head_dim 32, q bfloat16, " \
+        "kv bfloat16)" in bad.stderr
+    assert "python -m builder kernels build --target sglang-0.5.23 --model" in bad.stderr
+    assert "--tp-size 2" in bad.stderr
+
+
+@pytest.mark.slow(reason="runs 0.5.23's backend selection and parser in its environment",
+                  group=BEHAVIOUR)
+def test_kernels_plan_writes_the_derived_request(shared_cache: Path, tmp_path: Path) -> None:
+    from builder.behaviour.run import zoo_forms
+    from builder.kernels.build import KernelRequest
+    from tests.helpers.cli import run_cli
+
+    zoo = zoo_forms()
+    model = zoo.write(zoo.BY_NAME["qwen3-30b-a3b-bf16"], tmp_path / "zoo")
+    out = tmp_path / "request.json"
+    flags = ("--moe-runner-backend", "flashinfer_cutlass")
+    done = run_cli("kernels", "plan", "--target", "sglang-0.5.23", "--model", str(model),
+                   "--output", str(out), "--", *flags, cache=shared_cache)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(out.read_text())
+    request = KernelRequest.from_json(data)  # what `kernels build --request` builds
+    assert request.groups == ("fused_moe_sm120", "trtllm_utils", "attention", *COMMON)
+    assert request.head_dims == (32,)
+    assert data["derived"]["server_flags"] == list(flags)
+    assert {"group": "fused_moe_sm120", "variant": "bf16 x bf16",
+            "because": "moe_runner=flashinfer_cutlass",
+            "function": "flashinfer.jit.fused_moe.gen_cutlass_fused_moe_sm120_module"
+            } in data["derived"]["needs"]
+    bad = run_cli("kernels", "plan", "--target", "sglang-0.5.23", "--model", str(model),
+                  "--output", str(out), "--", "--moe-runner-backend", "nope",
+                  cache=shared_cache)
+    assert bad.returncode == 2 and "own argument parser refuses the server flags" in bad.stderr
+
+
+def test_the_installed_kernel_wheels_manifest_is_found(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from builder.kernels.derive import installed_manifest
+
+    assert installed_manifest() is None  # the builder's own environment has none
+    site = tmp_path / "site"
+    info = site / "flashinfer_jit_cache_sm120f-0.7.2+sm120.1.cu130.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: flashinfer-jit-cache-sm120f\n"
+                                   "Version: 0.7.2+sm120.1.cu130\n")
+    manifest = site / "flashinfer_jit_cache" / "providers" / "sm120f" / "sm120-manifest.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps(_manifest(default_groups(F))))
+    (info / "RECORD").write_text(f"{manifest.relative_to(site).as_posix()},,\n")
+    monkeypatch.syspath_prepend(str(site))
+    found = installed_manifest()
+    assert found is not None
+    assert found[0] == "flashinfer-jit-cache-sm120f 0.7.2+sm120.1.cu130 (installed)"
+    assert found[1]["groups"] == list(default_groups(F))
