@@ -348,9 +348,10 @@ def _observe(env: BehaviourEnv, cases: list[dict[str, Any]], capability: tuple[i
     if cache is None or not env.key:
         return _run_script(env, cases, capability, overlay, models)
     # kernel_fit.py is the kernel-fit check's (builder.behaviour.fit keys its own runs),
-    # select_backends.py the kernel derivation's (builder.kernels.derive): neither runs here
+    # select_backends.py the kernel derivation's (builder.kernels.derive), autotune_path.py
+    # warm-cache's (builder.smoke.autotune_path): none runs here
     script = {p.name: sha256_file(p) for p in sorted(SCRIPT.parent.glob("*.py"))
-              if p.name not in ("kernel_fit.py", "select_backends.py")}
+              if p.name not in ("kernel_fit.py", "select_backends.py", "autotune_path.py")}
     key = sha256_json({"env": env.key, "code": overlay_key, "script": script, "cases": cases,
                        "standins": env.standins, "capability": list(capability)})
 

@@ -5,6 +5,7 @@ alone)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +14,9 @@ from builder.cli.common import (
     image_args,
     image_id_from,
     image_options_from,
+    index_url_arg,
     options,
+    reads_shared,
     seconds,
     source_args,
     target_arg,
@@ -55,18 +58,28 @@ _WARM_EPILOG = """\
 KEY is a JSON object with exactly: gpu_name, compute_capability, flashinfer_version,
 release, hidden, experts, top_k, intermediate (per GPU), tp, dtype (bf16, fp8, nvfp4).
 
+Where the server reads its files is SGLang's own key (a hash over the model path, dtype,
+quantization, MoE backend, TP/PP/DP/EP sizes and config class): restore --model-path runs
+the release's flashinfer_autotune_cache_path (sglang/srt/model_executor/runner/
+flashinfer_autotune.py) in the target's behaviour environment, over the patched code, on a
+CPU, for the flags given with --server-arg, and writes every rank's file there.
+
 examples:
-  # after a smoke run on the GPU, keep its FlashInfer autotune file for one MoE shape:
+  # after a run on the GPU, keep every rank's FlashInfer autotune file for one MoE shape:
   python -m builder warm-cache capture --sglang-cache-dir ~/.cache/sglang --key key.json \\
       --output warm-cache.json
-  # before a server start: write it back only when the running key equals the captured one
+  # before a server start: every rank, where that server reads them, when the keys match
+  python -m builder warm-cache restore --artifact warm-cache.json --key key.json \\
+      --target sglang-0.5.23 --model-path /models/Qwen3-30B-A3B --server-arg=--tp-size=2
+  # or one file, where you know it is read:
   python -m builder warm-cache restore --artifact warm-cache.json --key key.json \\
       --dest ~/.cache/sglang/flashinfer/autotune/0.6.14/sm90/HASH/rank_tp0_pp0_dp0.json
 
-exit status: 0 (restore too when the artifact is missing, unreadable or of another key:
-one warning, nothing written, so a server start never waits on it; the server then
-tunes), 2 bad input (the key, capture's file that is not FlashInfer's for that key, or a
---dest that is not a file).
+exit status: 0 (restore too when the artifact is missing, unreadable, of another key or
+holds content capture would not keep: one warning, nothing written, so a server start
+never waits on it; the server then tunes), 2 bad input (the key, capture's file that is
+not FlashInfer's for that key, an output that is one of the inputs, flags the release
+refuses, or a --dest that is not a file).
 """
 
 
@@ -193,10 +206,12 @@ def _add_warm_cache(commands: Any) -> None:
     warm = add_command(
         commands, "warm-cache", reads=("json",),
         help="capture the autotune file a GPU run wrote, keyed, or restore it",
-        description="capture: keep the fused-MoE entries of FlashInfer's autotune file (the "
-                    "one SGLang's server wrote under --sglang-cache-dir, or --autotune-file) "
-                    "for KEY's shape, with KEY, in one JSON artifact. restore: write the "
-                    "artifact's file to --dest only when KEY equals the captured key.",
+        description="capture: keep the fused-MoE entries of FlashInfer's autotune files (every "
+                    "rank SGLang's server wrote under --sglang-cache-dir, or --autotune-file) "
+                    "for KEY's shape, with KEY, in one JSON artifact. restore: write every "
+                    "rank where the server of --model-path and --server-arg reads it (or "
+                    "--dest) only when KEY equals the captured key and the content is what "
+                    "capture keeps.",
         epilog=_WARM_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = warm.add_subparsers(dest="warm_action", required=True, metavar="ACTION")
     capture = add_command(actions, "capture", reads=("json",),
@@ -206,8 +221,8 @@ def _add_warm_cache(commands: Any) -> None:
     _key_arg(capture)
     found = capture.add_mutually_exclusive_group(required=True)
     found.add_argument("--sglang-cache-dir", type=Path, metavar="DIR",
-                       help="SGLang's cache folder ($SGLANG_CACHE_DIR) holding exactly one "
-                            "flashinfer/autotune/*/*/*/rank_*.json")
+                       help="SGLang's cache folder ($SGLANG_CACHE_DIR) holding one run's "
+                            "flashinfer/autotune/*/*/HASH/rank_*.json (every rank is kept)")
     found.add_argument("--autotune-file", type=Path, metavar="FILE",
                        help="FlashInfer's autotune file itself")
     capture.add_argument("--output", type=Path, required=True, metavar="FILE",
@@ -218,10 +233,22 @@ def _add_warm_cache(commands: Any) -> None:
                           epilog=_WARM_EPILOG,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
     _key_arg(restore)
+    reads_shared(restore, "targets_file", "cache_dir")  # --model-path: the target's release
+    target_arg(restore)
+    index_url_arg(restore)
     restore.add_argument("--artifact", type=Path, required=True, metavar="FILE",
                          help="the artifact")
-    restore.add_argument("--dest", type=Path, required=True, metavar="FILE",
-                         help="the autotune file the server will read")
+    where = restore.add_mutually_exclusive_group(required=True)
+    where.add_argument("--model-path", metavar="PATH",
+                       help="the server's --model-path, as it will be given (it is in "
+                            "SGLang's key): every rank's file goes where that server reads it")
+    where.add_argument("--dest", type=Path, metavar="FILE",
+                       help="one autotune file the server will read")
+    restore.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                         help="a flag the server starts with (repeat; --server-arg=--tp-size=2)")
+    restore.add_argument("--sglang-cache-dir", type=Path, metavar="DIR",
+                         help="the server's SGLANG_CACHE_DIR (default: $SGLANG_CACHE_DIR, "
+                              "else ~/.cache/sglang, SGLang's own default)")
     restore.set_defaults(handler=_cmd_warm_cache_restore)
 
 
@@ -235,17 +262,32 @@ def _cmd_warm_cache_capture(args: argparse.Namespace, reporter: Reporter) -> dic
 
     result = run_warm_cache_capture(args.key, args.output, autotune_file=args.autotune_file,
                                     sglang_cache_dir=args.sglang_cache_dir)
-    reporter.result(f"captured {result['entries']} autotune entries from {result['source']} "
-                    f"into {args.output}")
+    reporter.result(f"captured {result['entries']} autotune entries of "
+                    f"{len(result['ranks'])} rank(s) from {result['source']} into {args.output}")
     return result
 
 
 def _cmd_warm_cache_restore(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
-    from builder.smoke.warm_cache import run_warm_cache_restore
+    from builder.smoke.warm_cache import WarmCacheKey, _read_key, run_warm_cache_restore
 
-    result = run_warm_cache_restore(args.key, args.artifact, args.dest)
-    reporter.result(f"restored {args.artifact} to {args.dest}" if result["restored"]
-                    else f"not restored: {args.dest} left as it was")
+    paths = None
+    if args.model_path is not None:
+        from builder.smoke.autotune_path import release_autotune_paths
+
+        key = WarmCacheKey.from_mapping(_read_key(args.key))
+        run = options(args, reporter)
+        if run.target is not None and run.target != key.release:
+            raise ConfigurationError(f"--target {run.target} is not the key's release "
+                                     f"{key.release}", "give the key's release as --target")
+        run = dataclasses.replace(run, target=key.release)
+        major, minor = (int(x) for x in key.compute_capability.split("."))
+        paths = release_autotune_paths(run, ["--model-path", args.model_path,
+                                             *args.server_arg], (major, minor))
+    result = run_warm_cache_restore(args.key, args.artifact, args.dest, paths=paths,
+                                    sglang_cache_dir=args.sglang_cache_dir)
+    files = ", ".join(result["dest"])
+    reporter.result(f"restored {args.artifact} to {files}" if result["restored"]
+                    else f"not restored: {files} left as they were")
     return result
 
 

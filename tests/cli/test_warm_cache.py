@@ -46,6 +46,7 @@ def test_capture_then_restore_gives_the_server_its_file_back(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["restored"] is True
     assert json.loads(dest.read_text()) == json.loads(REPORT_FILE.read_text())
+    assert json.loads((tmp_path / "warm.json").read_text())["folder"] == str(RELATIVE.parent)
 
 
 @pytest.mark.parametrize("change", [{"tp": 2}, {"dtype": "fp8"},
@@ -69,19 +70,26 @@ def test_restore_ignores_another_key_with_one_warning(tmp_path: Path,
     assert not (tmp_path / "fresh").exists()
 
 
-def test_capture_refuses_a_cache_without_exactly_one_file(tmp_path: Path) -> None:
-    key = str(_key(tmp_path / "key.json"))
+def test_capture_takes_every_rank_of_one_run_only(tmp_path: Path) -> None:
+    key = str(_key(tmp_path / "key.json", tp=2))
     done = run_cli("warm-cache", "capture", "--sglang-cache-dir", str(tmp_path / "empty"),
                    "--key", key, "--output", str(tmp_path / "warm.json"))
     assert done.returncode == 2
-    assert "holds 0 SGLang autotune files" in done.stderr and "--autotune-file" in done.stderr
+    assert "of 0 server configurations" in done.stderr and "--autotune-file" in done.stderr
     cache = _server_cache(tmp_path / "sglang")
     second = cache / RELATIVE.with_name("rank_tp1_pp0_dp0.json")
     second.write_bytes(REPORT_FILE.read_bytes())
     done = run_cli("warm-cache", "capture", "--sglang-cache-dir", str(cache),
-                   "--key", key, "--output", str(tmp_path / "warm.json"))
-    assert done.returncode == 2 and "holds 2 SGLang autotune files" in done.stderr
-    assert not (tmp_path / "warm.json").exists()
+                   "--key", key, "--output", str(tmp_path / "warm.json"), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["ranks"] == ["rank_tp0_pp0_dp0", "rank_tp1_pp0_dp0"]
+    other = cache / RELATIVE.parent.with_name("0123456789abcdef") / "rank_tp0_pp0_dp0.json"
+    other.parent.mkdir()
+    other.write_bytes(REPORT_FILE.read_bytes())
+    done = run_cli("warm-cache", "capture", "--sglang-cache-dir", str(cache),
+                   "--key", key, "--output", str(tmp_path / "warm2.json"))
+    assert done.returncode == 2 and "of 2 server configurations" in done.stderr
+    assert not (tmp_path / "warm2.json").exists()
 
 
 def test_capture_refuses_a_key_for_another_shape_or_a_bad_key(tmp_path: Path) -> None:
@@ -95,3 +103,28 @@ def test_capture_refuses_a_key_for_another_shape_or_a_bad_key(tmp_path: Path) ->
                    "--key", str(tmp_path / "bad.json"), "--output", str(tmp_path / "warm.json"))
     assert done.returncode == 2 and "cannot read the key" in done.stderr
     assert not (tmp_path / "warm.json").exists()
+
+
+@pytest.mark.parametrize("how", ["same", "link", "hardlink"])
+def test_an_output_that_is_its_own_input_is_refused(tmp_path: Path, how: str) -> None:
+    cache = _server_cache(tmp_path / "sglang")
+    source = cache / RELATIVE
+    key = _key(tmp_path / "key.json")
+    out = {"same": source, "link": tmp_path / "link.json",
+           "hardlink": tmp_path / "hard.json"}[how]
+    if how == "link":
+        out.symlink_to(source)
+    elif how == "hardlink":
+        out.hardlink_to(source)
+    done = run_cli("warm-cache", "capture", "--autotune-file", str(out), "--key", str(key),
+                   "--output", str(source))
+    assert done.returncode == 2 and "an input of this command" in done.stderr
+    assert source.read_bytes() == REPORT_FILE.read_bytes()
+    assert run_cli("warm-cache", "capture", "--autotune-file", str(source), "--key", str(key),
+                   "--output", str(tmp_path / "warm.json")).returncode == 0
+    before = (tmp_path / "warm.json").read_bytes()
+    for dest in (tmp_path / "warm.json", key):
+        done = run_cli("warm-cache", "restore", "--artifact", str(tmp_path / "warm.json"),
+                       "--key", str(key), "--dest", str(dest))
+        assert done.returncode == 2 and "an input of this command" in done.stderr
+    assert (tmp_path / "warm.json").read_bytes() == before
