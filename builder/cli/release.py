@@ -62,7 +62,8 @@ Where the server reads its files is SGLang's own key (a hash over the model path
 quantization, MoE backend, TP/PP/DP/EP sizes and config class): restore --model-path runs
 the release's flashinfer_autotune_cache_path (sglang/srt/model_executor/runner/
 flashinfer_autotune.py) in the target's behaviour environment, over the patched code, on a
-CPU, for the flags given with --server-arg, and writes every rank's file there.
+CPU, for the server flags given after --, and writes every rank's file there
+(under $SGLANG_CACHE_DIR, else ~/.cache/sglang, as the server reads it).
 
 examples:
   # after a run on the GPU, keep every rank's FlashInfer autotune file for one MoE shape:
@@ -70,7 +71,7 @@ examples:
       --output warm-cache.json
   # before a server start: every rank, where that server reads them, when the keys match
   python -m builder warm-cache restore --artifact warm-cache.json --key key.json \\
-      --target sglang-0.5.23 --model-path /models/Qwen3-30B-A3B --server-arg=--tp-size=2
+      --target sglang-0.5.23 --model-path /models/Qwen3-30B-A3B -- --tp-size 2
   # or one file, where you know it is read:
   python -m builder warm-cache restore --artifact warm-cache.json --key key.json \\
       --dest ~/.cache/sglang/flashinfer/autotune/0.6.14/sm90/HASH/rank_tp0_pp0_dp0.json
@@ -209,7 +210,7 @@ def _add_warm_cache(commands: Any) -> None:
         description="capture: keep the fused-MoE entries of FlashInfer's autotune files (every "
                     "rank SGLang's server wrote under --sglang-cache-dir, or --autotune-file) "
                     "for KEY's shape, with KEY, in one JSON artifact. restore: write every "
-                    "rank where the server of --model-path and --server-arg reads it (or "
+                    "rank where the server of --model-path and the flags after -- reads it (or "
                     "--dest) only when KEY equals the captured key and the content is what "
                     "capture keeps.",
         epilog=_WARM_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -244,11 +245,10 @@ def _add_warm_cache(commands: Any) -> None:
                             "SGLang's key): every rank's file goes where that server reads it")
     where.add_argument("--dest", type=Path, metavar="FILE",
                        help="one autotune file the server will read")
-    restore.add_argument("--server-arg", action="append", default=[], metavar="ARG",
-                         help="a flag the server starts with (repeat; --server-arg=--tp-size=2)")
-    restore.add_argument("--sglang-cache-dir", type=Path, metavar="DIR",
-                         help="the server's SGLANG_CACHE_DIR (default: $SGLANG_CACHE_DIR, "
-                              "else ~/.cache/sglang, SGLang's own default)")
+    # Where the server reads is under its SGLANG_CACHE_DIR: read from the same variable
+    # (else ~/.cache/sglang, SGLang's default), never a second spelling of it.
+    restore.add_argument("server_flags", nargs="*", metavar="-- ARG",
+                         help="the flags the server starts with, after -- (with --model-path)")
     restore.set_defaults(handler=_cmd_warm_cache_restore)
 
 
@@ -282,9 +282,12 @@ def _cmd_warm_cache_restore(args: argparse.Namespace, reporter: Reporter) -> dic
         run = dataclasses.replace(run, target=key.release)
         major, minor = (int(x) for x in key.compute_capability.split("."))
         paths = release_autotune_paths(run, ["--model-path", args.model_path,
-                                             *args.server_arg], (major, minor))
-    result = run_warm_cache_restore(args.key, args.artifact, args.dest, paths=paths,
-                                    sglang_cache_dir=args.sglang_cache_dir)
+                                             *args.server_flags], (major, minor))
+    elif args.server_flags:
+        raise ConfigurationError("server flags after -- go with --model-path (they are in "
+                                 "SGLang's key); --dest names the file itself",
+                                 "drop them, or give --model-path instead of --dest")
+    result = run_warm_cache_restore(args.key, args.artifact, args.dest, paths=paths)
     files = ", ".join(result["dest"])
     reporter.result(f"restored {args.artifact} to {files}" if result["restored"]
                     else f"not restored: {files} left as they were")

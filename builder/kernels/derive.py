@@ -400,7 +400,7 @@ def select_backends(options: Any, target: Any, model: Path, flags: tuple[str, ..
     """The target's own selection for ``model`` and ``flags``, on its patched code.
 
     The release's pinned wheel is fetched, the series applied (the patch stage) and the
-    behaviour environment found or installed (:func:`builder.behaviour.env.behaviour_env`;
+    behaviour environment found or installed (``builder.behaviour.env.behaviour_env``;
     the first run installs the release on a CPU torch, minutes).
 
     Raises:

@@ -128,3 +128,19 @@ def test_an_output_that_is_its_own_input_is_refused(tmp_path: Path, how: str) ->
                        "--key", str(key), "--dest", str(dest))
         assert done.returncode == 2 and "an input of this command" in done.stderr
     assert (tmp_path / "warm.json").read_bytes() == before
+
+
+def test_server_flags_without_model_path_are_refused_before_any_write(tmp_path: Path) -> None:
+    # They are inputs of SGLang's key, which --dest skips: silently dropping them would
+    # write a file the user believes is keyed to them.
+    cache = _server_cache(tmp_path / "sglang")
+    assert run_cli("warm-cache", "capture", "--sglang-cache-dir", str(cache),
+                   "--key", str(_key(tmp_path / "key.json")),
+                   "--output", str(tmp_path / "warm.json")).returncode == 0
+    dest = tmp_path / "fresh" / RELATIVE
+    done = run_cli("warm-cache", "restore", "--artifact", str(tmp_path / "warm.json"),
+                   "--key", str(tmp_path / "key.json"), "--dest", str(dest),
+                   "--", "--tp-size", "2")
+    assert done.returncode == 2, done.stderr
+    assert "go with --model-path" in done.stderr
+    assert not dest.exists()

@@ -83,8 +83,8 @@ def test_restore_writes_every_rank_where_the_server_reads_it(
     assert done.returncode == 0, done.stderr
     done = run_cli("warm-cache", "restore", "--artifact", str(tmp_path / "w.json"),
                    "--key", str(tmp_path / "key.json"), "--model-path", model,
-                   "--server-arg=--tp-size=2", "--sglang-cache-dir", str(tmp_path / "srv"),
-                   "--cache-dir", str(shared_cache), "--json")
+                   "--cache-dir", str(shared_cache), "--json", "--", "--tp-size", "2",
+                   env={"SGLANG_CACHE_DIR": str(tmp_path / "srv")})
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["restored"] is True and len(result["dest"]) == 2
