@@ -382,16 +382,34 @@ def _fp4_experts(model: Path) -> bool:
 
 
 def read_model(model: Path) -> Path:
-    """The checkpoint folder (a ``config.json`` given: its folder).
+    """The checkpoint folder (a ``config.json`` given: its folder), its JSON files read.
+
+    Both files are read here, before the release's selection runs on them, so that a
+    file that is not one JSON object is the user's input error, not a crash later.
 
     Raises:
-        ConfigurationError: no ``config.json`` there.
+        ConfigurationError: no ``config.json`` there, or ``config.json`` or
+            ``hf_quant_config.json`` is not UTF-8 JSON holding one object (a key named
+            twice included).
     """
     folder = model.parent if model.name == "config.json" else model
     if not (folder / "config.json").is_file():
         raise ConfigurationError(f"{model} has no config.json",
                                  "give the checkpoint folder (config.json, and "
                                  "hf_quant_config.json where the checkpoint has one)")
+    for name in ("config.json", "hf_quant_config.json"):
+        path = folder / name
+        if name != "config.json" and not path.exists():
+            continue
+        try:
+            data = parse_json(path.read_bytes())
+        except (OSError, ValueError) as error:  # JSON, UTF-8 and duplicate-key errors
+            raise ConfigurationError(f"{path} is not a checkpoint's JSON: {error}",
+                                     f"fix or replace {name} (the checkpoint's own file)"
+                                     ) from error
+        if not isinstance(data, dict):
+            raise ConfigurationError(f"{path} holds a {type(data).__name__}, not a JSON "
+                                     "object", f"fix or replace {name}")
     return folder
 
 

@@ -24,6 +24,7 @@ from builder.kernels.derive import (
     derive,
     has_fp4_linears,
     missing_from,
+    read_model,
     require_coverage,
     run_select,
     server_kwargs,
@@ -149,6 +150,24 @@ def test_model_and_modules_are_refused_together() -> None:
         KernelOptions(model=Path("m"), groups=("norm",))
     with pytest.raises(ConfigurationError, match="server flags after -- need --model"):
         KernelOptions(server_flags=("--tp-size", "2"))
+
+
+@pytest.mark.parametrize(("name", "content", "says"), [
+    ("config.json", b'{"model_type": "qwen3_moe", "model_type": "llama"}', "appears twice"),
+    ("config.json", b"", "not a checkpoint's JSON"),
+    ("config.json", b'{"model_type": "\xff"}', "not a checkpoint's JSON"),
+    ("config.json", b"[1, 2]", "holds a list"),
+    ("hf_quant_config.json", b'{"quantization": {"quant_algo": "NVFP4", "quant_algo": "FP8"}}',
+     "appears twice"),
+])
+def test_a_checkpoint_file_that_is_not_one_json_object_is_bad_input(
+        tmp_path: Path, name: str, content: bytes, says: str) -> None:
+    # Read before the release's selection runs on it: one configuration error (exit 2),
+    # not a traceback after minutes of environment work.
+    (tmp_path / "config.json").write_text('{"model_type": "qwen3_moe"}')
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(ConfigurationError, match=says):
+        read_model(tmp_path)
 
 
 # --- the release's own selection on the zoo (0.5.23's behaviour environment) -----------------
