@@ -53,10 +53,13 @@ def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profil
     if not model.strip():
         raise ConfigurationError("--model is empty", "give the model folder or Hugging Face "
                                  "name, e.g. --model /models/qwen3-30b-a3b")
-    if any(arg.split("=", 1)[0] in ("--model-path", "--model") for arg in extra):
-        raise ConfigurationError("the model goes in --model, not after --",
-                                 "drop --model-path from the arguments after --")
     reader = profile_reader()
+    typed = [arg.split("=", 1)[0] for arg in extra
+             if arg.startswith("--") and reader.is_model_option(arg.split("=", 1)[0])]
+    if typed:  # SGLang keeps the last: it would silently replace --model's
+        raise ConfigurationError(f"the model goes in --model, not after -- ({typed[0]} "
+                                 "names SGLang's --model-path)",
+                                 f"drop {typed[0]} and its value from the arguments after --")
     try:  # the TP size is --tp's; one given after -- (any spelling SGLang reads) must agree
         reader.server_tp(list(extra), tp, "--tp " + str(tp))
     except reader.ArgumentError as exc:

@@ -39,6 +39,10 @@ from typing import Any
 TP_NAMES = ("--tp-size", "--tensor-parallel-size")
 #: The spelling the profile's part of the command line uses.
 TP_OPTION = "--tp-size"
+#: The model path at SGLang's parser (``ServerArgs.model_path``, alias ``--model``;
+#: 0.5.16-0.5.23). ``--model-p...`` is unambiguous there; ``--model-`` is not (model_impl,
+#: model_checksum, model_loader_extra_config).
+MODEL_NAMES = ("--model-path", "--model")
 TOP_KEYS = ("target", "upstream_version", "args", "gpu")
 GPU_KEYS = ("name", "match", "memory_gib", "tp_sizes", "args", "tp")
 _OPTION = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_-]*")
@@ -63,6 +67,13 @@ def is_tp_option(option: str) -> bool:
     :data:`TP_NAMES`, or a prefix of one that argparse (``allow_abbrev``, the default of
     the release's parser) expands to it; ``--t`` alone is ambiguous there."""
     return len(option) >= 4 and any(name.startswith(option) for name in TP_NAMES)
+
+
+def is_model_option(option: str) -> bool:
+    """Whether ``option`` (no ``=value``) names the model path at SGLang's parser: one of
+    :data:`MODEL_NAMES` or a prefix of ``--model-path`` that argparse expands to it."""
+    return option in MODEL_NAMES or (option.startswith("--model-p")
+                                     and MODEL_NAMES[0].startswith(option))
 
 
 def option_of(arg: str) -> str | None:
