@@ -136,3 +136,14 @@ def test_the_image_carries_the_reader_the_builder_uses(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(tmp_path / LAUNCHER_SOURCE.name), "--tp", "2"],
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and shlex.split(done.stdout)[3:] == [*TP2_CAPS, "--tp", "2"]
+
+
+def test_a_profile_without_its_release_says_so(tmp_path: Path) -> None:
+    # An empty file once read as "the profile is for sglang None".
+    for text in ("", PROFILE.read_text().replace('upstream_version = "0.5.23"\n', "")):
+        bad = tmp_path / "p.toml"
+        bad.write_text(text)
+        with pytest.raises(BuilderError, match="no upstream_version"):
+            load_profile(bad, TARGET)
+        done = serve(profile=bad)
+        assert done.returncode == 2 and "None" not in done.stdout + done.stderr

@@ -241,6 +241,10 @@ def check_table(table: dict[str, Any], *, target: str | None = None,
     if target is not None and named is not None and named != target:
         raise ProfileError(f"the profile is for target {named}, not {target}",
                            "use the profile written for this target")
+    if upstream_version is not None and "upstream_version" not in table:
+        raise ProfileError("no upstream_version (the release it was written for)",
+                           f'write upstream_version = "{upstream_version}" after checking '
+                           "the profile against that release")
     if upstream_version is not None and table.get("upstream_version") != upstream_version:
         raise ProfileError(f"the profile is for sglang {table.get('upstream_version')!r}, "
                            f"not {upstream_version}",
