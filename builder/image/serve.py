@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from builder.core.errors import ConfigurationError
+from builder.core.errors import BuildError, ConfigurationError
 from builder.core.options import Options
 
 
@@ -85,6 +85,8 @@ def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profil
     command = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + \
         shlex.join(["python", "-m", "sglang.launch_server", *server_argv])
     checked = None
+    # A wheel given is the user's input: read before the release's parser (minutes cold).
+    given = read_kernel_wheel(kernel_wheel) if check and kernel_wheel is not None else None
     if check:
         answer = parse_with_release(release_env(target, cache=opts.cache,
                                                 index_url=opts.index_url, reporter=reporter),
@@ -96,7 +98,7 @@ def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profil
         checked = f"parsed by sglang {target.upstream_version}'s own argument parser"
         covered = check_kernel_coverage(opts, target, model, tuple(
             a for i, a in enumerate(server_argv) if "--model-path" not in
-            (a, server_argv[i - 1] if i else "")), kernel_wheel)
+            (a, server_argv[i - 1] if i else "")), given)
         if covered:
             checked += f"; {covered}"
     reporter.raw(command + "\n")  # one line, never wrapped: it is meant to be pasted
@@ -183,14 +185,38 @@ def run_serve_check_all(options: Options, *, profiles_dir: Path, model: str | No
             "checked": checked}
 
 
+def read_kernel_wheel(kernel_wheel: Path) -> tuple[str, dict[str, Any]]:
+    """The manifest of the kernel wheel ``--check WHEEL`` names, read before any slow work.
+
+    Args:
+        kernel_wheel: the user's file.
+
+    Returns:
+        ``(label, manifest)``.
+
+    Raises:
+        ConfigurationError: not a regular file (a fifo would block the zip reader) or not a
+            kernel wheel of this builder: the user's input (exit 2), not a build error.
+    """
+    from builder.kernels.jitcache import read_manifest
+
+    if not kernel_wheel.is_file():
+        raise ConfigurationError(f"--check {kernel_wheel}: not a file",
+                                 "give the kernel wheel (flashinfer_jit_cache*.whl)")
+    try:
+        return str(kernel_wheel), read_manifest(kernel_wheel)
+    except BuildError as error:
+        raise ConfigurationError(error.cause, error.hint) from None
+
+
 def check_kernel_coverage(options: Options, target: Any, model: str,
-                          server_flags: tuple[str, ...], kernel_wheel: Path | None
-                          ) -> str | None:
+                          server_flags: tuple[str, ...],
+                          given: tuple[str, dict[str, Any]] | None) -> str | None:
     """Refuse a kernel wheel that lacks a module the model and flags will load.
 
     The set is derived with the release's own backend selection
     (:func:`builder.kernels.derive.select_backends`, on the patched code, in its behaviour
-    environment) and compared with the wheel's manifest (``kernel_wheel``, else the one
+    environment) and compared with the wheel's manifest (``given``, else the one
     installed in this Python).
 
     Args:
@@ -198,7 +224,8 @@ def check_kernel_coverage(options: Options, target: Any, model: str,
         target: the target.
         model: the model folder (a Hugging Face name cannot be derived from).
         server_flags: the server arguments after ``--model-path MODEL``.
-        kernel_wheel: the kernel wheel (the provider wheel from FlashInfer 0.7).
+        given: the kernel wheel's label and manifest (:func:`read_kernel_wheel`), or None
+            for the one installed in this Python.
 
     Returns:
         what was checked, or ``None`` when no kernel wheel was given or installed.
@@ -215,20 +242,14 @@ def check_kernel_coverage(options: Options, target: Any, model: str,
         require_coverage,
         select_backends,
     )
-    from builder.kernels.jitcache import read_manifest
-
-    if kernel_wheel is not None:
-        found: tuple[str, dict[str, Any]] | None = (str(kernel_wheel),
-                                                    read_manifest(kernel_wheel))
-    else:
-        found = installed_manifest()
+    found = given if given is not None else installed_manifest()
     if found is None:
         options.reporter.info("kernel coverage not checked: no kernel wheel given "
                               "(--check WHEEL) and none installed in this Python")
         return None
     label, manifest = found
     folder = Path(model)
-    if not (folder / "config.json").is_file() and kernel_wheel is None:
+    if not (folder / "config.json").is_file() and given is None:
         options.reporter.info(f"kernel coverage not checked: {model} is not a local "
                               "checkpoint folder (the set is derived from its config.json)")
         return None

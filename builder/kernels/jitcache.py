@@ -125,10 +125,14 @@ def read_manifest(wheel: Path) -> dict[str, Any]:
             name = next((n for n in archive.namelist() if n == f"{PACKAGE}/{MANIFEST}" or (
                 n.startswith(f"{PACKAGE}/providers/") and n.endswith(f"/{MANIFEST}"))),
                 f"{PACKAGE}/{MANIFEST}")
-            data: dict[str, Any] = parse_json(archive.read(name))
+            data = parse_json(archive.read(name))
     except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
         raise BuildError(f"{wheel} is not a kernel wheel of this builder ({error})",
-                         "build one with `python -m builder kernels`") from None
+                         "build one with `python -m builder kernels build`") from None
+    if not isinstance(data, dict):
+        raise BuildError(f"{wheel} is not a kernel wheel of this builder (its {MANIFEST} "
+                         f"holds a {type(data).__name__}, not an object)",
+                         "build one with `python -m builder kernels build`")
     return data
 
 

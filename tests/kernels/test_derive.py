@@ -9,6 +9,7 @@ environment (its patched code, the device reported as SM120).
 from __future__ import annotations
 
 import json
+import os
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -369,3 +370,24 @@ def test_the_installed_kernel_wheels_manifest_is_found(tmp_path: Path,
     assert found is not None
     assert found[0] == "flashinfer-jit-cache-sm120f 0.7.2+sm120.1.cu130 (installed)"
     assert found[1]["groups"] == list(default_groups(F))
+
+
+def test_a_check_wheel_that_is_no_kernel_wheel_is_bad_input_at_once(tmp_path: Path) -> None:
+    # Read before the release's parser: no environment, no hang on a fifo, exit 2.
+    from tests.helpers.cli import run_cli
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text('{"model_type": "qwen3_moe"}')
+    fifo = tmp_path / "fifo.whl"
+    os.mkfifo(fifo)
+    listed = tmp_path / "listed.whl"
+    with zipfile.ZipFile(listed, "w") as archive:
+        archive.writestr("flashinfer_jit_cache/sm120-manifest.json", "[1, 2]")
+    (tmp_path / "text.whl").write_text("not a zip")
+    for wheel, says in ((fifo, "not a file"), (tmp_path / "nothere.whl", "not a file"),
+                        (tmp_path, "not a file"), (tmp_path / "text.whl", "not a kernel wheel"),
+                        (listed, "holds a list")):
+        done = run_cli("serve-command", "--target", "sglang-0.5.23", "--gpu", "rtx-5090",
+                       "--tp", "2", "--model", str(tmp_path / "m"), "--check", str(wheel),
+                       "--index-url", "http://127.0.0.1:9/simple", cache=tmp_path / "cache")
+        assert done.returncode == 2 and says in done.stderr, (wheel, done.stderr)
