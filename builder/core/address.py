@@ -124,8 +124,9 @@ def parse_url(text: str, schemes: Collection[str], *, noun: str, hint: str,
 
     Raises:
         ConfigurationError: another scheme, a NUL, no host where one is needed, a port
-            outside 1-65535, or credentials in the address (unless ``credentials``); the
-            message shows the address through :func:`redact`.
+            outside 1-65535, a query or fragment (not shown), or credentials in the
+            address (unless ``credentials``); the message shows the address through
+            :func:`redact`.
     """
     shown = redact(text)
     try:
@@ -135,6 +136,14 @@ def parse_url(text: str, schemes: Collection[str], *, noun: str, hint: str,
     scheme = parts.scheme.lower()
     if scheme not in schemes or "\0" in text or "://" not in text:
         raise ConfigurationError(f"{what}{shown!r} is not {noun}", hint)
+    if (parts.query or parts.fragment or text.endswith(("?", "#"))) and scheme != "unix":
+        # None of these addresses takes one: an index's project path (PEP 503) would land
+        # after it, and a token in it would be printed (redact hides userinfo alone).
+        bare = redact(urllib.parse.urlunsplit(parts._replace(query="", fragment="")))
+        raise ConfigurationError(f"{what}{bare!r} carries a query or fragment (?... or #...; "
+                                 "not shown)", "give the address without it; an index "
+                                 "takes credentials as USER:PASSWORD@ (pip's form) or from "
+                                 "a keyring")
     if scheme == "unix":
         if not text.partition("://")[2].startswith("/"):
             raise ConfigurationError(f"{what}{shown!r}: the socket must be an absolute path",

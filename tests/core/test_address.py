@@ -68,3 +68,14 @@ def test_every_flag_reads_the_same_port_and_credential_rule() -> None:
     assert check_docker_host("unix:///var/run/docker.sock", "") == "unix:///var/run/docker.sock"
     with pytest.raises(ConfigurationError, match="absolute path"):
         check_docker_host("unix://run/docker.sock", "")
+
+
+@pytest.mark.parametrize("text", ["https://127.0.0.1:9/simple?token=tok3n",
+                                  "https://h/simple#tok3n", "https://h/simple?",
+                                  "file:///srv/index?tok3n"])
+def test_a_query_or_fragment_is_refused_and_never_shown(text: str) -> None:
+    # An index's project path would land after it (…?token=x/sglang/), and a token in it
+    # was printed in full by every error that named the index.
+    with pytest.raises(ConfigurationError, match="carries a query or fragment") as refused:
+        parse_url(text, ("http", "https", "file"), noun="a URL", hint="h", credentials=True)
+    assert "tok3n" not in str(refused.value)
