@@ -194,7 +194,7 @@ def _range_gaps(series: Series, in_effect: set[str], obsolete: set[str], version
             for name in ended.values()]
 
 
-def _base_gaps(root: Path, version: str, lane: str) -> list[Gap]:
+def _base_gaps(root: Path, name: str, version: str, lane: str) -> list[Gap]:
     # ``base-digest``: no [[base]] for the release and lane, or its digest unresolved.
     release = Version(version)
     pins_path = root / PINS_FILE
@@ -206,7 +206,8 @@ def _base_gaps(root: Path, version: str, lane: str) -> list[Gap]:
                     f"{lane}", f"add one naming {upstream_base_name(version, lane)}")]
     if not pin.digest:
         return [Gap("base-digest", str(PINS_FILE), f"{pin.name}: digest unresolved",
-                    "python -m builder pin-images (where docker.io is reachable)")]
+                    f"python -m builder pin-images --target {name} (where docker.io is "
+                    "reachable)")]
     return []
 
 
@@ -275,7 +276,7 @@ def target_gaps(*, series: Series, matrix: Matrix, version: str, lane: str, name
     obsolete = {p for p, cell in cells.items() if cell.status == "obsolete"}
     return tuple(_patch_gaps(cells, version, name)
                  + _range_gaps(series, effective, obsolete, version, older)
-                 + _base_gaps(root, version, lane) + _profile_gaps(root, name)
+                 + _base_gaps(root, name, version, lane) + _profile_gaps(root, name)
                  + _behaviour_gaps(series, effective, version))
 
 

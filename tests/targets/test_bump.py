@@ -168,7 +168,7 @@ def test_add_target_writes_its_stubs_and_prints_what_it_lacks(index: str, projec
     text = " ".join(done.stdout.split())
     assert "sglang-0.5.16 still lacks:" in text
     assert "patch-range: 0003-sm12x-dsa-backends-tilelang.patch" in text
-    assert "base-digest: images/pins.toml" in text and "pin-images" in text
+    assert "base-digest: images/pins.toml" in text and "pin-images --target sglang-0.5.16" in text
     assert "launch-profile" not in text and "wrote" not in text
     assert profile.read_bytes() == kept
     assert len(load_base_pins(pins).runtime()) == 1
