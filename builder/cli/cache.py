@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from builder.cli.common import add_command
+from builder.cli.common import add_command, cache_root
 from builder.core.cache import default_cache_root
 from builder.core.errors import BuildError, ConfigurationError
 
@@ -61,25 +61,12 @@ def _days(text: str) -> float:
             f"{text!r} is not a number of days from 0 to {MAX_AGE_DAYS:g}") from None
 
 
-def _cache_root(args: argparse.Namespace) -> Path:
-    """The cache root (``--cache-dir``, else the default).
-
-    Raises:
-        ConfigurationError: it exists and is not a folder.
-    """
-    root: Path = args.cache_dir or default_cache_root()
-    if root.exists() and not root.is_dir():
-        raise ConfigurationError(f"the cache {root} is not a folder",
-                                 "pass --cache-dir a folder (or set SGLANG_SM120_CACHE)")
-    return root
-
-
 def _cmd_cache_list(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     from rich.table import Table
 
     from builder.core.cache import cache_entries
 
-    root = _cache_root(args)
+    root = cache_root(args)
     entries = cache_entries(root)
     kinds: dict[str, list[int]] = {}
     for entry in entries:
@@ -100,14 +87,14 @@ def _cmd_cache_list(args: argparse.Namespace, reporter: Reporter) -> dict[str, A
 def _cmd_cache_prune(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     from builder.core.cache import prune_cache
 
-    root = _cache_root(args)
+    root = cache_root(args)
     return _removed(root, prune_cache(root, older_than_days=args.older_than), reporter)
 
 
 def _cmd_cache_clean(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     from builder.core.cache import prune_cache
 
-    root = _cache_root(args)
+    root = cache_root(args)
     return _removed(root, prune_cache(root, older_than_days=None), reporter)
 
 

@@ -313,12 +313,25 @@ def resolve_project_paths(args: argparse.Namespace) -> None:
             setattr(args, name, root / default)
 
 
+def cache_root(args: argparse.Namespace) -> Path:
+    """The cache root (``--cache-dir``, else the default), for every command that uses it.
+
+    Raises:
+        ConfigurationError: it exists and is not a folder.
+    """
+    root: Path = getattr(args, "cache_dir", None) or default_cache_root()
+    if root.exists() and not root.is_dir():
+        raise ConfigurationError(f"the cache {root} is not a folder",
+                                 "pass --cache-dir a folder (or set SGLANG_SM120_CACHE)")
+    return root
+
+
 def options(args: argparse.Namespace, reporter: Reporter) -> Options:
     from builder.core.options import Options
 
     return Options(
         targets_file=args.targets_file, target=getattr(args, "target", None),
-        cache_dir=args.cache_dir or default_cache_root(),
+        cache_dir=cache_root(args),
         index_url=given_index_url(args),
         source=getattr(args, "source", None), git_url=getattr(args, "git_url", None),
         source_dir=getattr(args, "source_dir", None),

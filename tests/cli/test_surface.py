@@ -121,8 +121,10 @@ def test_smoke_refuses_an_image_it_would_not_test(capsys: pytest.CaptureFixture[
 def test_a_cache_that_is_a_file_is_refused(tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "cache").write_text("mine")
-    for action in (["list"], ["prune", "--older-than", "30"], ["clean"]):
-        assert main(["cache", *action, "--cache-dir", str(tmp_path / "cache")]) == 2, action
+    # the cache commands and every command that uses the cache (fetch once said "File exists")
+    for action in (["cache", "list"], ["cache", "prune", "--older-than", "30"],
+                   ["cache", "clean"], ["fetch", "--target", "sglang-0.5.9"]):
+        assert main([*action, "--cache-dir", str(tmp_path / "cache")]) == 2, action
         assert capsys.readouterr().err.splitlines()[0] == (
             f"configuration error: the cache {tmp_path / 'cache'} is not a folder")
     assert (tmp_path / "cache").read_text() == "mine"
