@@ -18,6 +18,8 @@ line ``PATHS {json}`` per argv: ``{"ok": true, "paths": [path relative to SGLANG
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
 import os
@@ -113,12 +115,16 @@ def main() -> int:
         standins.install(dict(request.get("standins") or {}))
     os.environ["SGLANG_CACHE_DIR"] = tempfile.mkdtemp(prefix="sm120-autotune-path-")
     for argv in request["argvs"]:
+        said = io.StringIO()  # argparse's reason goes to stderr before it exits
         try:
-            record = paths(list(argv))
+            with contextlib.redirect_stderr(said):
+                record = paths(list(argv))
         except Exception as exc:  # the release refused the arguments: its own message
             record = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:600]}
-        except SystemExit as exc:  # its argument parser's exit
-            record = {"ok": False, "error": f"the release's argument parser exited {exc.code}"}
+        except SystemExit as exc:  # its argument parser's exit, with its last line
+            lines = said.getvalue().strip().splitlines()
+            record = {"ok": False, "error": lines[-1][:600] if lines else
+                      f"the release's argument parser exited {exc.code}"}
         print("PATHS " + json.dumps(record), flush=True)
     return 0
 
