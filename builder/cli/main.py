@@ -142,6 +142,10 @@ def _listing(commands: argparse._SubParsersAction[Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+class _MissingValue(Exception):
+    """A shared option that takes a value was given last, with none."""
+
+
 def _hoist_shared(argv: list[str]) -> tuple[list[str], list[tuple[str, list[str]]]]:
     """Move the shared options given after the command in front of it (the root parser
     declares them once); stop at ``--``.
@@ -152,6 +156,9 @@ def _hoist_shared(argv: list[str]) -> tuple[list[str], list[tuple[str, list[str]
     Returns:
         The arguments to parse, and each shared option given (any place): its flag and
         the words it took (``--cache-dir DIR``).
+
+    Raises:
+        _MissingValue: a shared option that takes a value ends the arguments.
     """
     front: list[str] = []
     rest: list[str] = []
@@ -167,7 +174,10 @@ def _hoist_shared(argv: list[str]) -> tuple[list[str], list[tuple[str, list[str]
         name = arg.split("=", 1)[0]
         if name in flags:
             words = [arg]
-            if name in values and "=" not in arg and index + 1 < len(argv):
+            if name in values and "=" not in arg:
+                if index + 1 == len(argv) or argv[index + 1] == "--":
+                    # Moved in front of the command, it would take the command as its value.
+                    raise _MissingValue(f"argument {name}: expected one argument")
                 index += 1
                 words.append(argv[index])
             given.append((name, words))
@@ -231,7 +241,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = build_parser()
     given = list(sys.argv[1:] if argv is None else argv)
-    arguments, shared = _hoist_shared(given)
+    try:
+        arguments, shared = _hoist_shared(given)
+    except _MissingValue as exc:
+        _Parser.json_errors = "--json" in given
+        parser.error(str(exc))
     _Parser.json_errors = any(flag == "--json" for flag, _ in shared)
     args, extra = parser.parse_known_args(arguments)
     extra += [word for flag, words in shared if SHARED_DEST[flag] not in args.shared

@@ -150,3 +150,15 @@ def test_errors_print_their_kind_and_a_report_by_its_type(
     assert err.rstrip().endswith("patch error: does not apply")
     _print_error(BuilderError("plain", report={"a": 1}))  # no lines(): JSON only
     assert capsys.readouterr().err == "error: plain\n"
+
+
+@pytest.mark.parametrize("argv", [["fetch", "--index-url"], ["fetch", "--target"],
+                                  ["serve-command", "--cache-dir", "--", "--tp-size", "2"]])
+def test_a_shared_option_without_its_value_says_so(argv: list[str],
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # Moved in front of the command, it once took the command as its value
+    # ("argument --index-url: 'fetch' is not an http(s):// or file:// URL").
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    assert f"argument {argv[1]}: expected one argument" in capsys.readouterr().err
