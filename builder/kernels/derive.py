@@ -401,6 +401,8 @@ def read_model(model: Path) -> Path:
         path = folder / name
         if name != "config.json" and not path.exists():
             continue
+        if not path.is_file():  # a fifo would block the read
+            raise ConfigurationError(f"{path} is not a file", f"give {name} as a file")
         try:
             data = parse_json(path.read_bytes())
         except (OSError, ValueError) as error:  # JSON, UTF-8 and duplicate-key errors

@@ -171,6 +171,13 @@ def test_a_checkpoint_file_that_is_not_one_json_object_is_bad_input(
         read_model(tmp_path)
 
 
+def test_a_quantization_config_that_is_a_fifo_is_refused_not_read(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text('{"model_type": "qwen3_moe"}')
+    os.mkfifo(tmp_path / "hf_quant_config.json")
+    with pytest.raises(ConfigurationError, match="is not a file"):
+        read_model(tmp_path)
+
+
 # --- the release's own selection on the zoo (0.5.23's behaviour environment) -----------------
 
 #: Patched 0.5.23, default flags: the groups each zoo form loads beyond :data:`COMMON`
