@@ -438,6 +438,11 @@ def run_add_target(options: Options, version: str, *, local_label: str = DEFAULT
     default = targets.get(None)
     series = load_series(options.series) if options.series else load_series(default.series)
     derived = None
+    if (profile.exists() or profile.is_symlink()) and not profile.is_file():
+        # kept as the user's profile, it would be read: a fifo blocks, a folder fails late
+        raise ConfigurationError(f"the launch profile {profile} is not a regular file",
+                                 "remove it, or put the release's profile (TOML) there; "
+                                 "nothing was written")
     if not profile.exists() and not profile.is_symlink():
         derived = derive_profile(name=target.name, version=str(wanted),
                                  in_effect=in_effect(matrix, str(wanted)), series=series,

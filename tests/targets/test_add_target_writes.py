@@ -5,6 +5,7 @@ cannot be written), and a write that fails anyway puts back the files already wr
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import tomllib
 from pathlib import Path
@@ -53,16 +54,22 @@ def test_each_destination_is_checked_with_its_own_name(tmp_path: Path) -> None:
     check_writable(tmp_path / "a" / "b" / "new.toml", "a new file")  # folders made later
 
 
-@pytest.mark.parametrize("variant", ["file", "dangling"])
+@pytest.mark.parametrize("variant", ["file", "dangling", "fifo", "folder"])
 def test_add_target_refused_before_anything_is_written(index: str, project: Path,
                                                        tmp_path: Path, variant: str) -> None:
     images = project / "images"
     images.mkdir()
+    profile = images / "profiles" / "sglang-0.5.16.toml"
     if variant == "file":
         (images / "profiles").write_text("notes")
     else:
         (images / "profiles").mkdir()
-        (images / "profiles" / "sglang-0.5.16.toml").symlink_to(tmp_path / "gone.toml")
+    if variant == "dangling":
+        profile.symlink_to(tmp_path / "gone.toml")
+    elif variant == "fifo":  # it once blocked reading it
+        os.mkfifo(profile)
+    elif variant == "folder":
+        profile.mkdir()
     before = (project / "targets.toml").read_bytes()
     done = run_cli("add-target", "0.5.16", "--index-url", index, "--json",
                    "--body-file", str(tmp_path / "body.md"), cwd=project,
