@@ -147,3 +147,10 @@ def test_a_profile_without_its_release_says_so(tmp_path: Path) -> None:
             load_profile(bad, TARGET)
         done = serve(profile=bad)
         assert done.returncode == 2 and "None" not in done.stdout + done.stderr
+
+
+def test_the_launcher_refuses_a_profile_that_is_a_fifo_at_once(tmp_path: Path) -> None:
+    # It blocked the container's start, reading the pipe.
+    os.mkfifo(tmp_path / "p.toml")
+    done = launch("--model-path", "/m", profile=tmp_path / "p.toml")
+    assert done.returncode == 1 and "is not a regular file" in done.stderr, done.stderr
