@@ -60,7 +60,7 @@ def test_the_releases_own_function_keys_each_configuration(
     (hopper,) = run_path_function(env, [configs[0]], (9, 0))
     assert hopper.paths == (found[0].paths[0].replace("/sm120/", "/sm90/"),)
     # the parser's own reason, not only its exit status
-    with pytest.raises(ConfigurationError, match="computes no autotune path.*invalid int value"):
+    with pytest.raises(ConfigurationError, match=r"computes no autotune path.*invalid int value"):
         run_path_function(env, [["--model-path", model, "--tp-size", "two"]], (12, 0))
 
 
