@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from builder.behaviour.preconditions import PreconditionResult, check_precondition
 from builder.behaviour.run import (
@@ -35,14 +36,20 @@ from builder.patching.series import Behaviour, BehaviourCase, load_series
 from tests.helpers.cli import run_cli
 from tests.helpers.paths import REPO
 from tests.helpers.releases import UpstreamRelease
-from tests.helpers.targets import current_targets, per_release
+from tests.helpers.targets import current_targets
 
 SERIES = REPO / "patches" / "series.toml"
 #: The targets the behaviour stage judges: read from targets.toml and the series.
 CURRENT = current_targets()
-#: The DeepGEMM SM120 kernel files, per target: missing in 0.5.16's pin (0.1.4.post1),
-#: present in 0.5.20's (0.2.0) and 0.5.23's (0.2.3.post2); read in the wheels on PyPI.
-DEEP_GEMM_SM120 = {"sglang-0.5.16": False, "sglang-0.5.20": True, "sglang-0.5.23": True}
+#: The first sgl-deep-gemm with the DeepGEMM SM120 kernel files: missing in 0.1.4.post1
+#: (0.5.16's pin), present in 0.2.0 (0.5.20's) and 0.2.3.post2 (0.5.23's); read in the
+#: wheels on PyPI. A rule on the pin, so a new target needs no entry here.
+DEEP_GEMM_SM120_SINCE = Version("0.2.0")
+
+
+def deep_gemm_has_sm120(pin: str) -> bool:
+    """Whether sgl-deep-gemm ``pin`` ships the SM120 kernels (:data:`DEEP_GEMM_SM120_SINCE`)."""
+    return Version(pin) >= DEEP_GEMM_SM120_SINCE
 
 
 def _series(tmp_path: Path, behaviour: str) -> Path:
@@ -165,9 +172,7 @@ def test_the_deep_gemm_precondition_is_read_in_the_pinned_wheel(target: str,
                  if e.name.startswith("0003-") and e.applies_to(spec.upstream_version))
     result = check_precondition(entry.preconditions[0], source.archive, cache=cache)
     assert result.wheel.startswith(f"sgl_deep_gemm-{result.pin}-")
-    assert result.met is per_release(DEEP_GEMM_SM120, target,
-                                     "tests/behaviour/test_run.py DEEP_GEMM_SM120"), \
-        result.to_json()
+    assert result.met is deep_gemm_has_sm120(result.pin), result.to_json()
     if not result.met:
         assert set(result.missing) == set(entry.preconditions[0].files)
 
@@ -224,8 +229,7 @@ def test_every_sm12x_behaviour_fails_upstream_and_holds_patched(
     assert "expert parallelism" in names and "flashinfer_cudnn" in names
     assert set(report["standins"]) <= {"sgl_kernel", "deep_gemm"}
     (pre,) = [p for p in report["preconditions"] if p["distribution"] == "sgl-deep-gemm"]
-    assert pre["met"] is per_release(DEEP_GEMM_SM120, target,
-                                     "tests/behaviour/test_run.py DEEP_GEMM_SM120")
+    assert pre["met"] is deep_gemm_has_sm120(pre["pin"])
     assert "DSA on SM12x" in names
     # the checkpoint zoo: every invariant holds on the patched code (no crash, no wrong
     # numbers), upstream's code fails some case, and the docs' table is this run's

@@ -2,15 +2,14 @@
 hand, so a target added by ``python -m builder add-target`` is covered by the same tests as
 the others without editing a test (docs/new-release.md).
 
-Where a test needs a fact per release that no project file holds (a measured size, a file
-in a pinned dependency's wheel), it looks the release up with :func:`per_release`, whose
-failure names the test file, the table and the missing key.
+A fact per release that no project file holds is written as a rule on what the project
+files do hold (e.g. the DeepGEMM pin's version in ``tests/behaviour/test_run.py``), so no
+test keeps a table keyed by target.
 """
 
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping
 from functools import cache
 from typing import TypeVar
 
@@ -50,22 +49,6 @@ def current_targets() -> tuple[str, ...]:
     found = [t for t in targets().targets.values()
              if any(e.applies_to(t.upstream_version) for e in entries)]
     return tuple(t.name for t in sorted(found, key=lambda t: t.upstream_version))
-
-
-def per_release(table: Mapping[str, T], key: str, where: str) -> T:
-    """``table[key]``, or a failure that says which file and table lack the key.
-
-    Args:
-        table: a per-release fixture of a test (measured facts no project file holds).
-        key: the target name or release.
-        where: ``"tests/x.py NAME"``, the file and the table's name.
-
-    Returns:
-        The entry.
-    """
-    assert key in table, (f"{where} has no entry for {key!r}: add it (a target added by "
-                          "add-target needs this fact measured once; docs/new-release.md)")
-    return table[key]
 
 
 @cache
