@@ -30,7 +30,7 @@ from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from builder.core.basepins import PINS_FILE
-from builder.core.config import SdistPin, WheelPin, load_targets
+from builder.core.config import SdistPin, TargetsFile, WheelPin, load_targets
 from builder.core.errors import BuilderError, ConfigurationError, SourceError
 from builder.core.options import Options
 from builder.core.pipconfig import resolve_index
@@ -384,6 +384,37 @@ def _same_version(text: object, version: str) -> bool:
         return False
 
 
+def _wanted(targets_file: Path, targets: TargetsFile, version: str, *,
+            replace: bool) -> Version:
+    """The release to pin, refused when it is no PEP 440 version or already a target."""
+    project = targets.get(None).sdist_project
+    try:
+        wanted = Version(version)
+    except InvalidVersion:
+        raise ConfigurationError(f"{version!r} is not a PEP 440 version",
+                                 "write it like 0.5.23 (`python -m builder upstream` lists "
+                                 "the newer releases)") from None
+    if not replace and any(t.upstream_version == wanted or t.name == f"{project}-{wanted}"
+                           for t in targets.targets.values()):
+        raise ConfigurationError(f"{targets_file} already has a target for {wanted}",
+                                 "pass --replace to overwrite it explicitly")
+    return wanted
+
+
+def _profile_to_write(profile: Path) -> bool:
+    """Whether the launch profile is still to be written (the user's one is kept).
+
+    Raises:
+        ConfigurationError: something other than a regular file is there: kept as the
+            user's profile it would be read (a fifo blocks, a folder fails late).
+    """
+    if (profile.exists() or profile.is_symlink()) and not profile.is_file():
+        raise ConfigurationError(f"the launch profile {profile} is not a regular file",
+                                 "remove it, or put the release's profile (TOML) there; "
+                                 "nothing was written")
+    return not profile.exists() and not profile.is_symlink()
+
+
 def run_add_target(options: Options, version: str, *, local_label: str = DEFAULT_LABEL,
                    cuda_lane: str | None = None, replace: bool = False,
                    dry_run: bool = False, body_file: Path | None = None) -> BumpReport:
@@ -411,16 +442,7 @@ def run_add_target(options: Options, version: str, *, local_label: str = DEFAULT
     """
     targets = load_targets(options.targets_file)
     project = targets.get(None).sdist_project
-    try:
-        wanted = Version(version)
-    except InvalidVersion:
-        raise ConfigurationError(f"{version!r} is not a PEP 440 version",
-                                 "write it like 0.5.23 (`python -m builder upstream` lists "
-                                 "the newer releases)") from None
-    if not replace and any(t.upstream_version == wanted or t.name == f"{project}-{wanted}"
-                           for t in targets.targets.values()):
-        raise ConfigurationError(f"{options.targets_file} already has a target for {wanted}",
-                                 "pass --replace to overwrite it explicitly")
+    wanted = _wanted(options.targets_file, targets, version, replace=replace)
     root = options.targets_file.parent
     check_stub_paths(root)
     writes = Writes()
@@ -438,12 +460,7 @@ def run_add_target(options: Options, version: str, *, local_label: str = DEFAULT
     default = targets.get(None)
     series = load_series(options.series) if options.series else load_series(default.series)
     derived = None
-    if (profile.exists() or profile.is_symlink()) and not profile.is_file():
-        # kept as the user's profile, it would be read: a fifo blocks, a folder fails late
-        raise ConfigurationError(f"the launch profile {profile} is not a regular file",
-                                 "remove it, or put the release's profile (TOML) there; "
-                                 "nothing was written")
-    if not profile.exists() and not profile.is_symlink():
+    if _profile_to_write(profile):
         derived = derive_profile(name=target.name, version=str(wanted),
                                  in_effect=in_effect(matrix, str(wanted)), series=series,
                                  targets=[t for t in targets.targets.values()
