@@ -408,6 +408,10 @@ def _profile_to_write(profile: Path) -> bool:
         ConfigurationError: something other than a regular file is there: kept as the
             user's profile it would be read (a fifo blocks, a folder fails late).
     """
+    if profile.parent.exists() and not profile.parent.is_dir():
+        raise ConfigurationError(f"the launch profile {profile}: {profile.parent} is not a "
+                                 "folder", "move it away (add-target writes the profile "
+                                 "there); nothing was written")
     if (profile.exists() or profile.is_symlink()) and not profile.is_file():
         raise ConfigurationError(f"the launch profile {profile} is not a regular file",
                                  "remove it, or put the release's profile (TOML) there; "
@@ -445,6 +449,9 @@ def run_add_target(options: Options, version: str, *, local_label: str = DEFAULT
     wanted = _wanted(options.targets_file, targets, version, replace=replace)
     root = options.targets_file.parent
     check_stub_paths(root)
+    # before the slow part (the index, the matrix): the name is plan_target's
+    profile = root / PROFILES_DIR / f"{project}-{wanted}.toml"
+    profile_to_write = _profile_to_write(profile)
     writes = Writes()
     if body_file is not None and not dry_run:
         check_writable(body_file, "--body-file")  # before the slow part, as before
@@ -456,11 +463,10 @@ def run_add_target(options: Options, version: str, *, local_label: str = DEFAULT
     written: list[str] = []
     data, added = render_target(options.targets_file, target, replace=replace)
     pins_file = root / PINS_FILE
-    profile = root / PROFILES_DIR / f"{target.name}.toml"
     default = targets.get(None)
     series = load_series(options.series) if options.series else load_series(default.series)
     derived = None
-    if _profile_to_write(profile):
+    if profile_to_write:
         derived = derive_profile(name=target.name, version=str(wanted),
                                  in_effect=in_effect(matrix, str(wanted)), series=series,
                                  targets=[t for t in targets.targets.values()
