@@ -24,6 +24,7 @@ def _install_on_a_tiny_disk(folder: Path, wheel: Path) -> subprocess.CompletedPr
                           capture_output=True, text=True, timeout=300, check=False)
 
 
+@pytest.mark.slow(reason="a real pip install into a small tmpfs, in a private mount")
 def test_a_full_disk_is_said_as_such_with_the_space_needed(tmp_path: Path) -> None:
     if shutil.which("unshare") is None or subprocess.run(
             ["unshare", "-m", "true"], capture_output=True, check=False).returncode != 0:

@@ -10,9 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.cli import run_cli
 from tests.helpers.paths import REPO
 from tests.helpers.services import need, need_root
+from tests.helpers.tiers import BEHAVIOUR
 
 
 def test_a_read_only_cache_is_named_with_its_permissions(tmp_path: Path) -> None:
@@ -32,6 +35,8 @@ def test_a_read_only_cache_is_named_with_its_permissions(tmp_path: Path) -> None
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow(reason="runs 0.5.23's own parser in its behaviour environment",
+                  group=BEHAVIOUR)
 def test_serve_command_check_refuses_an_argument_that_ends_the_parse(
         shared_cache: Path) -> None:
     """-h ends argparse's parse with an exit (after printing the help): the release's

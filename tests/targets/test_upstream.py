@@ -24,6 +24,12 @@ SEED_0511 = "0001-enable-flashinfer-cutlass-autotune-0.5.11.patch"
 ALL = {**RELEASES, **MATRIX_RELEASES}
 
 
+@pytest.fixture(scope="module")
+def upstream_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One builder cache for this file's runs: each unpacks the same releases, by content."""
+    return tmp_path_factory.mktemp("upstream-cache")
+
+
 def _write_index(root: Path, files: dict[str, Path], *, fmt: str,
                  yanked: frozenset[str] = frozenset()) -> None:
     """A static simple index: ``simple/sglang/index.html`` (JSON or HTML) and the files."""
@@ -121,10 +127,11 @@ DSA = "0003-sm12x-dsa-backends-tilelang.patch"
 
 
 def test_shipped_series_on_the_releases_after_the_newest_target(
-        json_index: str, release_files: dict[str, Path], tmp_path: Path) -> None:
+        json_index: str, release_files: dict[str, Path], tmp_path: Path,
+        upstream_cache: Path) -> None:
     project = _project_0512(tmp_path / "p", release_files["0.5.12.post1"])
     done = run_cli("upstream", "--json", "--index-url", json_index, cwd=project,
-                   cache=tmp_path / "cache")
+                   cache=upstream_cache)
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert report["newest_target"] == "0.5.12.post1"
@@ -148,15 +155,16 @@ def test_shipped_series_on_the_releases_after_the_newest_target(
 
 
 def test_a_release_no_patch_changes_ships_upstreams_wheel(
-        json_index: str, release_files: dict[str, Path], tmp_path: Path) -> None:
+        json_index: str, release_files: dict[str, Path], tmp_path: Path,
+        upstream_cache: Path) -> None:
     # The series as it was before the SM12x patches: nothing changes 0.5.13 or 0.5.16.
     shipped = (REPO / "patches" / "series.toml").read_text()
     series = shipped.split('\n[[patch]]\nfile = "0002-')[0]
     project = _project_0512(tmp_path / "p", release_files["0.5.12.post1"], series)
     json_done = run_cli("upstream", "--json", "--index-url", json_index, cwd=project,
-                        cache=tmp_path / "cache")
+                        cache=upstream_cache)
     done = run_cli("upstream", "--format", "markdown", "--index-url", json_index,
-                   cwd=project, cache=tmp_path / "cache")
+                   cwd=project, cache=upstream_cache)
     assert json_done.returncode == 0 and done.returncode == 0, done.stderr
     assert json.loads(json_done.stdout)["unpatched"] == ["0.5.13", "0.5.16"]
     assert ("### Nothing to patch (a target pinned to it ships upstream's own wheel)\n\n"
@@ -165,10 +173,10 @@ def test_a_release_no_patch_changes_ships_upstreams_wheel(
 
 
 def test_markdown_report_for_a_job_summary(json_index: str, release_files: dict[str, Path],
-                                           tmp_path: Path) -> None:
+                                           tmp_path: Path, upstream_cache: Path) -> None:
     project = _project_0512(tmp_path / "p", release_files["0.5.12.post1"])
     done = run_cli("upstream", "--format", "markdown", "--index-url", json_index,
-                   cwd=project, cache=tmp_path / "cache")
+                   cwd=project, cache=upstream_cache)
     assert done.returncode == 0, done.stderr
     text = done.stdout
     assert text.startswith(f"## Upstream check: `sglang` on {json_index}\n")
@@ -193,7 +201,7 @@ def _project(root: Path, wheel: Path, series: str) -> Path:
 
 
 def test_a_patch_that_breaks_on_a_newer_release_needs_a_refresh(
-        release_files: dict[str, Path], tmp_path: Path) -> None:
+        release_files: dict[str, Path], tmp_path: Path, upstream_cache: Path) -> None:
     # Only the 0.5.9 patch, declared for every later release: 0.5.11 added a line
     # inside its context, so on 0.5.12.post1 it needs fuzz 2, which it is not allowed.
     shipped = (REPO / "patches" / "series.toml").read_text()
@@ -203,9 +211,9 @@ def test_a_patch_that_breaks_on_a_newer_release_needs_a_refresh(
     _write_index(tmp_path / "index", release_files, fmt="html", yanked=frozenset({"0.5.16"}))
     with serve_directory(tmp_path / "index") as url:
         done = run_cli("upstream", "--json", "--index-url", f"{url}/simple", cwd=project,
-                       cache=tmp_path / "cache")
+                       cache=upstream_cache)
         markdown = run_cli("upstream", "--format", "markdown", "--index-url", f"{url}/simple",
-                           cwd=project, cache=tmp_path / "cache")
+                           cwd=project, cache=upstream_cache)
     assert done.returncode == 5, done.stderr
     out = json.loads(done.stdout)
     assert out["error"] == "the series needs a refresh for 0.5.12.post1"
@@ -222,12 +230,13 @@ def test_a_patch_that_breaks_on_a_newer_release_needs_a_refresh(
     assert "Traceback" not in markdown.stderr
 
 
-def test_no_newer_release(release_files: dict[str, Path], tmp_path: Path) -> None:
+def test_no_newer_release(release_files: dict[str, Path], tmp_path: Path,
+                          upstream_cache: Path) -> None:
     files = {v: p for v, p in release_files.items() if Version(v) <= Version("0.5.12.post1")}
     _write_index(tmp_path / "index", files, fmt="json")
     with serve_directory(tmp_path / "index", json_pages=True) as url:
         done = run_cli("upstream", "--format", "markdown", "--index-url", f"{url}/simple",
-                       cache=tmp_path / "cache")
+                       cache=upstream_cache)
     assert done.returncode == 0, done.stderr
     assert "No release newer than the newest target (0.5.23)." in done.stdout  # targets.toml
 
