@@ -4,7 +4,6 @@ with its free space and the space the step needs, never as a network problem."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 
 from builder.behaviour.env import SIZES, pip_failure
 from tests.helpers.releases import download
+from tests.helpers.services import need, need_root
 from tests.helpers.targets import release_file
 
 
@@ -26,9 +26,9 @@ def _install_on_a_tiny_disk(folder: Path, wheel: Path) -> subprocess.CompletedPr
 
 @pytest.mark.slow(reason="a real pip install into a small tmpfs, in a private mount")
 def test_a_full_disk_is_said_as_such_with_the_space_needed(tmp_path: Path) -> None:
-    if shutil.which("unshare") is None or subprocess.run(
-            ["unshare", "-m", "true"], capture_output=True, check=False).returncode != 0:
-        pytest.skip("no private mount namespace here (needs root and unshare)")
+    # Never a skip: the services' rule (tests/helpers/services.py), as the other unshare tests.
+    need_root("a private mount namespace (unshare -m)")
+    need("unshare", "util-linux")
     wheel = download(release_file("0.5.16"))  # about 4 MB: does not fit in 256 KiB
     folder = tmp_path / "small"
     folder.mkdir()
