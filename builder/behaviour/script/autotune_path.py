@@ -29,17 +29,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-
-class _RunnerView:
-    """The attributes of a model runner the path function reads; any other is refused."""
-
-    def __init__(self, **values: Any) -> None:
-        self.__dict__["_values"] = values
-
-    def __getattr__(self, name: str) -> Any:
-        if name in self._values:
-            return self._values[name]
-        raise AttributeError(f"the model runner view has no {name!r}")
+# the same read-only runner view the behaviour checks hand to should_run_flashinfer_autotune
+from behaviour_checks import _RunnerView
 
 
 def _publish(server: Any, rank: int) -> None:
