@@ -10,6 +10,8 @@ by what they hold, so a second run installs nothing.
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -17,6 +19,7 @@ import sys
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -236,3 +239,36 @@ def behaviour_env(wheel: Path, release: str, *, cache: Cache,
             standins[name] = _pin_of(left, dist)
     return BehaviourEnv(entry.path / "venv" / "bin" / "python", release, standins, tuple(left),
                         key)
+
+
+#: The release's own server-argument parser, run by :func:`parse_with_release`.
+PARSE_SCRIPT = Path(__file__).resolve().parent / "script" / "parse_server_args.py"
+
+
+def parse_with_release(env: BehaviourEnv, argvs: list[list[str]]) -> list[dict[str, Any]]:
+    """Parse each argv with the release's own server-argument parser (in ``env``).
+
+    Args:
+        env: the release's behaviour environment (:func:`behaviour_env`).
+        argvs: argument lists as ``python -m sglang.launch_server`` would get them.
+
+    Returns:
+        one ``{"ok": True, "values": {...}}`` or ``{"ok": False, "error": ...}`` per list
+        (``builder/behaviour/script/parse_server_args.py``).
+
+    Raises:
+        BuildError: the script printed no answer for every list (the release did not import).
+    """
+    request = {"argvs": argvs, "standins": env.standins}
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    done = subprocess.run([str(env.python), str(PARSE_SCRIPT)], input=json.dumps(request),
+                          capture_output=True, text=True, env=environ, check=False,
+                          timeout=600)
+    found = [json.loads(line[len("PARSED "):]) for line in done.stdout.splitlines()
+             if line.startswith("PARSED ")]
+    if len(found) != len(argvs):
+        tail = "\n".join(done.stderr.strip().splitlines()[-12:])
+        raise BuildError(f"sglang {env.release}'s argument parser gave {len(found)} of "
+                         f"{len(argvs)} answers (exit {done.returncode}):\n{tail}",
+                         "run the script by hand in the behaviour environment to see why")
+    return found

@@ -26,9 +26,6 @@ import ast
 import hashlib
 import importlib.machinery
 import importlib.util
-import json
-import os
-import subprocess
 import tomllib
 from dataclasses import dataclass, field
 from functools import cache
@@ -36,6 +33,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from builder.behaviour.env import parse_with_release
 from builder.core.config import Target
 from builder.core.errors import BuildError, ConfigurationError
 from builder.core.userfiles import read_input
@@ -52,8 +50,6 @@ LAUNCHER_SOURCE = Path(__file__).resolve().parent / "data" / "sglang-sm120-serve
 #: the image carries it beside the launcher, the builder loads it from here.
 READER_SOURCE = LAUNCHER_SOURCE.parent / "sglang_sm120_profile.py"
 PROFILES_DIR = Path("images/profiles")
-PARSE_SCRIPT = Path(__file__).resolve().parents[1] / "behaviour" / "script" / \
-    "parse_server_args.py"
 #: The model path the checks parse with (the parser only needs one to be given).
 CHECK_MODEL = "/models/check"
 
@@ -263,35 +259,6 @@ class ProfileCheck:
 
     method: str
     checked: tuple[dict[str, Any], ...]
-
-
-def parse_with_release(env: BehaviourEnv, argvs: list[list[str]]) -> list[dict[str, Any]]:
-    """Parse each argv with the release's own server-argument parser (in ``env``).
-
-    Args:
-        env: the release's behaviour environment (``builder.behaviour.env.behaviour_env``).
-        argvs: argument lists as ``python -m sglang.launch_server`` would get them.
-
-    Returns:
-        one ``{"ok": True, "values": {...}}`` or ``{"ok": False, "error": ...}`` per list
-        (``builder/behaviour/script/parse_server_args.py``).
-
-    Raises:
-        BuildError: the script printed no answer for every list (the release did not import).
-    """
-    request = {"argvs": argvs, "standins": env.standins}
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    done = subprocess.run([str(env.python), str(PARSE_SCRIPT)], input=json.dumps(request),
-                          capture_output=True, text=True, env=environ, check=False,
-                          timeout=600)
-    found = [json.loads(line[len("PARSED "):]) for line in done.stdout.splitlines()
-             if line.startswith("PARSED ")]
-    if len(found) != len(argvs):
-        tail = "\n".join(done.stderr.strip().splitlines()[-12:])
-        raise BuildError(f"sglang {env.release}'s argument parser gave {len(found)} of "
-                         f"{len(argvs)} answers (exit {done.returncode}):\n{tail}",
-                         "run the script by hand in the behaviour environment to see why")
-    return found
 
 
 def release_env(target: Target, *, cache: Cache, index_url: str | None = None,

@@ -40,11 +40,11 @@ def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profil
             the release's parser refuses, or a kernel wheel that does not cover the model
             and flags.
     """
+    from builder.behaviour.env import parse_with_release
     from builder.core.config import load_targets
     from builder.image.profile import (
         launcher_module,
         load_profile,
-        parse_with_release,
         profile_path,
         profile_reader,
         release_env,
@@ -134,12 +134,12 @@ def run_serve_check_all(options: Options, *, profiles_dir: Path, model: str | No
         ConfigurationError: a pair the release's parser refuses (every refused pair named),
             or a profile without per-GPU entries.
     """
+    from builder.behaviour.env import parse_with_release
     from builder.core.config import WheelPin, load_targets
     from builder.image.profile import (
         CHECK_MODEL,
         check_profile,
         load_profile,
-        parse_with_release,
         profile_path,
         release_env,
     )

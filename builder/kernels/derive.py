@@ -30,8 +30,6 @@ from builder.core.userfiles import parse_json
 
 _SCRIPTS = Path(__file__).resolve().parent.parent / "behaviour" / "script"
 SCRIPT = _SCRIPTS / "select_backends.py"
-#: The release's own server-argument parser (the one ``serve-command --check`` runs).
-PARSE_SCRIPT = _SCRIPTS / "parse_server_args.py"
 _PREFIX = "SELECTED "
 
 #: The FlashInfer releases every row's function was read in (``flashinfer/jit/*.py`` of the
@@ -301,19 +299,10 @@ def server_kwargs(env: Any, model: Path, flags: tuple[str, ...]) -> dict[str, An
     Raises:
         ConfigurationError: the release's parser refuses the flags.
     """
+    from builder.behaviour.env import parse_with_release
+
     argvs = [["--model-path", str(model), *flags], ["--model-path", str(model)]]
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    done = subprocess.run([str(env.python), str(PARSE_SCRIPT)],
-                          input=json.dumps({"argvs": argvs, "standins": env.standins}),
-                          capture_output=True, text=True, env=environ, check=False,
-                          timeout=600)
-    answers = [json.loads(line[len("PARSED "):]) for line in done.stdout.splitlines()
-               if line.startswith("PARSED ")]
-    if len(answers) != 2:
-        tail = "\n".join(done.stderr.strip().splitlines()[-12:])
-        raise BuildError(f"sglang {env.release}'s argument parser gave {len(answers)} of 2 "
-                         f"answers (exit {done.returncode}):\n{tail}",
-                         "run builder/behaviour/script/parse_server_args.py by hand")
+    answers = parse_with_release(env, argvs)
     given, bare = answers
     if not given["ok"]:
         raise ConfigurationError(f"sglang {env.release}'s own argument parser refuses the "

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.behaviour.env import parse_with_release
 from builder.core.cache import Cache
 from builder.core.config import load_targets
 from builder.core.errors import BuilderError, ConfigurationError
@@ -21,7 +22,6 @@ from builder.image.profile import (
     PROFILES_DIR,
     check_profile,
     load_profile,
-    parse_with_release,
     profile_path,
     release_env,
 )
