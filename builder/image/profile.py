@@ -290,8 +290,9 @@ def check_profile(profile: LaunchProfile, target: Target, *, cache: Cache,
 
     Every (GPU, TP) combination of the profile is turned into the launcher's argv (with a
     model path) and checked: wheel targets (0.5.11 and later) by the release's own parser
-    (``builder.behaviour.env.parse_with_release``; unknown options, wrong types and choices fail), sdist
-    targets by :func:`server_args_options` over the sdist's ``server_args.py`` (names only).
+    (``builder.behaviour.env.parse_with_release``; unknown options, wrong types and choices
+    fail), sdist targets by :func:`server_args_options` over the sdist's ``server_args.py``
+    (names only).
 
     Args:
         profile: the loaded profile.
