@@ -28,6 +28,16 @@ def _server_cache(root: Path) -> Path:
     return root
 
 
+def _captured(tmp_path: Path) -> Path:
+    """The H200 run's file captured under ``tmp_path`` with :data:`KEY` (``warm.json``)."""
+    cache = _server_cache(tmp_path / "sglang")
+    done = run_cli("warm-cache", "capture", "--sglang-cache-dir", str(cache),
+                   "--key", str(_key(tmp_path / "key.json")),
+                   "--output", str(tmp_path / "warm.json"))
+    assert done.returncode == 0, done.stderr
+    return tmp_path / "warm.json"
+
+
 def _key(path: Path, **change: object) -> Path:
     path.write_text(json.dumps({**KEY, **change}))
     return path
@@ -54,10 +64,7 @@ def test_capture_then_restore_gives_the_server_its_file_back(tmp_path: Path) -> 
                                      "compute_capability": "12.0"}])
 def test_restore_ignores_another_key_with_one_warning(tmp_path: Path,
                                                       change: dict[str, object]) -> None:
-    cache = _server_cache(tmp_path / "sglang")
-    assert run_cli("warm-cache", "capture", "--sglang-cache-dir", str(cache),
-                   "--key", str(_key(tmp_path / "key.json")),
-                   "--output", str(tmp_path / "warm.json")).returncode == 0
+    _captured(tmp_path)
     dest = tmp_path / "fresh" / RELATIVE
     # a process of its own: the warning reaches stderr as a user sees it, not pytest's capture
     done = run_cli_process("warm-cache", "restore", "--artifact", str(tmp_path / "warm.json"),
@@ -133,10 +140,7 @@ def test_an_output_that_is_its_own_input_is_refused(tmp_path: Path, how: str) ->
 def test_server_flags_without_model_path_are_refused_before_any_write(tmp_path: Path) -> None:
     # They are inputs of SGLang's key, which --dest skips: silently dropping them would
     # write a file the user believes is keyed to them.
-    cache = _server_cache(tmp_path / "sglang")
-    assert run_cli("warm-cache", "capture", "--sglang-cache-dir", str(cache),
-                   "--key", str(_key(tmp_path / "key.json")),
-                   "--output", str(tmp_path / "warm.json")).returncode == 0
+    _captured(tmp_path)
     dest = tmp_path / "fresh" / RELATIVE
     done = run_cli("warm-cache", "restore", "--artifact", str(tmp_path / "warm.json"),
                    "--key", str(tmp_path / "key.json"), "--dest", str(dest),
