@@ -11,7 +11,8 @@ FlashInfer is installed); the builder never imports it. Argument: one JSON objec
 path loads, ``fast_build`` compiles the CUTLASS fused MoE modules with TensorRT-LLM's
 ``FAST_BUILD`` (see :func:`fast_moe_spec`). Environment: FlashInfer's own variables
 (``CUDA_HOME``, ``FLASHINFER_CUDA_ARCH_LIST``, ``FLASHINFER_WORKSPACE_BASE``,
-``FLASHINFER_NVCC``, ``MAX_JOBS``). Compiler output goes to stderr as it happens; the last line on stdout is one JSON object.
+``FLASHINFER_NVCC``, ``MAX_JOBS``). Compiler output goes to stderr as it happens; the
+last line on stdout is one JSON object.
 
 No GPU is needed. ``import flashinfer`` runs the package's ``__init__``, which from 0.6.8
 to 0.6.18 imports ``gdn_kernels/gdn_decode_bf16_state.py``, whose module level calls
