@@ -198,6 +198,14 @@ class KernelRequest:
                 f"({str(fast).lower()}) disagree",
                 "write it again with `python -m builder kernels plan --output FILE`, not by "
                 "hand")
+        labels = request.version.partition("+")[2].lower().split(".")
+        if (variants and prune.version_label(tuple(variants)) not in labels) or (
+                not variants and any(w.startswith("moe") for w in labels)):
+            raise ConfigurationError(
+                f"the request's version {request.version} and its moe_variants "
+                f"({', '.join(variants) or 'none'}) disagree",
+                "write it again with `python -m builder kernels plan --output FILE`, not by "
+                "hand")
         if fast and not has_fused_moe(request.groups):
             raise ConfigurationError(
                 "the request is a fast build without a fused_moe_smNN group",

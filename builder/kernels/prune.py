@@ -91,6 +91,17 @@ def kept_units(variants: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     return tuple(u for u in UNITS if any(u in VARIANT_UNITS[v] for v in variants))
 
 
+def version_label(variants: tuple[str, ...] | list[str]) -> str:
+    """The kernel wheel's local label segment for a module pruned to ``variants``
+    (``moefp4fp4``; ``moefp16fp16xbf16bf16``): a pruned wheel never shares the full one's
+    version, nor another pruning's.
+
+    Raises:
+        PruneError: see :func:`kept_units`.
+    """
+    return "moe" + "x".join(u.replace("_", "") for u in kept_units(tuple(variants)))
+
+
 def moe_prune_plan(variants: tuple[str, ...]) -> dict[str, list[str]]:
     """What a module pruned to ``variants`` keeps and stubs, by unit (``kernels plan``'s
     record; which generated launcher files go is known once FlashInfer wrote them)."""

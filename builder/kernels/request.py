@@ -157,7 +157,12 @@ def derived_request(options: Options, kernel: KernelOptions
                                  "model's set has none", "leave --fast-build out")
     head_dims = derived.head_dims if "attention" in derived.groups else ()
     variants, _why = derived_moe_variants(derived, str(request.pins.flashinfer))
-    return replace(request, groups=derived.groups, head_dims=head_dims,
+    version = request.version
+    if variants:
+        from builder.kernels import prune
+
+        version += "." + prune.version_label(variants)
+    return replace(request, groups=derived.groups, head_dims=head_dims, version=version,
                    moe_variants=variants), derived
 
 
@@ -248,6 +253,7 @@ def kernel_request(options: Options, kernel: KernelOptions) -> KernelRequest:
                 f"FlashInfer {pins.flashinfer}'s MoeGemmRunner members were not checked for "
                 f"pruning (checked: {', '.join(prune.CHECKED_HEADERS)})",
                 "leave --moe-variants out (the full fused MoE module)")
+        label += "." + prune.version_label(variants)  # never the full module's version
     # Head dims matter to the attention group alone (and so to the cache key).
     head_dims = (kernel.head_dims or target.head_dims or DEFAULT_HEAD_DIMS) \
         if "attention" in groups else ()

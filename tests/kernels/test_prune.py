@@ -85,9 +85,17 @@ def test_a_request_carries_its_moe_variants_and_an_unpruned_one_keeps_its_digest
         (REPO / "reports/2026-11-30-x2-kernels/request.json").read_text()))
     described = request.describe()
     assert "moe_variants" not in described
-    pruned = KernelRequest.from_json({**described, "moe_variants": ["nvfp4 x nvfp4"]})
+    # a pruned wheel has its own version: never the full module's, nor another pruning's
+    with pytest.raises(ConfigurationError, match=r"moe_variants \(nvfp4 x nvfp4\) disagree"):
+        KernelRequest.from_json({**described, "moe_variants": ["nvfp4 x nvfp4"]})
+    version = f"{request.version}.{prune.version_label(['nvfp4 x nvfp4'])}"
+    assert version.endswith(".moefp4fp4")
+    pruned = KernelRequest.from_json({**described, "version": version,
+                                      "moe_variants": ["nvfp4 x nvfp4"]})
     assert pruned.moe_variants == ("nvfp4 x nvfp4",)
     assert pruned.describe()["moe_variants"] == ["nvfp4 x nvfp4"]
+    with pytest.raises(ConfigurationError, match=r"moe_variants \(none\) disagree"):
+        KernelRequest.from_json({**described, "version": version})
     with pytest.raises(ConfigurationError, match="'int8 x int8' has no rule"):
         KernelRequest.from_json({**described, "moe_variants": ["int8 x int8"]})
     with pytest.raises(ConfigurationError, match="not a list of strings"):
