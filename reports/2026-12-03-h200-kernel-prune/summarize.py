@@ -69,7 +69,8 @@ def main() -> None:
             lines = path.read_text().splitlines()
             out[f"undefined_tensorrt_llm_symbols_{name}"] = len(lines)
             out[f"undefined_runner_symbols_{name}"] = [
-                line for line in lines if "MoeGemmRunner" in line or "Launcher" in line]
+                line for line in lines
+                if "MoeGemmRunner<" in line or "cutlass_kernels_oss::" in line]
     if (folder / "nm-a.txt").exists() and (folder / "nm-b.txt").exists():
         a = set((folder / "nm-a.txt").read_text().splitlines())
         b = set((folder / "nm-b.txt").read_text().splitlines())

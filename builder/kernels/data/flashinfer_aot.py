@@ -145,12 +145,15 @@ def prune_moe_spec(spec: Any, variants: list[str], version: str) -> dict[str, An
 
 
 def undefined_runner_symbols(library: Path) -> list[str]:
-    """The MoE GEMM runners and launchers ``library`` uses but does not define (``nm``):
-    what a wrong prune would leave, failing at load or at the first call."""
+    """The MoE GEMM runners (``MoeGemmRunner<...>`` members) and generated launchers
+    (namespace ``cutlass_kernels_oss``) ``library`` uses but does not define (``nm``): what
+    a wrong prune would leave, failing at load or at the first call. Nothing else: only
+    these are what pruning stubs or leaves out."""
     done = subprocess.run(["nm", "-D", "-C", "--undefined-only", str(library)],
                           capture_output=True, text=True, check=True)
     return [line.split(None, 1)[-1] for line in done.stdout.splitlines()
-            if "tensorrt_llm::" in line and ("MoeGemmRunner" in line or "Launcher" in line)]
+            if "tensorrt_llm::" in line and ("MoeGemmRunner<" in line
+                                              or "cutlass_kernels_oss::" in line)]
 
 
 def specs_for(group: str, head_dims: list[int], fast_build: bool = False) -> list[Any]:
