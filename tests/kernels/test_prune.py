@@ -185,7 +185,9 @@ def test_the_nvfp4_graph_on_flashinfer_0_7_2_stubs_the_mixed_units(
     # launchers (weight-only dtypes) go; the NVFP4 TMA grouped GEMMs stay
     assert any("gemm_grouped_sm80" in s for s in full)
     assert not any("gemm_grouped_sm80" in s or "gemm_sm90" in s for s in pruned)
-    assert sum("sm120_M128_BS" in s for s in pruned) == 8
+    # 8 NVFP4 files stay, the 3 FP8 x FP4 ones go
+    assert (sum("gemm_grouped_sm120" in s for s in full),
+            sum("gemm_grouped_sm120" in s for s in pruned)) == (11, 8)
     assert len(pruned) < len(full) / 2, (len(pruned), len(full))
     record = result["pruned"]["fused_moe_120"]
     assert record["kept_units"] == ["fp4_fp4"] and len(record["stubbed"]) == 13
