@@ -11,7 +11,9 @@ Three parts:
   the patched code, the device reported as SM120), and :func:`derive`, which turns it into
   module groups, head dims and the variants inside the groups (:class:`Derived`).
 * :func:`missing_from` and :func:`require_coverage`: what a kernel wheel's manifest lacks
-  for a derived set, refused in one message that names the ``kernels`` command building it.
+  for a derived set (a module group, a head dim, an arch, or a dtype pair its pruned fused
+  MoE module left out: :mod:`builder.kernels.prune`), refused in one message that names
+  the ``kernels`` command building it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 from builder.core.arch import SM120
 from builder.core.errors import BuildError, ConfigurationError
 from builder.core.userfiles import parse_json
+from builder.kernels.prune import covers
 
 _SCRIPTS = Path(__file__).resolve().parent.parent / "behaviour" / "script"
 SCRIPT = _SCRIPTS / "select_backends.py"
@@ -447,6 +450,20 @@ def covered_by(manifest: dict[str, Any]) -> tuple[set[str], set[int], set[str]]:
         {str(a) for a in manifest.get("arch_list") or ()}
 
 
+def moe_variants_of(manifest: dict[str, Any], group: str) -> list[str] | None:
+    """The dtype pairs a kernel wheel's fused MoE module ``group`` was pruned to (its
+    modules' ``pruned`` records, else the manifest's ``moe_variants``); ``None``: not
+    pruned (every pair), or not a fused MoE group."""
+    if not group.startswith("fused_moe_sm"):
+        return None
+    for module in manifest.get("modules") or ():
+        if isinstance(module, dict) and module.get("group") == group and \
+                isinstance(module.get("pruned"), dict):
+            return [str(v) for v in module["pruned"].get("variants") or ()]
+    variants = manifest.get("moe_variants")
+    return [str(v) for v in variants] if variants else None
+
+
 def missing_from(manifest: dict[str, Any], derived: Derived, arch_list: tuple[str, ...],
                  flashinfer: str | None = None) -> list[str]:
     """What the configuration loads that the kernel wheel lacks, one phrase each.
@@ -461,6 +478,11 @@ def missing_from(manifest: dict[str, Any], derived: Derived, arch_list: tuple[st
     missing = [f"module group {n.group} ({n.because}"
                + (f", {n.variant}" if n.variant else "") + ")"
                for n in derived.needs if n.group not in groups]
+    for need in derived.needs:
+        kept = moe_variants_of(manifest, need.group) if need.group in groups else None
+        if kept is not None and not covers(kept, need.variant):
+            missing.append(f"fused MoE dtype pair {need.variant} ({need.group} is pruned to "
+                           f"{', '.join(kept)})")
     missing = list(dict.fromkeys(missing))
     if "attention" in groups:
         missing += [f"attention head dim {h}" for h in derived.head_dims
