@@ -140,7 +140,7 @@ def _args(values: list[Any]) -> list[Any]:
 def main() -> int:
     request = json.loads(sys.stdin.read())
     sys.path.insert(0, request["standins_path"])
-    import standins  # noqa: E402  (the behaviour scripts' stand-ins)
+    import standins  # the behaviour scripts' stand-ins (on sys.path just above)
     standins.install(request.get("standins", {}))
     import triton
     from triton._C.libtriton import get_cache_invalidating_env_vars
