@@ -53,6 +53,18 @@ def env_0523(shared_cache: Path) -> Any:
     return behaviour_env(source.archive, "0.5.23", cache=cache)
 
 
+@pytest.fixture(scope="module")
+def specs(env_0523: Any, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The specialization Triton's JIT hook records for the launch (nothing compiled)."""
+    recorded, done = run_script(env_0523, {"mode": "record", "arch": 90,
+                                           "launches": [_launch()]},
+                                tmp_path_factory.mktemp("unused"))
+    assert recorded[0]["events"] == []  # recorded only, nothing compiled
+    assert done["triton"] == "3.9.0"
+    found: list[str] = recorded[0]["specs"]
+    return found
+
+
 def _events(env: Any, arch: int, cache_dir: Path) -> list[dict[str, Any]]:
     records, _ = run_script(env, {"mode": "launch", "arch": arch, "launches": [_launch()]},
                             cache_dir)
@@ -61,14 +73,9 @@ def _events(env: Any, arch: int, cache_dir: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.slow(reason="imports sglang 0.5.23 in its behaviour environment and runs "
                   "ptxas", group=BEHAVIOUR)
-def test_a_kernel_built_ahead_on_a_cpu_is_found_by_the_launch_path(env_0523: Any,
-                                                                   tmp_path: Path) -> None:
-    recorded, done = run_script(env_0523, {"mode": "record", "arch": 90,
-                                           "launches": [_launch()]}, tmp_path / "unused")
-    specs = recorded[0]["specs"]
+def test_a_kernel_built_ahead_on_a_cpu_is_found_by_the_launch_path(
+        env_0523: Any, specs: list[str], tmp_path: Path) -> None:
     assert len(specs) == 1 and json.loads(specs[0])["name"] == KERNEL
-    assert recorded[0]["events"] == []  # recorded only, nothing compiled
-    assert done["triton"] == "3.9.0"
 
     # Without the cache the launch path compiles (the state of every first start today).
     empty = _events(env_0523, 90, tmp_path / "empty")
@@ -91,11 +98,9 @@ def test_a_kernel_built_ahead_on_a_cpu_is_found_by_the_launch_path(env_0523: Any
 @pytest.mark.slow(reason="imports sglang 0.5.23 in its behaviour environment and runs "
                   "ptxas", group=BEHAVIOUR)
 def test_a_spec_recorded_on_sm90_is_built_for_sm120_as_an_sm120_launch_keys_it(
-        env_0523: Any, tmp_path: Path) -> None:
-    recorded, _ = run_script(env_0523, {"mode": "record", "arch": 90,
-                                        "launches": [_launch()]}, tmp_path / "unused")
+        env_0523: Any, specs: list[str], tmp_path: Path) -> None:
     cache_dir = tmp_path / "triton"
-    built = build_triton_cache(env_0523, recorded[0]["specs"], "12.0f", cache_dir)
+    built = build_triton_cache(env_0523, specs, "12.0f", cache_dir)
     assert built.failed == [] and built.kernels[0]["retargeted"] is True
     # an sm_90 launch does not take the sm_120 kernel (the arch is in the key): it compiles
     assert [e["cache_hit"] for e in _events(env_0523, 90, cache_dir)] == [False]
