@@ -53,29 +53,8 @@ def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profil
         release_env,
     )
 
-    if not model.strip():
-        raise ConfigurationError("--model is empty", "give the model folder or Hugging Face "
-                                 "name, e.g. --model /models/qwen3-30b-a3b")
-    for arg in (model, *extra):
-        try:
-            arg.encode()
-        except UnicodeEncodeError:  # bytes the file system gave, not text: unprintable
-            raise ConfigurationError(f"{os.fsencode(arg).decode('ascii', 'backslashreplace')} is "
-                                     "not valid UTF-8, so the command printed would not be "
-                                     "the one given", "rename the path (or link to it) with a "
-                                     "UTF-8 name") from None
     reader = profile_reader()
-    typed = [arg.split("=", 1)[0] for arg in extra
-             if arg.startswith("--") and reader.is_model_option(arg.split("=", 1)[0])]
-    if typed:  # SGLang keeps the last: it would silently replace --model's
-        raise ConfigurationError(f"the model goes in --model, not after -- ({typed[0]} "
-                                 "names SGLang's --model-path)",
-                                 f"drop {typed[0]} and its value from the arguments after --")
-    try:  # the TP size is --tp's; one given after -- (any spelling SGLang reads) must agree
-        reader.server_tp(list(extra), tp, "--tp " + str(tp))
-    except reader.ArgumentError as exc:
-        raise ConfigurationError(str(exc), "give the TP size once, with --tp (the profile's "
-                                 "caps are those of that TP size)") from None
+    _check_user_args(reader, model, extra, tp)
     opts, reporter = options, options.reporter
     targets = load_targets(opts.targets_file)
     target = targets.get(options.target or targets.default)
@@ -125,6 +104,39 @@ def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profil
             "command": command, "checked": checked, "notes": lowered,
             "requirements": [f"sglang=={target.upstream_version}+{target.local_label}",
                              "flashinfer-jit-cache (the kernel wheels: docs/kernels-current.md)"]}
+
+
+def _check_user_args(reader: Any, model: str, extra: tuple[str, ...], tp: int) -> None:
+    """Refuse the user's model and server arguments as :func:`run_serve_command` says
+    (``reader``: the profile reader module)."""
+    if not model.strip():
+        raise ConfigurationError("--model is empty", "give the model folder or Hugging Face "
+                                 "name, e.g. --model /models/qwen3-30b-a3b")
+    _refuse_undecodable((model, *extra))
+    typed = [arg.split("=", 1)[0] for arg in extra
+             if arg.startswith("--") and reader.is_model_option(arg.split("=", 1)[0])]
+    if typed:  # SGLang keeps the last: it would silently replace --model's
+        raise ConfigurationError(f"the model goes in --model, not after -- ({typed[0]} "
+                                 "names SGLang's --model-path)",
+                                 f"drop {typed[0]} and its value from the arguments after --")
+    try:  # the TP size is --tp's; one given after -- (any spelling SGLang reads) must agree
+        reader.server_tp(list(extra), tp, "--tp " + str(tp))
+    except reader.ArgumentError as exc:
+        raise ConfigurationError(str(exc), "give the TP size once, with --tp (the profile's "
+                                 "caps are those of that TP size)") from None
+
+
+def _refuse_undecodable(args: tuple[str, ...]) -> None:
+    """Refuse an argument that holds bytes the file system gave, not text (Python's
+    surrogate escapes): the command printed would not be the one given."""
+    for arg in args:
+        try:
+            arg.encode()
+        except UnicodeEncodeError:
+            raise ConfigurationError(f"{os.fsencode(arg).decode('ascii', 'backslashreplace')} is "
+                                     "not valid UTF-8, so the command printed would not be "
+                                     "the one given", "rename the path (or link to it) with a "
+                                     "UTF-8 name") from None
 
 
 def run_serve_check_all(options: Options, *, profiles_dir: Path, model: str | None = None,
