@@ -178,11 +178,6 @@ def _request_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arch-list", type=comma_names, metavar="ARCH,...",
                         help="archs other than the target's, e.g. 9.0a to smoke-test on a "
                              "Hopper GPU (the wheel's label then names them)")
-    parser.add_argument("--moe-variants", type=_variants, metavar="'A x W',...",
-                        help="prune the CUTLASS fused MoE modules to these dtype pairs "
-                             "(nvfp4 x nvfp4, fp8 x fp8, fp8 x int4, bf16 x mxfp4, bf16 x "
-                             "bf16): the other pairs' units become stubs that fail when "
-                             "used (default: every pair; with --model: the model's)")
     parser.add_argument("--fast-build", action="store_true",
                         help="compile the fused MoE modules with TensorRT-LLM's FAST_BUILD: "
                              "of the TMA warp-specialised grouped GEMMs only CTA 128x128 "
@@ -218,11 +213,6 @@ def _build_args(parser: argparse.ArgumentParser) -> None:
                              "container runs so: its log streams while stdout stays JSON)")
     parser.add_argument("--verbose", action="store_true",
                         help="print every compiler line, not just the steps")
-
-
-def _variants(text: str) -> tuple[str, ...]:
-    """``"nvfp4 x nvfp4,bf16 x bf16"`` -> the variants, spaces normalised."""
-    return tuple(" ".join(v.split()) for v in text.split(",") if v.strip())
 
 
 def _shard(text: str) -> Any:
@@ -272,8 +262,7 @@ def _cmd_kernels_build(args: argparse.Namespace, reporter: Reporter) -> dict[str
         nvcc=args.nvcc, build_torch=args.build_torch, wheelhouse=args.wheelhouse,
         sccache=args.sccache, jobs=args.jobs, request_file=args.request,
         shard=args.shard, step_costs=args.step_costs, fast_build=args.fast_build,
-        model=args.model, server_flags=tuple(args.server_flags),
-        moe_variants=args.moe_variants))
+        model=args.model, server_flags=tuple(args.server_flags)))
 
 
 def _cmd_kernels_container(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
@@ -285,7 +274,7 @@ def _cmd_kernels_container(args: argparse.Namespace, reporter: Reporter) -> dict
         sccache=args.sccache, jobs=args.jobs, base_image=args.base_image,
         toolkit=args.toolkit, engine=args.docker_host, request_file=args.request,
         pins_file=args.pins_file, shard=args.shard, step_costs=args.step_costs,
-        fast_build=args.fast_build, moe_variants=args.moe_variants))
+        fast_build=args.fast_build))
 
 
 def _cmd_kernels_plan(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
@@ -297,8 +286,7 @@ def _cmd_kernels_plan(args: argparse.Namespace, reporter: Reporter) -> dict[str,
 
     kernel = KernelOptions(lane=args.cuda_lane, groups=args.modules, head_dims=args.head_dims,
                            arch_list=args.arch_list, fast_build=args.fast_build,
-                           model=args.model, server_flags=tuple(args.server_flags),
-                           moe_variants=args.moe_variants)
+                           model=args.model, server_flags=tuple(args.server_flags))
     request, derived = derived_request(options(args, reporter), kernel)
     written = request.describe()
     if derived is not None:  # read back by KernelRequest.from_json, which ignores it

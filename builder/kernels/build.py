@@ -89,8 +89,9 @@ def check_moe_variants(variants: tuple[str, ...]) -> None:
         try:
             prune.kept_units(variants)
         except prune.PruneError as error:
-            raise ConfigurationError(str(error), "give --moe-variants from the known ones, "
-                                     "or leave it out for every dtype pair") from None
+            raise ConfigurationError(str(error), "name MoE variants of "
+                                     "builder.kernels.prune.VARIANT_UNITS, or none for every "
+                                     "dtype pair") from None
 
 
 #: The local label segment of a ``--fast-build`` kernel wheel (``0.6.14+sm120.1.cu130.fastbuild``).

@@ -131,7 +131,7 @@ def check_header(version: str, header: bytes) -> None:
     if expected is None:
         raise PruneError(f"FlashInfer {version}'s MoeGemmRunner members were not checked "
                          f"(pruning is known for {', '.join(CHECKED_HEADERS)}); build the "
-                         "full fused MoE module (no --moe-variants)")
+                         "full fused MoE module")
     if digest != expected:
         raise PruneError(f"FlashInfer {version}'s {HEADER} has sha256 {digest}, not the "
                          f"checked {expected}; build the full fused MoE module")

@@ -76,8 +76,9 @@ class KernelOptions:
             (:mod:`builder.kernels.derive`); a trial build, never recorded in the lock.
         server_flags: the server flags the model will start with (with ``model``).
         moe_variants: prune the CUTLASS fused MoE modules to these dtype pairs
-            (:mod:`builder.kernels.prune`); ``None``: every pair, or with ``model`` the
-            pairs the model runs.
+            (:mod:`builder.kernels.prune`; the API's, no flag: the command line prunes
+            only a ``--model`` set, to the pairs the model runs); ``None``: every pair, or
+            with ``model`` the model's.
     """
 
     lane: str | None = None
@@ -126,10 +127,9 @@ class KernelOptions:
                                      "give --model alone, or the groups without it")
         if self.moe_variants is not None and (self.model is not None
                                               or self.request_file is not None):
-            raise ConfigurationError("--moe-variants names the fused MoE dtype pairs that "
+            raise ConfigurationError("moe_variants names the fused MoE dtype pairs that "
                                      "--model derives and --request already holds",
-                                     "give --moe-variants with --modules or the target's "
-                                     "groups only")
+                                     "give moe_variants with the groups only")
 
 
 def derived_request(options: Options, kernel: KernelOptions
@@ -245,14 +245,14 @@ def kernel_request(options: Options, kernel: KernelOptions) -> KernelRequest:
 
         check_moe_variants(variants)
         if not has_fused_moe(groups):
-            raise ConfigurationError("--moe-variants prunes the fused MoE modules, and none "
-                                     "is in the module groups", "add a fused_moe_smNN group "
-                                     "to --modules, or leave --moe-variants out")
+            raise ConfigurationError("moe_variants prunes the fused MoE modules, and none "
+                                     "is in the module groups", "add a fused_moe_smNN group, "
+                                     "or give no moe_variants")
         if str(pins.flashinfer) not in prune.CHECKED_HEADERS:
             raise ConfigurationError(
                 f"FlashInfer {pins.flashinfer}'s MoeGemmRunner members were not checked for "
                 f"pruning (checked: {', '.join(prune.CHECKED_HEADERS)})",
-                "leave --moe-variants out (the full fused MoE module)")
+                "give no moe_variants (the full fused MoE module)")
         label += "." + prune.version_label(variants)  # never the full module's version
     # Head dims matter to the attention group alone (and so to the cache key).
     head_dims = (kernel.head_dims or target.head_dims or DEFAULT_HEAD_DIMS) \

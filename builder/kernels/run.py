@@ -72,6 +72,14 @@ def kernel_content_digest(request: KernelRequest) -> str:
                         "scheme": reproducible.SCHEME})
 
 
+def is_trial(kernel: KernelOptions, request: KernelRequest) -> bool:
+    """Whether a build is a trial, checked against the version lock but never recorded: other
+    groups, head dims or archs, a fast build, a ``--model`` set, or a pruned fused MoE."""
+    return not (kernel.groups is None and kernel.head_dims is None and kernel.arch_list is None
+                and not kernel.fast_build and kernel.model is None
+                and not request.moe_variants)
+
+
 def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult | ShardResult:
     """Build the target's kernel wheel on this machine or in a CUDA build container; with
     ``kernel.shard``, compile only that share of the steps into the sccache backend.
@@ -137,12 +145,10 @@ def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult | Shard
             return compile_shard(build, kernel.shard, step_costs=kernel.step_costs)
         result = build_kernels(build, options.dist_dir)
     if lock is not None and isinstance(result, KernelResult):
-        if kernel.groups is None and kernel.head_dims is None and kernel.arch_list is None \
-                and not kernel.fast_build and kernel.model is None \
-                and not request.moe_variants:
+        if not is_trial(kernel, request):
             lock.record("kernels", request.target, request.version, digest)
         else:  # checked above, but a trial subset must not claim the target's version
             options.reporter.info(f"{request.version} not recorded in versions.lock: a trial "
                                   "build (--modules, --head-dims, --arch-list, --fast-build, "
-                                  "--moe-variants or --model)")
+                                  "--model or a pruned fused MoE)")
     return result

@@ -24,9 +24,20 @@ json.dump(data, open(sys.argv[2], "w"), indent=2)
 PYEOF
 $PY -m builder --cache-dir $K kernels plan --target sglang-0.5.23 \
   --output $C/req/b-default.json 2>&1 | tail -1
-$PY -m builder --cache-dir $K kernels plan --target sglang-0.5.16 --cuda-lane 13.0 \
-  --arch-list 9.0a --modules fused_moe_sm90 --moe-variants "bf16 x bf16" \
-  --output $C/req/c-sm90-bf16-pruned.json 2>&1 | tail -1
+# (c) through the API: the command line prunes only a --model set (no flag).
+$PY - $C/req/c-sm90-bf16-pruned.json $K <<'PYEOF'
+import json, sys
+from pathlib import Path
+from builder.core.options import Options
+from builder.kernels.request import KernelOptions, kernel_request
+options = Options(targets_file=Path("targets.toml"), target="sglang-0.5.16",
+                  cache_dir=Path(sys.argv[2]))
+request = kernel_request(options, KernelOptions(
+    lane="13.0", arch_list=("9.0a",), groups=("fused_moe_sm90",),
+    moe_variants=("bf16 x bf16",)))
+json.dump(request.describe(), open(sys.argv[1], "w"), indent=2)
+print(request.version, request.groups, request.moe_variants)
+PYEOF
 # FlashInfer 0.7.2 (65 MB as a wheel): its tree less what no JIT spec of the builder's groups
 # reads (experimental/, moe_ep/, the cuDNN frost MoE's Python backend), xz-compressed.
 FI72=$(ls $K/wheelhouse/*/flashinfer_python-0.7.2-py3-none-any.whl | head -1)

@@ -352,6 +352,12 @@ def test_kernels_plan_writes_the_derived_request(shared_cache: Path, tmp_path: P
             "because": "moe_runner=flashinfer_cutlass",
             "function": "flashinfer.jit.fused_moe.gen_cutlass_fused_moe_sm120_module"
             } in data["derived"]["needs"]
+    # the fused MoE is pruned to the model's pair (builder.kernels.prune), and says so
+    assert request.moe_variants == ("bf16 x bf16",)
+    assert request.version.endswith(".moefp16fp16xbf16bf16")
+    assert "moe_gemm_kernels_fp8_uint4.cu" in data["moe_prune"]["stubbed_units"]
+    assert "fused MoE pruned to bf16 x bf16: keeps moe_gemm_kernels_fp16_fp16.cu, " \
+        "moe_gemm_kernels_bf16_bf16.cu; stubs" in " ".join(done.stderr.split())
     bad = run_cli("kernels", "plan", "--target", "sglang-0.5.23", "--model", str(model),
                   "--output", str(out), "--", "--moe-runner-backend", "nope",
                   cache=shared_cache)
