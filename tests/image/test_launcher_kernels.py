@@ -34,6 +34,7 @@ from builder.image.profile import (
     launcher_module,
     load_profile,
     profile_path,
+    profile_reader,
 )
 from builder.kernels import coverage, jitcache
 from builder.kernels.derive import SCRIPT
@@ -228,8 +229,11 @@ def test_the_launcher_refuses_a_wheel_lacking_a_derived_module_and_starts_with_o
     assert refused.stdout == ""  # nothing started, not even the dry run's line
     line = refused.stderr.strip().splitlines()[-1]
     assert f"does not cover {model} with these flags: missing {says}" in line
+    # the command builds for the whole command line: the profile's flags, then the user's
+    profile_flags = shlex.join(load_profile(Path(profile), TARGETS.get(target)).argv(
+        "rtx-pro-6000", 2 if flags else 1, profile_reader().given_options(list(args))))
     assert f"build the set: python -m builder kernels build --target {target} --model " \
-        f"{model} -- --max-running-requests" in line
+        f"{model} -- {profile_flags}{' ' if flags else ''}{shlex.join(flags)}; or set " in line
     assert "SGLANG_SM120_SKIP_KERNEL_CHECK=1" in line
     started = launch(env.python, *args, path=f"{patched}{os.pathsep}{covering}", **common)
     assert started.returncode == 0, started.stderr[-3000:]
