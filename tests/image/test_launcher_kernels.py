@@ -10,7 +10,6 @@ its own Python; the kernel wheels are written by the builder's own packers
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shlex
