@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from builder.cli.common import add_command, cache_root
-from builder.core.cache import default_cache_root
+from builder.core.cache import KINDS, default_cache_root
 from builder.core.errors import BuildError, ConfigurationError
 
 if TYPE_CHECKING:
@@ -24,6 +24,7 @@ examples:
   python -m builder cache list
   python -m builder cache prune --older-than 30   # entries not used for 30 days
   python -m builder cache clean                   # everything
+  python -m builder cache clean behaviour-env     # the behaviour environments alone
   python -m builder cache list --cache-dir /scratch/sm120-cache --json
 """
 
@@ -47,8 +48,21 @@ def add_commands(commands: Any) -> None:
         if name == "prune":
             action.add_argument("--older-than", type=_days, required=True, metavar="DAYS",
                                 help="remove entries last used more than DAYS days ago")
+        if name != "list":
+            action.add_argument("kinds", nargs="*", type=_kind, metavar="KIND",
+                                help="only entries of these kinds (default: every kind; "
+                                     "behaviour-env alone frees about 3.8 GB a release): "
+                                     + ", ".join(KINDS))
         action.set_defaults(handler={"list": _cmd_cache_list, "prune": _cmd_cache_prune,
                                      "clean": _cmd_cache_clean}[name])
+
+
+def _kind(text: str) -> str:
+    # not choices=: argparse 3.11 checks an empty nargs="*" default against them
+    if text not in KINDS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a cache kind (one of "
+                                         f"{', '.join(KINDS)})")
+    return text
 
 
 def _days(text: str) -> float:
@@ -88,14 +102,15 @@ def _cmd_cache_prune(args: argparse.Namespace, reporter: Reporter) -> dict[str, 
     from builder.core.cache import prune_cache
 
     root = cache_root(args)
-    return _removed(root, prune_cache(root, older_than_days=args.older_than), reporter)
+    return _removed(root, prune_cache(root, older_than_days=args.older_than,
+                                              kinds=args.kinds), reporter)
 
 
 def _cmd_cache_clean(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     from builder.core.cache import prune_cache
 
     root = cache_root(args)
-    return _removed(root, prune_cache(root, older_than_days=None), reporter)
+    return _removed(root, prune_cache(root, older_than_days=None, kinds=args.kinds), reporter)
 
 
 def _removed(root: Path, pruned: Pruned, reporter: Reporter) -> dict[str, Any]:

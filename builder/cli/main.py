@@ -188,6 +188,19 @@ def _hoist_shared(argv: list[str]) -> tuple[list[str], list[tuple[str, list[str]
     return front + rest, given
 
 
+def _refuse_two_values(parser: argparse.ArgumentParser,
+                       shared: list[tuple[str, list[str]]]) -> None:
+    """Refuse a shared option given twice with different values (before and after the
+    command, say): argparse would keep the last one silently."""
+    seen: dict[str, str] = {}
+    for flag, words in shared:
+        value = words[0].split("=", 1)[1] if "=" in words[0] else " ".join(words[1:])
+        if flag in seen and seen[flag] != value:
+            parser.error(f"argument {flag}: given twice, as {seen[flag]!r} and {value!r} "
+                         "(give it once)")
+        seen[flag] = value
+
+
 def _terminate(number: int, _frame: object) -> None:
     raise KeyboardInterrupt(number)
 
@@ -247,6 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _Parser.json_errors = "--json" in given
         parser.error(str(exc))
     _Parser.json_errors = any(flag == "--json" for flag, _ in shared)
+    _refuse_two_values(parser, shared)
     args, extra = parser.parse_known_args(arguments)
     extra += [word for flag, words in shared if SHARED_DEST[flag] not in args.shared
               for word in words]

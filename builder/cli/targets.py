@@ -224,7 +224,8 @@ def _cmd_add_target(args: argparse.Namespace, reporter: Reporter) -> dict[str, A
                 f"launch profile derived from {derived.neighbour}'s (patches in effect: "
                 + ("the same" if derived.same_patches else ", ".join(derived.differ))
                 + f"); {len(derived.recheck)} claim(s) to re-check in "
-                f"{target.upstream_version}'s code, marked RE-CHECK in the file:\n"
+                f"{target.upstream_version}'s code, marked RE-CHECK in the file"
+                + (" it would write" if report.status == "dry-run" else "") + ":\n"
                 + "\n".join(f"  {line}" for line in derived.recheck))
         if report.gaps:
             reporter.result(f"{target.name} still lacks:")

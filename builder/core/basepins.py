@@ -180,6 +180,23 @@ def load_base_pins(path: Path) -> BasePins:
     """
     raw = read_input(path, "base image pins file", "run from the project root, or pass "
                      "--pins-file")
+    return parse_base_pins(path, raw)
+
+
+def parse_base_pins(path: Path, raw: bytes) -> BasePins:
+    """Parse a pins file's bytes (:func:`load_base_pins` without the read; ``add-target
+    --dry-run`` reads the file it would write).
+
+    Args:
+        path: the file the bytes are (or would be), for messages.
+        raw: its content.
+
+    Returns:
+        the entries, in file order.
+
+    Raises:
+        BuilderError: not TOML, or an entry is malformed.
+    """
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:

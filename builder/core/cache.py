@@ -35,7 +35,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -767,7 +767,7 @@ class Pruned:
 
 
 def prune_cache(root: Path, *, older_than_days: float | None,
-                now: float | None = None) -> Pruned:
+                now: float | None = None, kinds: Collection[str] = ()) -> Pruned:
     """Remove the entries not used for ``older_than_days`` days (``None``: every entry),
     and the temporary folders of builds that were killed.
 
@@ -778,6 +778,8 @@ def prune_cache(root: Path, *, older_than_days: float | None,
         root: the cache root.
         older_than_days: the age, by last use, from which an entry goes.
         now: the current time (seconds since the epoch; default: now).
+        kinds: only entries of these kinds (of :data:`KINDS`; empty: every kind), e.g.
+            ``behaviour-env`` alone (3.8 GB a release).
 
     Returns:
         What was removed, left alone and could not be removed.
@@ -785,9 +787,14 @@ def prune_cache(root: Path, *, older_than_days: float | None,
     Raises:
         ConfigurationError: ``root`` is not a builder cache (no ``CACHEDIR.TAG`` of the
             builder's, see :func:`is_cache`), its ``.in-use`` is a link, or
-            ``older_than_days`` is not an age (see :func:`check_days`); nothing is removed.
+            ``older_than_days`` is not an age (see :func:`check_days`), or a kind is not
+            one of :data:`KINDS`; nothing is removed.
         BuilderError: a running build holds the cache (then nothing is removed).
     """
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown:
+        raise ConfigurationError(f"{', '.join(unknown)}: not a cache kind",
+                                 f"one of {', '.join(KINDS)}")
     if older_than_days is not None:
         check_days(older_than_days)
     if not root.is_dir():
@@ -805,11 +812,12 @@ def prune_cache(root: Path, *, older_than_days: float | None,
     failed: list[tuple[Path, str]] = []
     with _exclusive(root):
         entries, skipped = _scan(root)
-        for kind in KINDS:
+        for kind in kinds or KINDS:
             if (root / kind).is_dir() and not (root / kind).is_symlink():
                 failed += _remove_orphans(root / kind)
         for entry in entries:
-            if limit is not None and entry.last_used >= limit:
+            if (limit is not None and entry.last_used >= limit) or \
+                    (kinds and entry.kind not in kinds):
                 continue
             try:
                 left = _remove(entry.path)

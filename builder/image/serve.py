@@ -4,6 +4,7 @@ and tensor-parallel size, for a pip install (the same rules as the image's
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 from typing import Any
@@ -30,11 +31,13 @@ def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profil
         kernel_wheel: the kernel wheel to check (``None``: the one installed here, if any).
 
     Returns:
-        ``{"target", "gpu", "tp", "profile", "env", "argv", "command", "checked",
-        "requirements"}``.
+        ``{"target", "gpu", "tp", "profile", "env", "argv", "command", "checked", "notes",
+        "requirements"}`` (``notes``: the profile's graph bounds lowered to the user's
+        request cap, ``fit_graph_bounds`` of the profile reader).
 
     Raises:
-        ConfigurationError: an empty model, ``--model-path`` among ``extra``, a TP size
+        ConfigurationError: an empty model, a model or argument that is not valid UTF-8,
+            ``--model-path`` among ``extra``, a TP size
             among ``extra`` (any spelling the release's parser reads) other than ``tp``, a
             profile without that GPU or without per-GPU entries, or (``check``) a command
             the release's parser refuses, or a kernel wheel that does not cover the model
@@ -53,6 +56,14 @@ def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profil
     if not model.strip():
         raise ConfigurationError("--model is empty", "give the model folder or Hugging Face "
                                  "name, e.g. --model /models/qwen3-30b-a3b")
+    for arg in (model, *extra):
+        try:
+            arg.encode()
+        except UnicodeEncodeError:  # bytes the file system gave, not text: unprintable
+            raise ConfigurationError(f"{os.fsencode(arg).decode('ascii', 'backslashreplace')} is "
+                                     "not valid UTF-8, so the command printed would not be "
+                                     "the one given", "rename the path (or link to it) with a "
+                                     "UTF-8 name") from None
     reader = profile_reader()
     typed = [arg.split("=", 1)[0] for arg in extra
              if arg.startswith("--") and reader.is_model_option(arg.split("=", 1)[0])]
@@ -80,7 +91,11 @@ def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profil
     launcher = launcher_module()
     user = ["--model-path", model, *extra]
     given = reader.given_options(user)
-    server_argv = [*profile.argv(gpu, tp, given), *user]
+    args = profile.resolve(gpu, tp)
+    lowered = reader.fit_graph_bounds(args, list(extra))
+    for note in lowered:
+        reporter.info(f"warning: {note}")
+    server_argv = [*reader.to_argv(args, given), *user]
     env = dict(launcher.SERVER_ENV)
     command = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + \
         shlex.join(["python", "-m", "sglang.launch_server", *server_argv])
@@ -107,7 +122,7 @@ def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profil
     return {"target": target.name, "gpu": gpu, "tp": tp,
             "profile": str(profile.path), "env": env,
             "argv": ["python", "-m", "sglang.launch_server", *server_argv],
-            "command": command, "checked": checked,
+            "command": command, "checked": checked, "notes": lowered,
             "requirements": [f"sglang=={target.upstream_version}+{target.local_label}",
                              "flashinfer-jit-cache (the kernel wheels: docs/kernels-current.md)"]}
 

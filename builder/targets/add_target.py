@@ -472,16 +472,16 @@ def run_add_target(options: Options, version: str, *, local_label: str = DEFAULT
                                  targets=[t for t in targets.targets.values()
                                           if t.name != target.name],
                                  profiles=root / PROFILES_DIR)
+    writes.add(options.targets_file, data, "the targets file")
+    pins = base_entry_bytes(pins_file, target.upstream_version, target.cuda_lane)
+    if pins is not None:
+        writes.add(pins_file, pins, "the base pins file")
+    stub = (profile_stub_bytes(profile, target.name, target.upstream_version)
+            if derived is None else derived.text.encode())
+    if stub is not None:
+        writes.add(profile, stub, "the launch profile")
     if not dry_run:
         status = added
-        writes.add(options.targets_file, data, "the targets file")
-        pins = base_entry_bytes(pins_file, target.upstream_version, target.cuda_lane)
-        if pins is not None:
-            writes.add(pins_file, pins, "the base pins file")
-        stub = (profile_stub_bytes(profile, target.name, target.upstream_version)
-                if derived is None else derived.text.encode())
-        if stub is not None:
-            writes.add(profile, stub, "the launch profile")
         written = [str(p) for p, _, _ in writes.planned[1:]]
         if body_file is not None:
             check_writable(body_file, "--body-file")
@@ -490,7 +490,8 @@ def run_add_target(options: Options, version: str, *, local_label: str = DEFAULT
     try:
         gaps = target_gaps(series=series, matrix=matrix, version=str(wanted),
                            lane=target.cuda_lane, name=target.name, root=root,
-                           older=[t.upstream_version for t in targets.targets.values()])
+                           older=[t.upstream_version for t in targets.targets.values()],
+                           planned={p: d for p, d, _ in writes.planned} if dry_run else None)
         steps = checklist(target.name, str(wanted),
                           failing=[g.subject for g in gaps if g.kind == "patch"],
                           ended=[g.subject for g in gaps if g.kind == "patch-range"],

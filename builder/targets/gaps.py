@@ -25,13 +25,14 @@ import os
 import re
 import tempfile
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from packaging.version import Version
 
-from builder.core.basepins import PINS_FILE, load_base_pins
+from builder.core.basepins import PINS_FILE, BasePins, load_base_pins, parse_base_pins
 from builder.core.errors import ConfigurationError
 from builder.core.userfiles import with_line_endings_of
 from builder.image.profile import PROFILES_DIR
@@ -194,11 +195,15 @@ def _range_gaps(series: Series, in_effect: set[str], obsolete: set[str], version
             for name in ended.values()]
 
 
-def _base_gaps(root: Path, name: str, version: str, lane: str) -> list[Gap]:
+def _base_gaps(root: Path, name: str, version: str, lane: str,
+               planned: Mapping[Path, bytes]) -> list[Gap]:
     # ``base-digest``: no [[base]] for the release and lane, or its digest unresolved.
     release = Version(version)
     pins_path = root / PINS_FILE
-    pins = load_base_pins(pins_path) if pins_path.exists() else None
+    if pins_path in planned:
+        pins: BasePins | None = parse_base_pins(pins_path, planned[pins_path])
+    else:
+        pins = load_base_pins(pins_path) if pins_path.exists() else None
     pin = next((p for p in pins.runtime() if p.upstream_version == release
                 and p.cuda_lane == lane), None) if pins else None
     if pin is None:
@@ -211,15 +216,16 @@ def _base_gaps(root: Path, name: str, version: str, lane: str) -> list[Gap]:
     return []
 
 
-def _profile_gaps(root: Path, name: str) -> list[Gap]:
+def _profile_gaps(root: Path, name: str, planned: Mapping[Path, bytes]) -> list[Gap]:
     # ``launch-profile``: no profile, one without [gpu.*] values, or claims still marked.
     profile = root / PROFILES_DIR / f"{name}.toml"
     try:
-        data = tomllib.loads(profile.read_text())
+        text = planned[profile].decode() if profile in planned else profile.read_text()
+        data = tomllib.loads(text)
     except (FileNotFoundError, tomllib.TOMLDecodeError, UnicodeDecodeError):
-        data = {}  # reported below as a profile to write
+        text, data = "", {}  # reported below as a profile to write
     if data.get("gpu"):  # per-GPU values ([args] may rightly be empty, as in 0.5.23's)
-        marks = sum(line.lstrip().startswith(MARK) for line in profile.read_text().splitlines())
+        marks = sum(line.lstrip().startswith(MARK) for line in text.splitlines())
         if marks:
             return [Gap("launch-profile", str(PROFILES_DIR / profile.name),
                         f"{marks} claim(s) marked RE-CHECK (derived from a neighbour's "
@@ -227,7 +233,7 @@ def _profile_gaps(root: Path, name: str) -> list[Gap]:
                         f"then python -m builder serve-command --target {name} --check --all")]
         return []
     return [Gap("launch-profile", str(PROFILES_DIR / profile.name),
-                "no launch profile values" if profile.exists() else "no launch profile",
+                "no launch profile values" if text or profile.exists() else "no launch profile",
                 "fill [args] and the [gpu.*] tables from the nearest release's profile "
                 "and check them: python -m builder serve-command --check")]
 
@@ -256,7 +262,8 @@ def in_effect(matrix: Matrix, version: str) -> set[str]:
 
 
 def target_gaps(*, series: Series, matrix: Matrix, version: str, lane: str, name: str,
-                root: Path, older: list[Version]) -> tuple[Gap, ...]:
+                root: Path, older: list[Version],
+                planned: Mapping[Path, bytes] | None = None) -> tuple[Gap, ...]:
     """What target ``name`` (release ``version``, CUDA ``lane``) still lacks.
 
     Args:
@@ -267,6 +274,8 @@ def target_gaps(*, series: Series, matrix: Matrix, version: str, lane: str, name
         name: the target's name (its profile's file name).
         root: the project root (``images/`` is under it).
         older: the upstream versions of the other pinned targets (older and newer).
+        planned: files not written yet, read instead of the disk's (``add-target
+            --dry-run``: the gaps the real run would leave), by path under ``root``.
 
     Returns:
         the gaps, in the order of the module docstring's list.
@@ -276,7 +285,8 @@ def target_gaps(*, series: Series, matrix: Matrix, version: str, lane: str, name
     obsolete = {p for p, cell in cells.items() if cell.status == "obsolete"}
     return tuple(_patch_gaps(cells, version, name)
                  + _range_gaps(series, effective, obsolete, version, older)
-                 + _base_gaps(root, name, version, lane) + _profile_gaps(root, name)
+                 + _base_gaps(root, name, version, lane, planned or {})
+                 + _profile_gaps(root, name, planned or {})
                  + _behaviour_gaps(series, effective, version))
 
 

@@ -213,6 +213,18 @@ def test_shared_options_work_after_the_command_and_are_refused_where_unread(
     assert "unrecognized arguments: --docker-host" in capsys.readouterr().err
 
 
+def test_a_shared_option_given_twice_with_different_values_is_refused(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as done:  # before and after the command
+        main(["--cache-dir", str(tmp_path / "a"), "cache", "list", "--cache-dir",
+              str(tmp_path / "b")])
+    assert done.value.code == 2
+    assert "argument --cache-dir: given twice" in capsys.readouterr().err
+    # the same value twice (= or a word) says one thing: taken
+    assert main(["cache", "list", "--json", f"--cache-dir={tmp_path}", "--cache-dir",
+                 str(tmp_path)]) == 0
+
+
 def test_exit_statuses_are_one_table_in_help_and_docs(capsys: pytest.CaptureFixture[str]
                                                       ) -> None:
     with pytest.raises(SystemExit):

@@ -197,6 +197,25 @@ def test_removal_follows_no_link_and_leaves_other_kinds_alone(tmp_path: Path) ->
     assert (cache / "wheel" / ("b" * 8)).is_symlink()
 
 
+def test_prune_and_clean_can_take_one_kind_alone(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    subprocess.run(["python", "-c", "import sys; from pathlib import Path; "
+                    "from builder.core.cache import Cache; c = Cache(Path(sys.argv[1])); "
+                    "[c.artifact(k, 'a' * 8, lambda t: (t / 'f').write_text('x') and None) "
+                    "for k in ('behaviour-env', 'behaviour-tilelang', 'wheel')]",
+                    str(cache)], check=True)
+    done = run_cli("cache", "prune", "--older-than", "0", "behaviour-env", "--json",
+                   "--cache-dir", str(cache))
+    assert done.returncode == 0, done.stdout
+    assert [e["kind"] for e in json.loads(done.stdout)["removed"]] == ["behaviour-env"]
+    done = run_cli("cache", "clean", "behaviour-tilelang", "wheel", "--json", "--cache-dir",
+                   str(cache))
+    assert sorted(e["kind"] for e in json.loads(done.stdout)["removed"]) == \
+        ["behaviour-tilelang", "wheel"]
+    done = run_cli("cache", "clean", "behaviour-envs", "--cache-dir", str(cache))
+    assert done.returncode == 2 and "'behaviour-envs' is not a cache kind" in done.stderr
+
+
 def test_a_delete_that_fails_is_reported_and_never_counted(tmp_path: Path) -> None:
     """A real failure even as root: an immutable file (``chattr +i``) cannot be unlinked."""
     cache = tmp_path / "cache"

@@ -85,6 +85,7 @@ def test_the_launcher_refuses_two_tp_sizes_that_differ() -> None:
     ("memory_gib = 32", 'memory_gib = "32"', "memory_gib = '32' is not a positive number"),
     ('"--max-running-requests" = 160', '"--max-running-requests" = inf', "is not an option"),
     ('"--max-running-requests" = 160', '"--tp" = 4', "'--tp' sets the TP size"),
+    ('"--max-running-requests" = 160', '"--model-path" = "/p"', "sets the model path"),
     ('target = "sglang-0.5.23"', 'target = 523', "target = 523 is not a string"),
 ])
 def test_the_profile_check_and_the_launcher_refuse_the_same_profile(
@@ -98,6 +99,36 @@ def test_the_profile_check_and_the_launcher_refuse_the_same_profile(
     done = launch("--model-path", "/m", "--tp", "2", profile=bad)
     assert done.returncode == 1 and message in done.stderr, done.stderr
     assert serve(tp="2", profile=bad).returncode == 2
+
+
+@pytest.mark.parametrize("cap", [["--max-running-requests", "64"], ["--max-running-requests=64"],
+                                 ["--max-running", "64"]], ids=" ".join)
+def test_a_request_cap_below_the_profiles_graph_bound_lowers_the_bound(cap: list[str]
+                                                                      ) -> None:
+    # TP 2 on an RTX 5090: the profile's cap and graph bound are 128 (TP2_CAPS).
+    note = "--cuda-graph-max-bs-decode 128 lowered to 64"
+    image = launch("--model-path", "/m", "--tp", "2", *cap)
+    assert image.returncode == 0 and note in image.stderr, image.stderr
+    argv = shlex.split(image.stdout)
+    assert argv[argv.index("--cuda-graph-max-bs-decode") + 1] == "64"
+    assert argv[-len(cap):] == cap  # the user's cap is the last word: it wins at the server
+    done = serve(*cap, tp="2")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["argv"][answer["argv"].index("--cuda-graph-max-bs-decode") + 1] == "64"
+    assert [note in line for line in answer["notes"]] == [True]
+
+
+def test_a_graph_bound_the_user_gives_or_a_higher_cap_is_left_alone() -> None:
+    done = serve("--max-running-requests", "64", "--cuda-graph-max-bs-decode", "100", tp="2")
+    answer = json.loads(done.stdout)
+    assert answer["notes"] == [] and answer["argv"].count("--cuda-graph-max-bs-decode") == 1
+    done = serve("--max-running-requests", "512", tp="2")
+    answer = json.loads(done.stdout)
+    argv = answer["argv"]
+    assert answer["notes"] == [] and argv[argv.index("--cuda-graph-max-bs-decode") + 1] == "128"
+    image = launch("--model-path", "/m", "--tp", "2", "--max-running-requests", "many")
+    assert image.returncode == 0 and "lowered" not in image.stderr  # SGLang's parser says
 
 
 def test_a_profile_naming_another_target_is_refused(tmp_path: Path) -> None:

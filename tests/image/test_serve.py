@@ -187,7 +187,9 @@ def test_serve_command_refuses_bad_input(tmp_path: Path) -> None:
             ("m", ("--", "--model-path=/other"), "the model goes in --model, not after --"),
             # argparse's abbreviation and SGLang's alias name the same option
             ("m", ("--", "--model-pat", "/other"), "drop --model-pat and its value"),
-            ("m", ("--", "--model", "/other"), "drop --model and its value")):
+            ("m", ("--", "--model", "/other"), "drop --model and its value"),
+            # a path of bytes that are not UTF-8 (argv as Python decodes it): unprintable
+            (os.fsdecode(b"/m/\xff\xfe"), (), "/m/\\xff\\xfe is not valid UTF-8")):
         done = run_cli("serve-command", "--target", "sglang-0.5.23", "--gpu", "rtx-5090",
                        "--tp", "1", "--model", model, *extra)
         assert done.returncode == 2 and message in done.stderr, done.stderr

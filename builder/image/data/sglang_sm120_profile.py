@@ -43,6 +43,11 @@ TP_OPTION = "--tp-size"
 #: 0.5.16-0.5.23). ``--model-p...`` is unambiguous there; ``--model-`` is not (model_impl,
 #: model_checksum, model_loader_extra_config).
 MODEL_NAMES = ("--model-path", "--model")
+#: The request cap, and the CUDA graph bounds that must not exceed it (SGLang 0.5.16-0.5.23
+#: ``ServerArgs``: ``max_running_requests``, ``cuda_graph_max_bs``,
+#: ``cuda_graph_max_bs_decode``).
+MAX_RUNNING = "--max-running-requests"
+GRAPH_BOUNDS = ("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode")
 TOP_KEYS = ("target", "upstream_version", "args", "gpu")
 GPU_KEYS = ("name", "match", "memory_gib", "tp_sizes", "args", "tp")
 _OPTION = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_-]*")
@@ -174,6 +179,9 @@ def check_args(where: str, args: object) -> None:
             raise ProfileError(f"{where}: {option!r} sets the TP size",
                                "drop it: the TP size is the user's, and [gpu.NAME.tp.N] "
                                "holds what depends on it")
+        if is_model_option(option):  # the user's model always replaces it: never used
+            raise ProfileError(f"{where}: {option!r} sets the model path",
+                               "drop it: the model is the user's (--model-path)")
 
 
 def check_gpu(name: str, entry: object) -> None:
@@ -284,6 +292,48 @@ def resolve_args(table: dict[str, Any], gpu: str | None, tp: int | None) -> dict
     args.update(entry.get("tp", {}).get(str(tp), {}))
     args[TP_OPTION] = tp
     return args
+
+
+def fit_graph_bounds(args: dict[str, Any], argv: list[str]) -> list[str]:
+    """Lower the profile's CUDA graph bounds in ``args`` (in place) to the request cap the
+    user's ``argv`` gives, where the user gives no bound of their own.
+
+    A graph captured for a batch above ``--max-running-requests`` is never replayed (the
+    scheduler never forms that batch) and its memory comes out of the KV pool; SGLang lowers
+    only its own default bound to the cap (0.5.23 ``handle_gpu_memory_settings``), not one
+    given on the command line, which a profile's is.
+
+    Args:
+        args: the profile's resolved arguments (:func:`resolve_args`).
+        argv: the user's server arguments.
+
+    Returns:
+        one line per bound lowered, saying from what to what and why (empty: none; also
+        when the cap is not a whole number, which SGLang's parser then refuses).
+    """
+    cap = None
+    for index, arg in enumerate(argv):
+        option = option_of(arg)
+        if option is None or len(option) < len("--max-running") or \
+                not MAX_RUNNING.startswith(option):
+            continue
+        text = arg.split("=", 1)[1] if "=" in arg else \
+            (argv[index + 1] if index + 1 < len(argv) else "")
+        try:
+            cap = int(text)
+        except ValueError:  # SGLang's own parser refuses it, with its own words
+            cap = None
+    given = given_options(argv)
+    notes = []
+    for bound in GRAPH_BOUNDS:
+        value = args.get(bound)
+        if cap is None or bound in given or isinstance(value, bool) or \
+                not isinstance(value, int) or value <= cap:
+            continue
+        args[bound] = cap
+        notes.append(f"the profile's {bound} {value} lowered to {cap}, your "
+                     f"{MAX_RUNNING} (a graph above the request cap is never used)")
+    return notes
 
 
 def to_argv(args: dict[str, Any], given: set[str]) -> list[str]:
