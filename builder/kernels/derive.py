@@ -50,6 +50,7 @@ _SCRIPTS = Path(__file__).resolve().parent.parent / "behaviour" / "script"
 SCRIPT = _SCRIPTS / "select_backends.py"
 _PREFIX = "SELECTED "
 
+
 def derive(selection: dict[str, Any], arch_list: tuple[str, ...]) -> Derived:
     """The module groups, head dims and variants a selection loads
     (:func:`builder.kernels.coverage.derive`, :data:`TABLE`).
