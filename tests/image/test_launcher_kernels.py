@@ -127,6 +127,11 @@ def test_the_image_context_carries_the_launchers_rules_and_the_selection(
                  if name.startswith(f"sm120/{SELECT_FOLDER}/")}
     assert {p.name for p in SCRIPT.parent.glob("*.py")} == selection
     assert launcher_module().SELECT_DIRS[0] == SELECT_FOLDER
+    dockerfile_text = (REPO / "images" / "Dockerfile").read_text()
+    for source in BESIDE_SOURCES:  # the image installs each beside the launcher
+        assert f"/tmp/sm120-files/{source.name} /usr/local/bin/{source.name}" in dockerfile_text
+    assert f"cp -r /tmp/sm120-files/{SELECT_FOLDER} /usr/local/bin/{SELECT_FOLDER}" in \
+        dockerfile_text
     # the image's layout: the launcher finds its rules beside it (a planted bad rules file
     # would be loaded, proving it is the one beside the launcher that is read)
     root = tmp_path / "bin"
