@@ -171,6 +171,33 @@ def test_an_image_without_the_selection_says_so_and_starts(tmp_path: Path) -> No
         done.stderr
 
 
+def test_a_wheel_whose_arch_does_not_run_on_the_gpu_is_refused_before_any_selection(
+        tmp_path: Path) -> None:
+    """The GPU's compute capability is ``nvidia-smi``'s (a script standing in for the
+    driver's tool here): a 12.0f wheel on a 9.0 GPU is refused at once; on a 12.0 GPU the
+    check goes on to the selection (which this Python, without sglang, cannot run)."""
+    site = kernel_site(tmp_path / "k", "sglang-0.5.23", "0.7.2", ("norm",))
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for capability, name in (("9.0", "NVIDIA H200"), ("12.0", "NVIDIA RTX PRO 6000")):
+        smi = tools / "nvidia-smi"
+        smi.write_text(f'#!/bin/sh\ncase "$1" in --query-gpu=compute_cap) echo {capability};; '
+                       f'*) echo "{name}";; esac\n')
+        smi.chmod(0o755)
+        done = launch(sys.executable, "--model-path", str(model), path=str(site),
+                      PATH=f"{tools}:/usr/bin:/bin")
+        if capability == "9.0":
+            assert done.returncode == 2 and done.stdout == "", done.stderr
+            assert "no installed kernel wheel holds an arch for this GPU (compute capability " \
+                "9.0; they hold 12.0f)" in done.stderr
+        else:
+            assert done.returncode == 0, done.stderr
+            assert "kernel coverage not checked: the backend selection failed" in done.stderr
+
+
 # --- slow: the release's own selection in its environment, both directions -------------------
 
 #: (target, zoo form, extra flags, the group left out, what the refusal names).
