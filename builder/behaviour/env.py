@@ -1,7 +1,9 @@
 """A release's behaviour environment: its own pinned Python dependencies on a CPU torch.
 
-One base environment holds the CPU torch (PyPI's ``torch`` 2.13.0 build, the one CPU build
-pip can get for every release here); each release's environment sees it through a ``.pth``
+One base environment holds ``torch==2.13.0`` as the user's pip resolves it (the code runs it
+on the CPU either way): the ``+cpu`` build where PyTorch's CPU index or a wheelhouse offers it,
+else PyPI's Linux build, which is a CUDA build with its ``nvidia-*`` wheels (:data:`SIZES`).
+Each release's environment sees it through a ``.pth``
 file and installs the release's wheel without its dependencies, then every dependency the
 wheel's ``Requires-Dist`` names except :data:`NOT_INSTALLED`. Both are cache entries keyed
 by what they hold, so a second run installs nothing.
@@ -30,7 +32,9 @@ from builder.core.errors import BuildError
 from builder.core.progress import Reporter
 from builder.core.wheelmeta import requires_dist, wheel_metadata
 
-#: The CPU torch every behaviour environment shares (PyPI's plain 2.13.0 is a CPU build).
+#: The torch every behaviour environment shares, run on the CPU. ``==2.13.0`` also matches
+#: ``2.13.0+cpu`` (PEP 440: a local label matches a specifier without one) and pip prefers it
+#: where an index offers it; PyPI alone has only the CUDA build (issue 37's walk).
 TORCH = "torch==2.13.0"
 
 #: Dependencies not installed: compiled CUDA kernels a CPU cannot load (stood in for by
@@ -108,9 +112,13 @@ def _pin_of(left_out: list[str], distribution: str) -> str:
 
 
 #: The disk the behaviour stage takes, measured on SGLang 0.5.22 and 0.5.21 (issue 39):
-#: each release's environment, the CPU torch shared by all (once), and the TileLang
-#: install of a release's kernel-fit check.
-SIZES = {"environment": "3.8 GB per release", "torch": "0.9 GB once (the CPU torch)",
+#: each release's environment, the torch shared by all (once: 0.9 GB measured for
+#: ``2.13.0+cpu`` from a wheelhouse; PyPI's CUDA build with its ``nvidia-*`` wheels is about
+#: 4.7 GB, issue 37's walk, not measured here), and the TileLang install of a release's
+#: kernel-fit check.
+SIZES = {"environment": "3.8 GB per release",
+         "torch": "0.9 GB once as the +cpu build (PyTorch's CPU index or a wheelhouse), "
+                  "about 4.7 GB as PyPI's CUDA build",
          "tilelang": "0.28 GB per release"}
 _NO_SPACE = re.compile(r"No space left on device|\[Errno 28\]|ENOSPC")
 
@@ -209,7 +217,7 @@ def behaviour_env(wheel: Path, release: str, *, cache: Cache,
 
     def make_base(folder: Path) -> dict[str, str]:
         python = _venv(folder / "venv")
-        _pip(python, [TORCH], reporter, f"CPU {TORCH} for the behaviour checks",
+        _pip(python, [TORCH], reporter, f"{TORCH} for the behaviour checks (run on the CPU)",
              SIZES["torch"])
         _pip(python, ["--no-deps", _TORCHVISION], reporter, "torchvision's Python")
         return {"torch": TORCH}

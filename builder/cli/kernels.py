@@ -178,6 +178,11 @@ def _request_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arch-list", type=comma_names, metavar="ARCH,...",
                         help="archs other than the target's, e.g. 9.0a to smoke-test on a "
                              "Hopper GPU (the wheel's label then names them)")
+    parser.add_argument("--moe-variants", type=_variants, metavar="'A x W',...",
+                        help="prune the CUTLASS fused MoE modules to these dtype pairs "
+                             "(nvfp4 x nvfp4, fp8 x fp8, fp8 x int4, bf16 x mxfp4, bf16 x "
+                             "bf16): the other pairs' units become stubs that fail when "
+                             "used (default: every pair; with --model: the model's)")
     parser.add_argument("--fast-build", action="store_true",
                         help="compile the fused MoE modules with TensorRT-LLM's FAST_BUILD: "
                              "of the TMA warp-specialised grouped GEMMs only CTA 128x128 "
@@ -213,6 +218,11 @@ def _build_args(parser: argparse.ArgumentParser) -> None:
                              "container runs so: its log streams while stdout stays JSON)")
     parser.add_argument("--verbose", action="store_true",
                         help="print every compiler line, not just the steps")
+
+
+def _variants(text: str) -> tuple[str, ...]:
+    """``"nvfp4 x nvfp4,bf16 x bf16"`` -> the variants, spaces normalised."""
+    return tuple(" ".join(v.split()) for v in text.split(",") if v.strip())
 
 
 def _shard(text: str) -> Any:
@@ -262,7 +272,8 @@ def _cmd_kernels_build(args: argparse.Namespace, reporter: Reporter) -> dict[str
         nvcc=args.nvcc, build_torch=args.build_torch, wheelhouse=args.wheelhouse,
         sccache=args.sccache, jobs=args.jobs, request_file=args.request,
         shard=args.shard, step_costs=args.step_costs, fast_build=args.fast_build,
-        model=args.model, server_flags=tuple(args.server_flags)))
+        model=args.model, server_flags=tuple(args.server_flags),
+        moe_variants=args.moe_variants))
 
 
 def _cmd_kernels_container(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
@@ -274,18 +285,20 @@ def _cmd_kernels_container(args: argparse.Namespace, reporter: Reporter) -> dict
         sccache=args.sccache, jobs=args.jobs, base_image=args.base_image,
         toolkit=args.toolkit, engine=args.docker_host, request_file=args.request,
         pins_file=args.pins_file, shard=args.shard, step_costs=args.step_costs,
-        fast_build=args.fast_build))
+        fast_build=args.fast_build, moe_variants=args.moe_variants))
 
 
 def _cmd_kernels_plan(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     import json
 
     from builder.core.cache import atomic_write_bytes
-    from builder.kernels.request import KernelOptions, derived_request
+    from builder.kernels.prune import moe_prune_plan
+    from builder.kernels.request import KernelOptions, derived_moe_variants, derived_request
 
     kernel = KernelOptions(lane=args.cuda_lane, groups=args.modules, head_dims=args.head_dims,
                            arch_list=args.arch_list, fast_build=args.fast_build,
-                           model=args.model, server_flags=tuple(args.server_flags))
+                           model=args.model, server_flags=tuple(args.server_flags),
+                           moe_variants=args.moe_variants)
     request, derived = derived_request(options(args, reporter), kernel)
     written = request.describe()
     if derived is not None:  # read back by KernelRequest.from_json, which ignores it
@@ -296,6 +309,16 @@ def _cmd_kernels_plan(args: argparse.Namespace, reporter: Reporter) -> dict[str,
                           + (f" ({need.variant})" if need.variant else ""))
         for note in derived.unbuildable:
             reporter.info(f"warning: not in any module group (JIT would compile it): {note}")
+        _variants_kept, why = derived_moe_variants(derived, str(request.pins.flashinfer))
+        if why:
+            reporter.info(f"the fused MoE module is built whole: {why}")
+    if request.moe_variants:
+        written["moe_prune"] = moe_prune_plan(request.moe_variants)
+        plan = written["moe_prune"]
+        reporter.info(f"fused MoE pruned to {', '.join(request.moe_variants)}: keeps "
+                      f"{', '.join(plan['kept_units'])}; stubs "
+                      f"{', '.join(plan['stubbed_units'])} and drops the generated "
+                      "launchers only those call")
     atomic_write_bytes(args.output, (json.dumps(written, indent=2) + "\n").encode())
     reporter.result(f"{request.target}: flashinfer_jit_cache {request.version}, "
                     f"{', '.join(request.groups)} for {' '.join(request.arch_list)} "

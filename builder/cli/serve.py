@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 _EPILOG = """\
 examples:
-  python -m builder serve-command --target sglang-0.5.23 --gpu rtx-pro-6000 --tp 4 \\
+  python -m builder serve-command --target sglang-0.5.23 --gpu rtx-pro-6000 --tp 8 \\
       --model /models/DeepSeek-V3-0324-FP4
   python -m builder serve-command --target sglang-0.5.23 --gpu rtx-5090 --tp 2 \\
       --model /models/m --check --json -- --port 30001
@@ -25,7 +25,9 @@ patched sglang wheel and the FlashInfer kernel wheels are installed (docs/operat
 the profile's arguments for the GPU and TP size, then --model-path and whatever follows
 `--` (yours win over the profile's, as in the image's launcher). --check parses the line
 with the pinned release's own argument parser (the behaviour environment: the first run
-installs the release on a CPU torch, minutes; later runs find it in the cache), then
+installs the release and torch==2.13.0 as your pip resolves it, minutes: 0.9 GB as the +cpu
+build where PyTorch's CPU index or a wheelhouse offers it, about 4.7 GB as PyPI's CUDA
+build; later runs find it in the cache), then
 derives the FlashInfer modules the model and flags load (the release's own backend
 selection) and refuses a kernel wheel that lacks one, naming it and the `kernels build
 --model` command that builds the set (exit 2): --check WHEEL checks that wheel (from

@@ -82,8 +82,9 @@ EP 2), tiny model configurations, server arguments (lists expand to every combin
 ep_size = "tp" means EP = TP), the compute capabilities the device reports, and either
 `expect` (what the patched code must show in every case and upstream's in some case not)
 or `unchanged` (what the patch must leave as upstream has it). The first run installs the
-release with its pinned dependencies on a CPU torch (minutes; measured on disk: 3.8 GB per
-release, 0.9 GB for the CPU torch shared by all, 0.28 GB for a release's TileLang); later
+release with its pinned dependencies on a torch run on the CPU (minutes; on disk: 3.8 GB per
+release, the torch shared by all 0.9 GB as the +cpu build from PyTorch's CPU index or a
+wheelhouse, about 4.7 GB as PyPI's CUDA build, 0.28 GB for a release's TileLang); later
 runs find it in the cache. A full disk is reported as one, with the space needed; the
 verdicts computed before any failure are printed with it. Exit 5 when a behaviour is not
 proven. Nothing here runs on a GPU: the device is reported as one; no compiled kernel is

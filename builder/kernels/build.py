@@ -41,7 +41,7 @@ from builder.core.errors import (
     MissingToolError,
 )
 from builder.core.progress import Reporter
-from builder.kernels import jitcache, reproducible
+from builder.kernels import jitcache, prune, reproducible
 from builder.kernels.pins import DEFAULT_GROUPS, KernelPins, uses_providers
 from builder.kernels.preflight import preflight
 from builder.kernels.shard import Shard, StepCosts, partition
@@ -79,6 +79,20 @@ def check_groups(groups: tuple[str, ...]) -> None:
                                  "groups: norm, activation, sampling, rope, page, attention, "
                                  "trtllm_utils, fused_moe_smNN, fp4_quantization_smNN, "
                                  "fp4_gemm_smNN (e.g. fused_moe_sm120, fp4_quantization_sm120f)")
+def check_moe_variants(variants: tuple[str, ...]) -> None:
+    """Refuse MoE variants the prune rule does not know (:data:`prune.VARIANT_UNITS`).
+
+    Raises:
+        ConfigurationError: one is unknown.
+    """
+    if variants:
+        try:
+            prune.kept_units(variants)
+        except prune.PruneError as error:
+            raise ConfigurationError(str(error), "give --moe-variants from the known ones, "
+                                     "or leave it out for every dtype pair") from None
+
+
 #: The local label segment of a ``--fast-build`` kernel wheel (``0.6.14+sm120.1.cu130.fastbuild``).
 FAST_BUILD_LABEL = "fastbuild"
 
@@ -117,6 +131,8 @@ class KernelRequest:
         fast_build: compile the CUTLASS fused MoE modules with TensorRT-LLM's
             ``FAST_BUILD`` (one TMA warp-specialised tile shape; for smoke tests, never
             for release).
+        moe_variants: prune the CUTLASS fused MoE modules to these dtype pairs
+            (:mod:`builder.kernels.prune`: ``"nvfp4 x nvfp4"``); empty: every pair.
     """
 
     target: str
@@ -128,6 +144,7 @@ class KernelRequest:
     head_dims: tuple[int, ...]
     epoch: int
     fast_build: bool = False
+    moe_variants: tuple[str, ...] = ()
 
     def describe(self) -> dict[str, Any]:
         """Return JSON-ready data (:meth:`from_json` reads it back)."""
@@ -137,6 +154,8 @@ class KernelRequest:
                      "epoch": self.epoch, "pins": self.pins.describe()}
         if self.fast_build:  # absent otherwise: the digests of full builds stay as they were
             described["fast_build"] = True
+        if self.moe_variants:  # likewise: an unpruned request keeps its digest
+            described["moe_variants"] = list(self.moe_variants)
         return described
 
     @classmethod
@@ -147,6 +166,12 @@ class KernelRequest:
             BuilderError: a field is missing or malformed.
         """
         fast = data.get("fast_build", False) if isinstance(data, dict) else False
+        variants = data.get("moe_variants", []) if isinstance(data, dict) else []
+        if not (isinstance(variants, list) and all(isinstance(v, str) for v in variants)):
+            raise ConfigurationError(f"not a kernel request (moe_variants is {variants!r}, "
+                                     "not a list of strings)", "write it with `python -m "
+                                     "builder kernels plan --output FILE`")
+        check_moe_variants(tuple(variants))
         if not isinstance(fast, bool):
             raise ConfigurationError(f"not a kernel request (fast_build is {fast!r}, not true or "
                                      "false)", "write it with `python -m builder kernels "
@@ -159,7 +184,8 @@ class KernelRequest:
                 tuple(pins["kernel"]) if pins["kernel"] else None,
                 pins["torch"], pins["cuda_python"]), data["version"],
                 tuple(data["arch_list"]), data["cuda_lane"], tuple(data["groups"]),
-                tuple(int(h) for h in data["head_dims"]), int(data["epoch"]), fast)
+                tuple(int(h) for h in data["head_dims"]), int(data["epoch"]), fast,
+                tuple(variants))
         except (KeyError, TypeError, ValueError, InvalidVersion) as error:
             what = f"no field {error}" if isinstance(error, KeyError) else str(error)
             raise ConfigurationError(
@@ -170,6 +196,14 @@ class KernelRequest:
             raise ConfigurationError(
                 f"the request's version {request.version} and its fast_build "
                 f"({str(fast).lower()}) disagree",
+                "write it again with `python -m builder kernels plan --output FILE`, not by "
+                "hand")
+        labels = request.version.partition("+")[2].lower().split(".")
+        if (variants and prune.version_label(tuple(variants)) not in labels) or (
+                not variants and any(w.startswith("moe") for w in labels)):
+            raise ConfigurationError(
+                f"the request's version {request.version} and its moe_variants "
+                f"({', '.join(variants) or 'none'}) disagree",
                 "write it again with `python -m builder kernels plan --output FILE`, not by "
                 "hand")
         if fast and not has_fused_moe(request.groups):
@@ -380,7 +414,10 @@ class KernelBuild:
                             "flags": {k: os.environ.get(k) for k in _FLAG_VARIABLES},
                             "driver": sha256_file(_DRIVER),
                             "jitcache": sha256_file(Path(jitcache.__file__)),
-                            "reproducible": reproducible.SCHEME})
+                            "reproducible": reproducible.SCHEME,
+                            # the prune rule decides a pruned module's sources
+                            **({"prune": sha256_file(Path(prune.__file__))}
+                               if request.moe_variants else {})})
 
 
 @dataclass(frozen=True)
@@ -835,7 +872,8 @@ def _run_driver(build: KernelBuild, site: _Site, extra: dict[str, Any],
         log = work / "build.log"
         argument = json.dumps({"out": str(work / "modules"), "groups": list(request.groups),
                                "head_dims": list(request.head_dims),
-                               "fast_build": request.fast_build, **extra})
+                               "fast_build": request.fast_build,
+                               "moe_variants": list(request.moe_variants), **extra})
         with build.reporter.working(title):
             code, out = _stream([str(env.python), str(_DRIVER), argument], environment, log,
                                 build.reporter)
@@ -897,7 +935,9 @@ def _compile(build: KernelBuild, site: _Site, tmp: Path,
                              f"expected exactly {', '.join(expected)}",
                              "check FLASHINFER_CUDA_ARCH_LIST and the module's own flags")
         entries.append({"name": name, "group": info["group"], "path": info["path"],
-                        "sha256": sha256_file(library), "sass": sass, "ptx": ptx})
+                        "sha256": sha256_file(library), "sass": sass, "ptx": ptx,
+                        # a pruned fused MoE: the dtype pairs it runs, what was stubbed
+                        **({"pruned": info["pruned"]} if info.get("pruned") else {})})
     flags = {name: [info["cflags"], info["cuda_cflags"]]
              for name, info in sorted(result["modules"].items())}
     manifest = {"schema": jitcache.MANIFEST_SCHEMA, "target": request.target,
@@ -909,6 +949,8 @@ def _compile(build: KernelBuild, site: _Site, tmp: Path,
                                                               host_compilers(), maps)}
     if request.fast_build:
         manifest["fast_build"] = True
+    if request.moe_variants:  # what the fused MoE modules cover (derive.missing_from)
+        manifest["moe_variants"] = list(request.moe_variants)
     if uses_providers(request.pins.flashinfer):
         provider = jitcache.pack_provider(modules, request.version, manifest, request.epoch,
                                           tmp)

@@ -11,7 +11,8 @@ words.
 
 Standard library only, Python 3.11 or newer; it reads no file (the callers read the
 manifests and checkpoint files, each with its own JSON reader) and imports nothing of the
-builder.
+builder but ``builder.kernels.prune`` (stdlib only too: which dtype pairs a pruned fused MoE
+module runs), which beside the launcher is ``sglang_sm120_prune.py``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+try:  # the builder's
+    from builder.kernels.prune import covers
+except ImportError:  # beside the image's launcher: sglang_sm120_prune.py, a copy of it
+    from sglang_sm120_prune import covers  # type: ignore[import-not-found,no-redef]
 
 #: The manifest a kernel wheel of this builder carries (``builder.kernels.jitcache`` writes
 #: it beside the package's ``__init__.py``, or in the provider's package from FlashInfer 0.7).
@@ -308,6 +314,20 @@ def covered_by(manifest: dict[str, Any]) -> tuple[set[str], set[int], set[str]]:
         {str(a) for a in manifest.get("arch_list") or ()}
 
 
+def moe_variants_of(manifest: dict[str, Any], group: str) -> list[str] | None:
+    """The dtype pairs a kernel wheel's fused MoE module ``group`` was pruned to (its
+    modules' ``pruned`` records, else the manifest's ``moe_variants``); ``None``: not
+    pruned (every pair), or not a fused MoE group."""
+    if not group.startswith("fused_moe_sm"):
+        return None
+    for module in manifest.get("modules") or ():
+        if isinstance(module, dict) and module.get("group") == group and \
+                isinstance(module.get("pruned"), dict):
+            return [str(v) for v in module["pruned"].get("variants") or ()]
+    variants = manifest.get("moe_variants")
+    return [str(v) for v in variants] if variants else None
+
+
 def missing_from(manifest: dict[str, Any], derived: Derived, arch_list: tuple[str, ...],
                  flashinfer: str | None = None) -> list[str]:
     """What the configuration loads that the kernel wheel lacks, one phrase each.
@@ -322,6 +342,11 @@ def missing_from(manifest: dict[str, Any], derived: Derived, arch_list: tuple[st
     missing = [f"module group {n.group} ({n.because}"
                + (f", {n.variant}" if n.variant else "") + ")"
                for n in derived.needs if n.group not in groups]
+    for need in derived.needs:
+        kept = moe_variants_of(manifest, need.group) if need.group in groups else None
+        if kept is not None and not covers(kept, need.variant):
+            missing.append(f"fused MoE dtype pair {need.variant} ({need.group} is pruned to "
+                           f"{', '.join(kept)})")
     missing = list(dict.fromkeys(missing))
     if "attention" in groups:
         missing += [f"attention head dim {h}" for h in derived.head_dims

@@ -12,8 +12,10 @@ Three parts:
   the patched code, the device reported as SM120), and :func:`derive`, which turns it into
   module groups, head dims and the variants inside the groups (:class:`Derived`).
 * :func:`missing_from` and :func:`require_coverage`: what a kernel wheel's manifest lacks
-  for a derived set, refused in one message that names the ``kernels`` command building it
-  (the launcher refuses with the same words: :func:`builder.kernels.coverage.refusal`).
+  for a derived set (a module group, a head dim, an arch, or a dtype pair its pruned fused
+  MoE module left out: :mod:`builder.kernels.prune`), refused in one message that names
+  the ``kernels`` command building it (the launcher refuses with the same words:
+  :func:`builder.kernels.coverage.refusal`).
 """
 
 from __future__ import annotations
@@ -40,11 +42,13 @@ from builder.kernels.coverage import (
     covered_by,
     has_fp4_linears,
     missing_from,
+    moe_variants_of,
 )
 
 __all__ = ["ATTENTION_DTYPES", "CHECKED_IN", "TABLE", "Derived", "ModuleRow", "Need",
            "build_command", "covered_by", "derive", "has_fp4_linears", "installed_manifest",
-           "missing_from", "read_model", "require_coverage", "run_select", "select_backends"]
+           "missing_from", "moe_variants_of", "read_model", "require_coverage", "run_select",
+           "select_backends"]
 
 _SCRIPTS = Path(__file__).resolve().parent.parent / "behaviour" / "script"
 SCRIPT = _SCRIPTS / "select_backends.py"

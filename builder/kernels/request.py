@@ -19,6 +19,7 @@ from builder.kernels.build import (
     FAST_BUILD_LABEL,
     KernelRequest,
     check_groups,
+    check_moe_variants,
     has_fused_moe,
 )
 from builder.kernels.derive import Derived
@@ -74,6 +75,9 @@ class KernelOptions:
             ``config.json``) and ``server_flags`` with the release's own selection
             (:mod:`builder.kernels.derive`); a trial build, never recorded in the lock.
         server_flags: the server flags the model will start with (with ``model``).
+        moe_variants: prune the CUTLASS fused MoE modules to these dtype pairs
+            (:mod:`builder.kernels.prune`); ``None``: every pair, or with ``model`` the
+            pairs the model runs.
     """
 
     lane: str | None = None
@@ -97,6 +101,7 @@ class KernelOptions:
     fast_build: bool = False
     model: Path | None = None
     server_flags: tuple[str, ...] = ()
+    moe_variants: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         """Refuse a jobs count that is not a whole number from 1 to :data:`MAX_JOBS`.
@@ -119,6 +124,12 @@ class KernelOptions:
             raise ConfigurationError("--model derives the module groups and head dims; "
                                      "--modules, --head-dims and --request name them",
                                      "give --model alone, or the groups without it")
+        if self.moe_variants is not None and (self.model is not None
+                                              or self.request_file is not None):
+            raise ConfigurationError("--moe-variants names the fused MoE dtype pairs that "
+                                     "--model derives and --request already holds",
+                                     "give --moe-variants with --modules or the target's "
+                                     "groups only")
 
 
 def derived_request(options: Options, kernel: KernelOptions
@@ -145,7 +156,39 @@ def derived_request(options: Options, kernel: KernelOptions
         raise ConfigurationError("--fast-build changes only the fused MoE modules, and this "
                                  "model's set has none", "leave --fast-build out")
     head_dims = derived.head_dims if "attention" in derived.groups else ()
-    return replace(request, groups=derived.groups, head_dims=head_dims), derived
+    variants, _why = derived_moe_variants(derived, str(request.pins.flashinfer))
+    version = request.version
+    if variants:
+        from builder.kernels import prune
+
+        version += "." + prune.version_label(variants)
+    return replace(request, groups=derived.groups, head_dims=head_dims, version=version,
+                   moe_variants=variants), derived
+
+
+def derived_moe_variants(derived: Derived, flashinfer: str
+                         ) -> tuple[tuple[str, ...], str | None]:
+    """The dtype pairs a derived set prunes its fused MoE modules to, or why it does not.
+
+    Returns:
+        ``(variants, None)`` when pruned; ``((), why)`` when the fused MoE module is built
+        whole (a variant without a rule, or a FlashInfer whose ``MoeGemmRunner`` was not
+        checked: :data:`builder.kernels.prune.CHECKED_HEADERS`); ``((), None)`` without one.
+    """
+    from builder.kernels import prune
+
+    variants = tuple(dict.fromkeys(n.variant for n in derived.needs
+                                   if n.group.startswith("fused_moe_sm")))
+    if not variants:
+        return (), None
+    if flashinfer not in prune.CHECKED_HEADERS:
+        return (), (f"FlashInfer {flashinfer}'s MoeGemmRunner was not checked for pruning "
+                    f"(checked: {', '.join(prune.CHECKED_HEADERS)})")
+    try:
+        prune.kept_units(variants)
+    except prune.PruneError as error:
+        return (), str(error)
+    return variants, None
 
 
 def kernel_request(options: Options, kernel: KernelOptions) -> KernelRequest:
@@ -196,9 +239,24 @@ def kernel_request(options: Options, kernel: KernelOptions) -> KernelRequest:
                                  "build once per arch (--arch-list 12.0f, then --arch-list 9.0a)")
     groups = tuple(kernel.groups or target.kernel_groups or default_groups(arch_list))
     check_groups(groups)
+    variants = tuple(kernel.moe_variants or ())
+    if variants:
+        from builder.kernels import prune
+
+        check_moe_variants(variants)
+        if not has_fused_moe(groups):
+            raise ConfigurationError("--moe-variants prunes the fused MoE modules, and none "
+                                     "is in the module groups", "add a fused_moe_smNN group "
+                                     "to --modules, or leave --moe-variants out")
+        if str(pins.flashinfer) not in prune.CHECKED_HEADERS:
+            raise ConfigurationError(
+                f"FlashInfer {pins.flashinfer}'s MoeGemmRunner members were not checked for "
+                f"pruning (checked: {', '.join(prune.CHECKED_HEADERS)})",
+                "leave --moe-variants out (the full fused MoE module)")
+        label += "." + prune.version_label(variants)  # never the full module's version
     # Head dims matter to the attention group alone (and so to the cache key).
     head_dims = (kernel.head_dims or target.head_dims or DEFAULT_HEAD_DIMS) \
         if "attention" in groups else ()
     return KernelRequest(target.name, pins, kernel_wheel_version(pins, label), arch_list, lane,
                          tuple(groups), tuple(head_dims), source.source_date_epoch,
-                         kernel.fast_build)
+                         kernel.fast_build, variants)

@@ -138,10 +138,11 @@ def run_kernels(options: Options, kernel: KernelOptions) -> KernelResult | Shard
         result = build_kernels(build, options.dist_dir)
     if lock is not None and isinstance(result, KernelResult):
         if kernel.groups is None and kernel.head_dims is None and kernel.arch_list is None \
-                and not kernel.fast_build and kernel.model is None:
+                and not kernel.fast_build and kernel.model is None \
+                and not request.moe_variants:
             lock.record("kernels", request.target, request.version, digest)
         else:  # checked above, but a trial subset must not claim the target's version
             options.reporter.info(f"{request.version} not recorded in versions.lock: a trial "
-                                  "build (--modules, --head-dims, --arch-list, --fast-build "
-                                  "or --model)")
+                                  "build (--modules, --head-dims, --arch-list, --fast-build, "
+                                  "--moe-variants or --model)")
     return result

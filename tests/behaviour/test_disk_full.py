@@ -47,3 +47,13 @@ def test_a_full_disk_is_said_as_such_with_the_space_needed(tmp_path: Path) -> No
                         "check the network (PyPI)")
     assert other.cause.endswith("No matching distribution found for tilelang==9")
     assert other.hint == "check the network (PyPI)"
+
+
+def test_the_torch_size_is_what_pip_installs_with_or_without_a_cpu_index(tmp_path: Path) -> None:
+    # Issue 37: PyPI's torch 2.13.0 is the CUDA build (about 4.7 GB with its nvidia-*
+    # wheels); 0.9 GB holds only for the +cpu build a CPU index or a wheelhouse offers.
+    error = pip_failure(subprocess.CompletedProcess([], 1, "", "OSError: [Errno 28] No "
+                        "space left on device"), tmp_path, "torch", SIZES["torch"], "x")
+    assert error.exit_status == 6
+    assert "0.9 GB once as the +cpu build" in error.cause
+    assert "about 4.7 GB as PyPI's CUDA build" in error.cause

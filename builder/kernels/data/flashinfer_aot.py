@@ -5,13 +5,14 @@ FlashInfer is installed); the builder never imports it. Argument: one JSON objec
 ``{"out": folder, "groups": [...], "head_dims": [...], "list": bool, "steps": bool,
 "targets": [...] | null, "paths": str, "fast_build": bool}``: ``list`` names the modules,
 ``steps`` lists the compile steps of FlashInfer's ninja graph without running it,
-``targets`` (a shard) runs
-only those compile steps (no link, no module copied out), ``paths`` (a CUDA lane) reports
-which module each SM120 code path loads, ``fast_build`` compiles the CUTLASS fused MoE
-modules with TensorRT-LLM's ``FAST_BUILD`` (see :func:`fast_moe_spec`). Environment:
-FlashInfer's own variables (``CUDA_HOME``, ``FLASHINFER_CUDA_ARCH_LIST``,
-``FLASHINFER_WORKSPACE_BASE``, ``FLASHINFER_NVCC``, ``MAX_JOBS``). Compiler output goes to
-stderr as it happens; the last line on stdout is one JSON object.
+``targets`` (a shard) runs only those compile steps (no link, no module copied out),
+``moe_variants`` prunes the CUTLASS fused MoE modules to those dtype pairs
+(:func:`prune_moe_spec`), ``paths`` (a CUDA lane) reports which module each SM120 code
+path loads, ``fast_build`` compiles the CUTLASS fused MoE modules with TensorRT-LLM's
+``FAST_BUILD`` (see :func:`fast_moe_spec`). Environment: FlashInfer's own variables
+(``CUDA_HOME``, ``FLASHINFER_CUDA_ARCH_LIST``, ``FLASHINFER_WORKSPACE_BASE``,
+``FLASHINFER_NVCC``, ``MAX_JOBS``). Compiler output goes to stderr as it happens; the
+last line on stdout is one JSON object.
 
 No GPU is needed. ``import flashinfer`` runs the package's ``__init__``, which from 0.6.8
 to 0.6.18 imports ``gdn_kernels/gdn_decode_bf16_state.py``, whose module level calls
@@ -99,6 +100,60 @@ def fast_moe_spec(function: Callable[..., Any]) -> Any:
     spec = function(use_fast_build=True)
     spec.extra_cuda_cflags = [*(spec.extra_cuda_cflags or []), "-DFAST_BUILD"]
     return spec
+
+
+def _prune_rules() -> Any:
+    """The builder's ``kernels/prune.py`` (standard library only), loaded by path: the one
+    owner of the pruning rule, also where the builder itself is not installed."""
+    path = Path(__file__).resolve().parent.parent / "prune.py"
+    spec = importlib.util.spec_from_file_location("sm120_builder_prune", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def prune_moe_spec(spec: Any, variants: list[str], version: str) -> dict[str, Any]:
+    """Rewrite a CUTLASS fused MoE spec's sources to keep only ``variants``' dtype pairs
+    (``prune.plan_sources``): pruned units become stubs written beside FlashInfer's
+    generated sources, launcher files only they call are left out.
+
+    Raises:
+        PruneError: the variants have no rule, or this FlashInfer's ``MoeGemmRunner`` was
+            not checked (``prune.check_header``).
+    """
+    from flashinfer.jit import env as jit_env
+
+    prune = _prune_rules()
+    prune.check_header(version, (Path(jit_env.FLASHINFER_CSRC_DIR) / prune.HEADER).read_bytes())
+    kept = prune.kept_units(variants)
+    compiled, stubbed, dropped = prune.plan_sources(list(spec.sources), kept)
+    folder = Path(jit_env.FLASHINFER_GEN_SRC_DIR) / "sm120_pruned" / spec.name
+    folder.mkdir(parents=True, exist_ok=True)
+    stubs = {}
+    for source in stubbed:
+        unit = prune.unit_of(source)
+        stub = folder / f"moe_gemm_kernels_{unit}.pruned.cu"
+        stub.write_text(prune.stub_source(source.read_text(), unit, kept))
+        stubs[source] = stub
+    keep = set(compiled)
+    spec.sources = [stubs.get(s, s) for s in spec.sources if s in keep or s in stubs]
+    return {"variants": list(variants), "kept_units": list(kept),
+            "stubbed": sorted(s.name for s in stubbed),
+            "dropped": sorted(s.name for s in dropped)}
+
+
+def undefined_runner_symbols(library: Path) -> list[str]:
+    """The MoE GEMM runners (``MoeGemmRunner<...>`` members) and generated launchers
+    (namespace ``cutlass_kernels_oss``) ``library`` uses but does not define (``nm``): what
+    a wrong prune would leave, failing at load or at the first call. Nothing else: only
+    these are what pruning stubs or leaves out."""
+    done = subprocess.run(["nm", "-D", "-C", "--undefined-only", str(library)],
+                          capture_output=True, text=True, check=True)
+    return [line.split(None, 1)[-1] for line in done.stdout.splitlines()
+            if "tensorrt_llm::" in line and ("MoeGemmRunner<" in line
+                                              or "cutlass_kernels_oss::" in line)]
 
 
 def specs_for(group: str, head_dims: list[int], fast_build: bool = False) -> list[Any]:
@@ -313,9 +368,22 @@ def main() -> None:
         except (KeyError, AttributeError):
             _emit({"error": f"FlashInfer {version} has no module group {group!r}"})
             sys.exit(2)
+    variants = [str(v) for v in request.get("moe_variants") or ()]
+    pruned: dict[str, dict[str, Any]] = {}
+    if variants:
+        for group, specs in table.items():
+            if not group.startswith("fused_moe_sm"):
+                continue
+            for spec in specs:
+                try:
+                    pruned[spec.name] = prune_moe_spec(spec, variants, version)
+                except ValueError as error:  # prune.PruneError
+                    _emit({"error": f"pruning {spec.name}: {error}"})
+                    sys.exit(2)
     if request.get("list"):
         _emit({"flashinfer": version,
-               "groups": {g: [s.name for s in specs] for g, specs in table.items()}})
+               "groups": {g: [s.name for s in specs] for g, specs in table.items()},
+               "pruned": pruned})
         return
     # Every module (deduplicated by name) in one ninja graph, through FlashInfer's own
     # build_jit_specs: translation units of different modules compile in parallel.
@@ -342,10 +410,10 @@ def main() -> None:
     steps = {name: {"rule": rule, "compile": rule in _COMPILE_RULES}
              for name, rule in sorted(ninja.steps.items())}
     if mode != "build":
-        _emit({"flashinfer": version, "steps": steps,
+        _emit({"flashinfer": version, "steps": steps, "pruned": pruned,
                "step_seconds": ninja.seconds, "seconds": seconds})
         return
-    built = {}
+    built: dict[str, dict[str, Any]] = {}
     for name, (group, spec) in unique.items():
         target = out / name / f"{name}.so"
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -353,6 +421,15 @@ def main() -> None:
         built[name] = {"group": group, "path": f"{name}/{name}.so",
                        "cuda_cflags": list(spec.extra_cuda_cflags or []),
                        "cflags": list(spec.extra_cflags or [])}
+        if name in pruned:
+            missing = undefined_runner_symbols(target)
+            if missing:
+                _emit({"error": f"the pruned {name}.so uses {len(missing)} MoE GEMM "
+                                f"runner/launcher symbols it does not define, e.g. "
+                                f"{missing[0]} (the prune rule left out a unit a kept "
+                                "one calls)"})
+                sys.exit(2)
+            built[name]["pruned"] = pruned[name]
     _emit({"flashinfer": version, "modules": built, "seconds": seconds,
            "steps": steps, "step_seconds": ninja.seconds})
 

@@ -1,0 +1,115 @@
+"""Triton's JIT cache built ahead on a CPU (issue 37): a real SGLang 0.5.23 Triton kernel is
+compiled for ``sm_90a`` by :func:`builder.kernels.triton_cache.build_triton_cache` with the
+release's pinned triton and no GPU, and a fresh process then runs Triton's launch path
+(``JITFunction.run``: key, cache lookup, compile on a miss; all but the GPU launch) under a
+driver that reports an sm_90 GPU and finds it: no compilation. The specialization is the
+one Triton's own JIT hook records for that launch; the kernel and its arguments are those of
+``MHATokenToKVPool.set_kv_buffer``'s masked path (``sglang/srt/mem_cache/memory_pool.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from builder.core.cache import Cache
+from builder.core.errors import ConfigurationError
+from builder.kernels.triton_cache import (
+    MANIFEST,
+    build_triton_cache,
+    capability,
+    run_script,
+)
+from tests.helpers.paths import REPO
+from tests.helpers.tiers import BEHAVIOUR
+
+KERNEL = "sglang.srt.mem_cache.memory_pool.masked_set_kv_buffer_kernel"
+N, H, D = 8, 4, 128
+
+
+def _launch() -> dict[str, Any]:
+    # set_kv_buffer's masked launch: cache_k/v [N, H, D] bf16, the layer's buffers, loc, mask.
+    k = {"dtype": "bfloat16", "shape": [N, H, D]}
+    buffer = {"dtype": "bfloat16", "shape": [64, H * D]}
+    return {"kernel": KERNEL, "grid": [N], "args": [
+        k, k, buffer, buffer, {"dtype": "int64", "shape": [N]}, {"dtype": "bool", "shape": [N]},
+        N, H, D, 128, H * D, D, H * D, D, H * D, H * D]}
+
+
+@pytest.fixture(scope="module")
+def env_0523(shared_cache: Path) -> Any:
+    from builder.behaviour.env import behaviour_env
+    from builder.behaviour.run import wheel_for_interpreter
+    from builder.core.config import load_targets
+    from builder.source.fetch import fetch_pin
+
+    cache = Cache(shared_cache)
+    target = load_targets(REPO / "targets.toml").get("sglang-0.5.23")
+    source = fetch_pin(wheel_for_interpreter(target), target.upstream_version, cache=cache)
+    assert source.archive is not None
+    return behaviour_env(source.archive, "0.5.23", cache=cache)
+
+
+@pytest.fixture(scope="module")
+def specs(env_0523: Any, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The specialization Triton's JIT hook records for the launch (nothing compiled)."""
+    recorded, done = run_script(env_0523, {"mode": "record", "arch": 90,
+                                           "launches": [_launch()]},
+                                tmp_path_factory.mktemp("unused"))
+    assert recorded[0]["events"] == []  # recorded only, nothing compiled
+    assert done["triton"] == "3.9.0"
+    found: list[str] = recorded[0]["specs"]
+    return found
+
+
+def _events(env: Any, arch: int, cache_dir: Path) -> list[dict[str, Any]]:
+    records, _ = run_script(env, {"mode": "launch", "arch": arch, "launches": [_launch()]},
+                            cache_dir)
+    return [e for r in records for e in r["events"]]
+
+
+@pytest.mark.slow(reason="imports sglang 0.5.23 in its behaviour environment and runs "
+                  "ptxas", group=BEHAVIOUR)
+def test_a_kernel_built_ahead_on_a_cpu_is_found_by_the_launch_path(
+        env_0523: Any, specs: list[str], tmp_path: Path) -> None:
+    assert len(specs) == 1 and json.loads(specs[0])["name"] == KERNEL
+
+    # Without the cache the launch path compiles (the state of every first start today).
+    empty = _events(env_0523, 90, tmp_path / "empty")
+    assert [e["cache_hit"] for e in empty] == [False]
+
+    built = build_triton_cache(env_0523, specs * 2, "sm_90a", tmp_path / "triton")
+    assert built.failed == [] and len(built.kernels) == 1  # the duplicate compiled once
+    assert built.built_with["arch"] == "sm_90a" and built.built_with["release"] == "0.5.23"
+    folder = tmp_path / "triton" / next(p.name for p in (tmp_path / "triton").iterdir()
+                                         if p.is_dir())
+    assert ".target sm_90a" in (folder / "masked_set_kv_buffer_kernel.ptx").read_text()
+    assert (folder / "masked_set_kv_buffer_kernel.cubin").stat().st_size > 0
+    assert json.loads((tmp_path / "triton" / MANIFEST).read_text())["kernels"][0]["ok"]
+
+    hits = _events(env_0523, 90, tmp_path / "triton")
+    assert [e["cache_hit"] for e in hits] == [True]  # zero compilations
+    assert hits[0]["hash"] == built.kernels[0]["events"][0]["hash"]
+
+
+@pytest.mark.slow(reason="imports sglang 0.5.23 in its behaviour environment and runs "
+                  "ptxas", group=BEHAVIOUR)
+def test_a_spec_recorded_on_sm90_is_built_for_sm120_as_an_sm120_launch_keys_it(
+        env_0523: Any, specs: list[str], tmp_path: Path) -> None:
+    cache_dir = tmp_path / "triton"
+    built = build_triton_cache(env_0523, specs, "12.0f", cache_dir)
+    assert built.failed == [] and built.kernels[0]["retargeted"] is True
+    # an sm_90 launch does not take the sm_120 kernel (the arch is in the key): it compiles
+    assert [e["cache_hit"] for e in _events(env_0523, 90, cache_dir)] == [False]
+    assert [e["cache_hit"] for e in _events(env_0523, 120, cache_dir)] == [True]
+
+
+def test_the_arch_is_read_as_triton_targets_it() -> None:
+    assert capability("sm_90a") == 90
+    assert capability("12.0f") == 120
+    assert capability("sm_120a") == 120
+    with pytest.raises(ConfigurationError, match="not a CUDA arch"):
+        capability("blackwell")
