@@ -425,14 +425,29 @@ def manifest_files() -> list[tuple[str, Path]]:
 
 def combined(manifests: list[dict[str, Any]]) -> dict[str, Any]:
     """One manifest covering what each of ``manifests`` covers (FlashInfer picks, per
-    module, the installed provider that fits the GPU): the union of groups, modules, head
-    dims and archs; the FlashInfer version when they agree (else all, joined by ``/``, which
-    equals no release); ``fast_build`` when any is one."""
+    module, the installed provider that fits the GPU).
+
+    One manifest is itself. Several: the union of groups, modules, head dims and archs; the
+    FlashInfer version when they agree (else all, joined by ``/``, which equals no release);
+    ``fast_build`` when any is one; a fused MoE module pruned only by its manifest's
+    ``moe_variants`` keeps them as its own ``pruned`` record, so that
+    :func:`moe_variants_of` still sees which dtype pairs it runs.
+    """
+    if len(manifests) == 1:
+        return dict(manifests[0])
     versions = sorted({str(m.get("flashinfer_version")) for m in manifests
                        if m.get("flashinfer_version") is not None})
+    modules = []
+    for manifest in manifests:
+        for module in manifest.get("modules") or ():
+            if isinstance(module, dict) and manifest.get("moe_variants") and \
+                    str(module.get("group", "")).startswith("fused_moe_sm") and \
+                    not isinstance(module.get("pruned"), dict):
+                module = {**module, "pruned": {"variants": list(manifest["moe_variants"])}}
+            modules.append(module)
     merged: dict[str, Any] = {
         "groups": [g for m in manifests for g in m.get("groups") or ()],
-        "modules": [x for m in manifests for x in m.get("modules") or ()],
+        "modules": modules,
         "head_dims": [h for m in manifests for h in m.get("head_dims") or ()],
         "arch_list": [a for m in manifests for a in m.get("arch_list") or ()],
         "target": next((m["target"] for m in manifests if m.get("target")), None)}

@@ -44,15 +44,19 @@ from tests.helpers.tiers import BEHAVIOUR
 TARGETS = load_targets(REPO / "targets.toml")
 
 
-def kernel_site(tmp: Path, target: str, flashinfer: str, groups: tuple[str, ...]) -> Path:
+def kernel_site(tmp: Path, target: str, flashinfer: str, groups: tuple[str, ...],
+                moe_variants: tuple[str, ...] = ()) -> Path:
     """A folder with the kernel wheel(s) of ``groups`` installed by pip, as the builder
-    packs them for ``flashinfer`` (a provider and its shim from 0.7, one wheel before)."""
+    packs them for ``flashinfer`` (a provider and its shim from 0.7, one wheel before);
+    ``moe_variants``: the fused MoE module pruned to those dtype pairs."""
     arch = list(TARGETS.get(target).arch_list)
     version = f"{flashinfer}+sm120.1.cu130"
     manifest = {"schema": jitcache.MANIFEST_SCHEMA, "target": target,
                 "flashinfer_version": flashinfer, "version": version, "arch_list": arch,
                 "cuda_version": "13.0", "groups": list(groups), "head_dims": [32, 64, 128],
                 "modules": [{"name": g, "group": g} for g in groups]}
+    if moe_variants:
+        manifest["moe_variants"] = list(moe_variants)
     modules = tmp / "modules"
     modules.mkdir(parents=True)
     if uses_providers(Version(flashinfer)):
@@ -273,6 +277,40 @@ def test_the_launcher_refuses_a_wheel_lacking_a_derived_module_and_starts_with_o
     words = shlex.split(started.stdout)
     assert words[0] == "FLASHINFER_DISABLE_JIT=1" and words[2:4] == ["-m",
                                                                      "sglang.launch_server"]
+
+
+@pytest.mark.slow(reason="runs the launcher's backend selection in a release's behaviour "
+                  "environment", group=BEHAVIOUR)
+def test_the_launcher_refuses_a_fused_moe_pruned_to_other_dtype_pairs(
+        shared_cache: Path, tmp_path: Path) -> None:
+    from builder.behaviour.run import zoo_forms
+
+    env, patched = _release(shared_cache, "sglang-0.5.23")
+    zoo = zoo_forms()
+    model = zoo.write(zoo.BY_NAME["qwen3-30b-a3b-ct-nvfp4"], tmp_path / "zoo")
+    pruned = kernel_site(tmp_path / "pruned", "sglang-0.5.23", "0.7.2",
+                         default_groups(("12.0f",)), ("bf16 x bf16",))
+    done = launch(env.python, "--model-path", str(model), path=f"{patched}{os.pathsep}{pruned}",
+                  SGLANG_SM120_STANDINS=json.dumps(env.standins))
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "missing fused MoE dtype pair nvfp4 x nvfp4 (fused_moe_sm120 is pruned to " \
+        "bf16 x bf16)" in done.stderr
+
+
+def test_several_installed_manifests_keep_a_pruned_moe_and_unite_the_rest() -> None:
+    pruned = {"groups": ["fused_moe_sm120"], "moe_variants": ["bf16 x bf16"],
+              "modules": [{"name": "fused_moe_120", "group": "fused_moe_sm120"}],
+              "arch_list": ["12.0f"], "flashinfer_version": "0.7.2", "target": "sglang-0.5.23"}
+    other = {"groups": ["norm"], "modules": [{"name": "norm", "group": "norm"}],
+             "arch_list": ["9.0a"], "flashinfer_version": "0.7.2"}
+    assert coverage.combined([pruned]) == pruned
+    merged = coverage.combined([pruned, other])
+    assert coverage.moe_variants_of(merged, "fused_moe_sm120") == ["bf16 x bf16"]
+    assert merged["groups"] == ["fused_moe_sm120", "norm"]
+    assert merged["arch_list"] == ["12.0f", "9.0a"] and merged["target"] == "sglang-0.5.23"
+    assert merged["flashinfer_version"] == "0.7.2"
+    assert coverage.combined([pruned, {**other, "flashinfer_version": "0.6.18"}])[
+        "flashinfer_version"] == "0.6.18/0.7.2"
 
 
 def test_the_shared_rules_are_the_builders() -> None:
