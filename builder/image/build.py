@@ -48,12 +48,14 @@ from builder.core.errors import BuildError, ConfigurationError
 from builder.core.progress import Reporter
 from builder.core.userfiles import parse_json
 from builder.image.profile import (
+    BESIDE_SOURCES,
     LAUNCHER_PATH,
     LAUNCHER_SOURCE,
     PROFILE_PATH,
-    READER_SOURCE,
+    SELECT_FOLDER,
     LaunchProfile,
 )
+from builder.kernels.derive import SCRIPT as SELECT_SCRIPT
 from builder.wheel.build import WheelResult
 
 LABEL_NS = "dev.sm120-builder"
@@ -345,8 +347,13 @@ def _context(dockerfile: Path, wheels: Sequence[Path], mtime: int, out: Path,
         add(dockerfile.parent, "sm120", 0o755)
         add_bytes(profile.text.encode(), "sm120/profile.toml", 0o644)
         add_bytes(LAUNCHER_SOURCE.read_bytes(), "sm120/sglang-sm120-serve", 0o755)
-        # The launcher's profile reader, beside it in the image as here (one source).
-        add_bytes(READER_SOURCE.read_bytes(), f"sm120/{READER_SOURCE.name}", 0o644)
+        # The launcher's profile reader and coverage rules, beside it in the image as here
+        # (one source each), and the release's backend selection it runs (issue 36).
+        for source in BESIDE_SOURCES:
+            add_bytes(source.read_bytes(), f"sm120/{source.name}", 0o644)
+        add(dockerfile.parent, f"sm120/{SELECT_FOLDER}", 0o755)
+        for script in sorted(SELECT_SCRIPT.parent.glob("*.py")):
+            add_bytes(script.read_bytes(), f"sm120/{SELECT_FOLDER}/{script.name}", 0o644)
 
 
 def build_image(client: docker.DockerClient, *, dockerfile: Path, target: Target,

@@ -49,6 +49,17 @@ LAUNCHER_SOURCE = Path(__file__).resolve().parent / "data" / "sglang-sm120-serve
 #: The one reader of profiles (stdlib only): the launcher imports it from its own folder,
 #: the image carries it beside the launcher, the builder loads it from here.
 READER_SOURCE = LAUNCHER_SOURCE.parent / "sglang_sm120_profile.py"
+#: What the launcher loads from its own folder (links in ``builder/image/data``, the files
+#: themselves in the image), stdlib only: the profile reader, the kernel coverage rules
+#: (``builder.kernels.coverage``), the pruned fused MoE rules they use
+#: (``builder.kernels.prune``) and the arch rules (``builder.core.arch``).
+BESIDE_SOURCES = (READER_SOURCE, LAUNCHER_SOURCE.parent / "sglang_sm120_coverage.py",
+                  LAUNCHER_SOURCE.parent / "sglang_sm120_prune.py",
+                  LAUNCHER_SOURCE.parent / "sglang_sm120_arch.py")
+#: The folder beside the launcher holding the release's backend selection
+#: (``builder/behaviour/script``'s files: ``select_backends.py`` and its neighbours), which
+#: the launcher runs with the image's own sglang before the server starts (issue 36).
+SELECT_FOLDER = "sglang_sm120_select"
 PROFILES_DIR = Path("images/profiles")
 #: The model path the checks parse with (the parser only needs one to be given).
 CHECK_MODEL = "/models/check"

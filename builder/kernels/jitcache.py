@@ -35,9 +35,10 @@ from wheel.wheelfile import WheelFile
 from builder.core.errors import BuildError
 from builder.core.reproducible import record_timestamp, zip_timestamp
 from builder.core.userfiles import parse_json
+from builder.kernels import coverage
 
 PACKAGE = "flashinfer_jit_cache"
-MANIFEST = "sm120-manifest.json"
+MANIFEST = coverage.MANIFEST  # the launcher finds it by this name too
 MANIFEST_SCHEMA = 1
 
 _INIT = '''"""FlashInfer modules compiled ahead of time by sglang-sm120-builder.

@@ -28,7 +28,6 @@ from builder.kernels.derive import (
     read_model,
     require_coverage,
     run_select,
-    server_kwargs,
 )
 from builder.kernels.pins import default_groups
 from tests.helpers.paths import REPO
@@ -236,8 +235,7 @@ def zoo_0523(shared_cache: Path, tmp_path_factory: pytest.TempPathFactory
     forms = {f.name: zoo.write(f, root) for f in zoo.FORMS
              if f.buildable and f.in_release("0.5.23")}
     keys = [(name, ()) for name in forms] + WITH_FLAGS
-    cases = [(forms[name], server_kwargs(env, forms[name], flags) if flags else {})
-             for name, flags in keys]
+    cases = [(forms[name], flags) for name, flags in keys]
     return dict(zip(keys, run_select(env, cases, patched.tree), strict=True))
 
 

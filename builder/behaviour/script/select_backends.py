@@ -11,14 +11,26 @@ an MoE model, one routed-expert layer built with the release's own ``FusedMoE``
 (``serving.moe_layer``: its quant method and MoE runner backend). No outcome is judged:
 ``builder.kernels.derive`` maps the selection to FlashInfer modules.
 
-Input (standard input, JSON): ``{"cases": [{"id", "model_dir", "args"}], "standins": {...}}``
-with ``args`` the ``ServerArgs`` keyword arguments. Output: one line ``SELECTED {json}`` per
-case, ``{"id", "observed": {...}}`` or ``{"id", "error"}``.
+Input (standard input, JSON): ``{"cases": [{"id", "model_dir", "argv"}], "standins": {...}}``
+with ``argv`` the server flags after ``--model-path`` (parsed here by the release's own
+parser, ``parse_server_args``'s, into the ``ServerArgs`` keyword arguments that differ from a
+bare ``--model-path``; flags it refuses are reported as ``flags_refused``), or ``args``
+those keyword arguments already. ``standins`` ``null``: every package is the real one (the
+image's launcher, ``sglang-sm120-serve``), so nothing is stood in for, not even
+torchvision's operator schemas. Output: one line ``SELECTED {json}`` per case,
+``{"id", "observed": {...}}`` or ``{"id", "error"}``.
+
+The device is reported as SM12x (``SM120_CAPABILITY``) wherever this runs: in a behaviour
+environment there is none, and the image's launcher hides the GPUs from it
+(``CUDA_VISIBLE_DEVICES=""``) so that the selection never touches the GPU the server is about
+to use, and an SM90 machine standing in for SM120 derives SM120's set. A CUDA torch keeps its
+own ``torch.version.cuda``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import sys
@@ -56,14 +68,46 @@ def _attention(model_config: Any) -> dict[str, Any]:
     return found
 
 
+def server_kwargs(model: Path, argv: list[str]) -> dict[str, Any]:
+    """The ``ServerArgs`` keyword arguments ``argv`` sets: the values the release's own
+    parser gives that differ from a bare ``--model-path`` (``parse_server_args._Parser``).
+
+    Raises:
+        parse_server_args._Refused: the parser refuses the flags (or exits, as ``-h`` does).
+    """
+    import parse_server_args
+    from sglang.srt.server_args import ServerArgs
+
+    parsed = []
+    for args in (["--model-path", str(model), *argv], ["--model-path", str(model)]):
+        parser = parse_server_args._Parser(prog="sglang serve")
+        ServerArgs.add_cli_args(parser)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):  # the help, if asked for
+                parsed.append(vars(parser.parse_args(args)))
+        except SystemExit as exc:  # an action that calls sys.exit itself
+            raise parse_server_args._Refused(f"the parser exits (status {exc.code}) instead "
+                                             "of parsing the list") from None
+    given, bare = parsed
+    return {k: v for k, v in given.items() if k != "model_path" and bare.get(k) != v}
+
+
 def select(case: dict[str, Any]) -> dict[str, Any]:
-    """One case: the server's selection for ``case["model_dir"]`` and ``case["args"]``."""
+    """One case: the server's selection for ``case["model_dir"]`` and ``case["argv"]`` (or
+    ``case["args"]``)."""
+    import parse_server_args
     import torch
 
     # device placement only: the tiny weights stay on the CPU (as ``serving.serve``)
     torch.Tensor.cuda = lambda self, *args, **kwargs: self  # type: ignore[method-assign,unused-ignore]
     model = Path(case["model_dir"])
-    args = dict(case["args"])
+    if "argv" in case:
+        try:
+            args = server_kwargs(model, [str(a) for a in case["argv"]])
+        except parse_server_args._Refused as exc:
+            return {"flags_refused": str(exc)}
+    else:
+        args = dict(case["args"])
     tp, ep = int(args.get("tp_size", 1)), int(args.get("ep_size", 1))
     observed: dict[str, Any] = {"tp_size": tp, "ep_size": ep}
     with contextlib.suppress(Exception):  # the FlashInfer the release's environment pins
@@ -109,8 +153,14 @@ def main() -> int:
     request = json.load(sys.stdin)
     logging.basicConfig(level=logging.ERROR)
     warnings.filterwarnings("ignore")
+    import torch
+
+    cuda = torch.version.cuda  # a CUDA torch's own (the image's); None on a CPU torch
     sm120_device.install()
-    standins.install(dict(request.get("standins") or {}))
+    if cuda:
+        setattr(torch.version, "cuda", cuda)  # noqa: B010 (a module attribute torch types as final)
+    if request.get("standins") is not None:  # None: the real packages (the image)
+        standins.install(dict(request["standins"]))
     for case in request["cases"]:
         try:
             record: dict[str, Any] = {"id": case["id"], "observed": select(case)}

@@ -1,0 +1,323 @@
+"""The image's launcher checks the installed kernel wheels at start (issue 36).
+
+``sglang-sm120-serve`` derives the FlashInfer modules the model and the full command line
+load, with the release's own backend selection run in its own Python, and refuses kernel
+wheels whose manifest lacks one. The slow tests run the launcher (its dry run) in each
+release's behaviour environment, the patched code first on the path, as an image runs it in
+its own Python; the kernel wheels are written by the builder's own packers
+(``builder.kernels.jitcache``) and installed with pip, one module group left out or none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from packaging.version import Version
+
+from builder.core.cache import Cache
+from builder.core.config import load_targets
+from builder.core.options import Options
+from builder.image.profile import (
+    BESIDE_SOURCES,
+    LAUNCHER_SOURCE,
+    PROFILES_DIR,
+    SELECT_FOLDER,
+    launcher_module,
+    load_profile,
+    profile_path,
+    profile_reader,
+)
+from builder.kernels import coverage, jitcache
+from builder.kernels.derive import SCRIPT
+from builder.kernels.pins import default_groups, uses_providers
+from tests.helpers.paths import REPO
+from tests.helpers.tiers import BEHAVIOUR
+
+TARGETS = load_targets(REPO / "targets.toml")
+
+
+def kernel_site(tmp: Path, target: str, flashinfer: str, groups: tuple[str, ...],
+                moe_variants: tuple[str, ...] = ()) -> Path:
+    """A folder with the kernel wheel(s) of ``groups`` installed by pip, as the builder
+    packs them for ``flashinfer`` (a provider and its shim from 0.7, one wheel before);
+    ``moe_variants``: the fused MoE module pruned to those dtype pairs."""
+    arch = list(TARGETS.get(target).arch_list)
+    version = f"{flashinfer}+sm120.1.cu130"
+    manifest = {"schema": jitcache.MANIFEST_SCHEMA, "target": target,
+                "flashinfer_version": flashinfer, "version": version, "arch_list": arch,
+                "cuda_version": "13.0", "groups": list(groups), "head_dims": [32, 64, 128],
+                "modules": [{"name": g, "group": g} for g in groups]}
+    if moe_variants:
+        manifest["moe_variants"] = list(moe_variants)
+    modules = tmp / "modules"
+    modules.mkdir(parents=True)
+    if uses_providers(Version(flashinfer)):
+        wheels = [jitcache.pack_provider(modules, version, manifest, 0, tmp),
+                  jitcache.pack_shim(version, [jitcache.provider_id(arch[0])], flashinfer, 0,
+                                     tmp)]
+    else:
+        wheels = [jitcache.pack(modules, version, manifest, 0, tmp)]
+    site = tmp / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                    "--target", str(site), *map(str, wheels)], check=True, timeout=300)
+    return site
+
+
+def launch(python: str | Path, *args: str, path: str, launcher: Path = LAUNCHER_SOURCE,
+           **env: str) -> subprocess.CompletedProcess[str]:
+    """The launcher's dry run in ``python`` with ``path`` as its PYTHONPATH, no nvidia-smi
+    on PATH, the 0.5.x profile given as ``SGLANG_SM120_PROFILE`` in ``env`` or none."""
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PYTHON", "SGLANG_SM120_"))}
+    environ.update({"SGLANG_SM120_DRY_RUN": "1", "SGLANG_SM120_PROFILE": "none",
+                    "PYTHONPATH": path, "PATH": "/usr/bin:/bin", **env})
+    return subprocess.run([str(python), str(launcher), *args], env=environ,
+                          capture_output=True, text=True, timeout=1200)
+
+
+# --- fast: when nothing is checked, and the image carries what the check loads ----------------
+
+def test_without_a_local_checkpoint_or_with_the_skip_nothing_is_derived(tmp_path: Path) -> None:
+    site = kernel_site(tmp_path / "k", "sglang-0.5.23", "0.7.2", ("norm",))
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "qwen3_moe"}')
+    remote = launch(sys.executable, "--model-path", "Qwen/Qwen3-30B-A3B", path=str(site))
+    assert remote.returncode == 0, remote.stderr
+    assert "kernel coverage not checked: Qwen/Qwen3-30B-A3B is not a local checkpoint " \
+        "folder" in remote.stderr
+    skipped = launch(sys.executable, "--model-path", str(model), path=str(site),
+                     SGLANG_SM120_SKIP_KERNEL_CHECK="1")
+    assert skipped.returncode == 0, skipped.stderr
+    assert "kernel coverage not checked (SGLANG_SM120_SKIP_KERNEL_CHECK=1)" in skipped.stderr
+    # no kernel wheel of the builder: FlashInfer compiles what it needs, nothing to check
+    bare = launch(sys.executable, "--model-path", str(model), path=str(tmp_path / "none"))
+    assert bare.returncode == 0 and "kernel" not in bare.stderr, bare.stderr
+    # the builder's Python has no sglang: the selection's failure is said, the server starts
+    crashed = launch(sys.executable, "--model-path", str(model), path=str(site))
+    assert crashed.returncode == 0, crashed.stderr
+    assert "kernel coverage not checked: the backend selection" in crashed.stderr
+    assert shlex.split(crashed.stdout)[0] == "FLASHINFER_DISABLE_JIT=1"
+
+
+def test_the_image_context_carries_the_launchers_rules_and_the_selection(
+        tmp_path: Path) -> None:
+    from builder.image.build import _context
+
+    target = TARGETS.get("sglang-0.5.23")
+    profile = load_profile(profile_path(REPO / PROFILES_DIR, target), target)
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text("FROM scratch\n")
+    out = tmp_path / "context.tar"
+    _context(dockerfile, [], 0, out, profile)
+    with tarfile.open(out) as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()  # type: ignore[union-attr]
+                 if m.isfile()}
+    # the links' targets, byte for byte: the image holds the builder's own rules
+    assert files["sm120/sglang_sm120_coverage.py"] == \
+        (REPO / "builder" / "kernels" / "coverage.py").read_bytes()
+    assert files["sm120/sglang_sm120_arch.py"] == \
+        (REPO / "builder" / "core" / "arch.py").read_bytes()
+    assert {f"sm120/{s.name}" for s in BESIDE_SOURCES} <= set(files)
+    selection = {name.split("/")[-1] for name in files
+                 if name.startswith(f"sm120/{SELECT_FOLDER}/")}
+    assert {p.name for p in SCRIPT.parent.glob("*.py")} == selection
+    assert launcher_module().SELECT_DIRS[0] == SELECT_FOLDER
+    dockerfile_text = (REPO / "images" / "Dockerfile").read_text()
+    for source in BESIDE_SOURCES:  # the image installs each beside the launcher
+        assert f"/tmp/sm120-files/{source.name} /usr/local/bin/{source.name}" in dockerfile_text
+    assert f"cp -r /tmp/sm120-files/{SELECT_FOLDER} /usr/local/bin/{SELECT_FOLDER}" in \
+        dockerfile_text
+    # the image's layout: the launcher finds its rules beside it (a planted bad rules file
+    # would be loaded, proving it is the one beside the launcher that is read)
+    root = tmp_path / "bin"
+    with tarfile.open(out) as tar:
+        tar.extractall(root, filter="data")
+    launcher = root / "sm120" / "sglang-sm120-serve"
+    site = kernel_site(tmp_path / "k", "sglang-0.5.23", "0.7.2", ("norm",))
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    done = launch(sys.executable, "--model-path", str(model), launcher=launcher, path=str(site))
+    # it found the selection beside it (and ran it: this Python has no sglang)
+    assert "kernel coverage not checked: the backend selection failed: " \
+        "ModuleNotFoundError: No module named 'sglang'" in done.stderr, \
+        done.stderr
+    (root / "sm120" / "sglang_sm120_coverage.py").write_text("raise SystemExit(7)\n")
+    planted = launch(sys.executable, "--model-path", str(model), launcher=launcher,
+                     path=str(site))
+    assert planted.returncode == 7, planted.stderr
+
+
+def test_an_image_without_the_selection_says_so_and_starts(tmp_path: Path) -> None:
+    root = tmp_path / "bin"
+    root.mkdir()
+    launcher = root / "sglang-sm120-serve"
+    launcher.write_bytes(LAUNCHER_SOURCE.read_bytes())
+    for source in BESIDE_SOURCES:
+        (root / source.name).write_bytes(source.read_bytes())
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    site = kernel_site(tmp_path / "k", "sglang-0.5.23", "0.7.2", ("norm",))
+    done = launch(sys.executable, "--model-path", str(model), launcher=launcher,
+                  path=str(site))
+    assert done.returncode == 0, done.stderr
+    assert "kernel coverage not checked: no select_backends.py beside the launcher" in \
+        done.stderr
+
+
+def test_a_wheel_whose_arch_does_not_run_on_the_gpu_is_refused_before_any_selection(
+        tmp_path: Path) -> None:
+    """The GPU's compute capability is ``nvidia-smi``'s (a script standing in for the
+    driver's tool here): a 12.0f wheel on a 9.0 GPU is refused at once; on a 12.0 GPU the
+    check goes on to the selection (which this Python, without sglang, cannot run)."""
+    site = kernel_site(tmp_path / "k", "sglang-0.5.23", "0.7.2", ("norm",))
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for capability, name in (("9.0", "NVIDIA H200"), ("12.0", "NVIDIA RTX PRO 6000")):
+        smi = tools / "nvidia-smi"
+        smi.write_text(f'#!/bin/sh\ncase "$1" in --query-gpu=compute_cap) echo {capability};; '
+                       f'*) echo "{name}";; esac\n')
+        smi.chmod(0o755)
+        done = launch(sys.executable, "--model-path", str(model), path=str(site),
+                      PATH=f"{tools}:/usr/bin:/bin")
+        if capability == "9.0":
+            assert done.returncode == 2 and done.stdout == "", done.stderr
+            assert "no installed kernel wheel holds an arch for this GPU (compute capability " \
+                "9.0; they hold 12.0f)" in done.stderr
+        else:
+            assert done.returncode == 0, done.stderr
+            assert "kernel coverage not checked: the backend selection failed" in done.stderr
+
+
+# --- slow: the release's own selection in its environment, both directions -------------------
+
+#: (target, zoo form, extra flags, the group left out, what the refusal names).
+FORMS: list[tuple[str, str, tuple[str, ...], str, str]] = [
+    ("sglang-0.5.23", "qwen3-30b-a3b-ct-nvfp4", (), "fused_moe_sm120",
+     "module group fused_moe_sm120 (moe_runner=flashinfer_cutlass, nvfp4 x nvfp4)"),
+    ("sglang-0.5.23", "qwen3-30b-a3b-bf16", (), "attention",
+     "module group attention (attention=flashinfer, head_dim 32, q bfloat16, kv bfloat16)"),
+    ("sglang-0.5.20", "deepseek-r1-0528-nvfp4", ("--tp-size", "2"), "fp4_quantization_sm120f",
+     "module group fp4_quantization_sm120f (moe_fp4_quantization=flashinfer_cutlass)"),
+]
+
+
+def _release(shared_cache: Path, name: str) -> tuple[Any, Path]:
+    """The release's behaviour environment and its patched tree (the test cache's)."""
+    from builder.behaviour.env import behaviour_env
+    from builder.behaviour.run import wheel_for_interpreter
+    from builder.patching.apply import apply_series
+    from builder.patching.series import select_series
+    from builder.source.fetch import fetch_pin
+
+    cache = Cache(shared_cache)
+    target = TARGETS.get(name)
+    source = fetch_pin(wheel_for_interpreter(target), target.upstream_version, cache=cache)
+    assert source.archive is not None
+    options = Options(targets_file=REPO / "targets.toml", target=name, cache_dir=shared_cache)
+    patched = apply_series(source, select_series(options, target), cache=cache)
+    return behaviour_env(source.archive, str(target.upstream_version), cache=cache), \
+        patched.tree
+
+
+@pytest.mark.slow(reason="runs the launcher's backend selection in a release's behaviour "
+                  "environment", group=BEHAVIOUR)
+@pytest.mark.parametrize(("target", "form", "flags", "left_out", "says"), FORMS,
+                         ids=[f"{t}-{f}" for t, f, *_ in FORMS])
+def test_the_launcher_refuses_a_wheel_lacking_a_derived_module_and_starts_with_one_covering(
+        shared_cache: Path, tmp_path: Path, target: str, form: str, flags: tuple[str, ...],
+        left_out: str, says: str) -> None:
+    from builder.behaviour.run import zoo_forms
+
+    env, patched = _release(shared_cache, target)
+    flashinfer = subprocess.run(
+        [str(env.python), "-c", "import importlib.metadata as m; "
+         "print(m.version('flashinfer-python'))"], capture_output=True, text=True,
+        check=True, timeout=120).stdout.strip()
+    zoo = zoo_forms()
+    model = zoo.write(zoo.BY_NAME[form], tmp_path / "zoo")
+    arch = tuple(TARGETS.get(target).arch_list)
+    full = default_groups(arch)
+    assert left_out in full
+    lacking = kernel_site(tmp_path / "lacking", target, flashinfer,
+                          tuple(g for g in full if g != left_out))
+    covering = kernel_site(tmp_path / "full", target, flashinfer, full)
+    profile = str(REPO / PROFILES_DIR / f"{target}.toml")
+    common = {"SGLANG_SM120_STANDINS": json.dumps(env.standins),
+              "SGLANG_SM120_PROFILE": profile, "SGLANG_SM120_GPU": "rtx-pro-6000"}
+    args = ("--model-path", str(model), *flags)
+    refused = launch(env.python, *args, path=f"{patched}{os.pathsep}{lacking}", **common)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert refused.stdout == ""  # nothing started, not even the dry run's line
+    line = refused.stderr.strip().splitlines()[-1]
+    assert f"does not cover {model} with these flags: missing {says}" in line
+    # the command builds for the whole command line: the profile's flags, then the user's
+    profile_flags = shlex.join(load_profile(Path(profile), TARGETS.get(target)).argv(
+        "rtx-pro-6000", 2 if flags else 1, profile_reader().given_options(list(args))))
+    assert f"build the set: python -m builder kernels build --target {target} --model " \
+        f"{model} -- {profile_flags}{' ' if flags else ''}{shlex.join(flags)}; or set " in line
+    assert "SGLANG_SM120_SKIP_KERNEL_CHECK=1" in line
+    started = launch(env.python, *args, path=f"{patched}{os.pathsep}{covering}", **common)
+    assert started.returncode == 0, started.stderr[-3000:]
+    assert "kernel wheels flashinfer-jit-cache" in started.stderr
+    assert f"cover {left_out}" in started.stderr or f", {left_out}" in started.stderr
+    words = shlex.split(started.stdout)
+    assert words[0] == "FLASHINFER_DISABLE_JIT=1" and words[2:4] == ["-m",
+                                                                     "sglang.launch_server"]
+
+
+@pytest.mark.slow(reason="runs the launcher's backend selection in a release's behaviour "
+                  "environment", group=BEHAVIOUR)
+def test_the_launcher_refuses_a_fused_moe_pruned_to_other_dtype_pairs(
+        shared_cache: Path, tmp_path: Path) -> None:
+    from builder.behaviour.run import zoo_forms
+
+    env, patched = _release(shared_cache, "sglang-0.5.23")
+    zoo = zoo_forms()
+    model = zoo.write(zoo.BY_NAME["qwen3-30b-a3b-ct-nvfp4"], tmp_path / "zoo")
+    pruned = kernel_site(tmp_path / "pruned", "sglang-0.5.23", "0.7.2",
+                         default_groups(("12.0f",)), ("bf16 x bf16",))
+    done = launch(env.python, "--model-path", str(model), path=f"{patched}{os.pathsep}{pruned}",
+                  SGLANG_SM120_STANDINS=json.dumps(env.standins))
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "missing fused MoE dtype pair nvfp4 x nvfp4 (fused_moe_sm120 is pruned to " \
+        "bf16 x bf16)" in done.stderr
+
+
+def test_several_installed_manifests_keep_a_pruned_moe_and_unite_the_rest() -> None:
+    pruned = {"groups": ["fused_moe_sm120"], "moe_variants": ["bf16 x bf16"],
+              "modules": [{"name": "fused_moe_120", "group": "fused_moe_sm120"}],
+              "arch_list": ["12.0f"], "flashinfer_version": "0.7.2", "target": "sglang-0.5.23"}
+    other = {"groups": ["norm"], "modules": [{"name": "norm", "group": "norm"}],
+             "arch_list": ["9.0a"], "flashinfer_version": "0.7.2"}
+    assert coverage.combined([pruned]) == pruned
+    merged = coverage.combined([pruned, other])
+    assert coverage.moe_variants_of(merged, "fused_moe_sm120") == ["bf16 x bf16"]
+    assert merged["groups"] == ["fused_moe_sm120", "norm"]
+    assert merged["arch_list"] == ["12.0f", "9.0a"] and merged["target"] == "sglang-0.5.23"
+    assert merged["flashinfer_version"] == "0.7.2"
+    assert coverage.combined([pruned, {**other, "flashinfer_version": "0.6.18"}])[
+        "flashinfer_version"] == "0.6.18/0.7.2"
+
+
+def test_the_shared_rules_are_the_builders() -> None:
+    """The launcher loads the same table and refusal as ``serve-command --check``."""
+    from builder.kernels import derive
+
+    assert derive.TABLE is coverage.TABLE and derive.missing_from is coverage.missing_from
+    assert jitcache.MANIFEST == coverage.MANIFEST
+    assert (LAUNCHER_SOURCE.parent / "sglang_sm120_coverage.py").resolve() == \
+        Path(coverage.__file__).resolve()
