@@ -8,7 +8,6 @@ import http.server
 import io
 import re
 import tarfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from builder.core.layout import Layout
 from builder.source.fetch import fetch_source, local_source
 from tests.helpers.project import git_source, target_toml
 from tests.helpers.releases import RELEASES, UpstreamRepo
+from tests.helpers.serve import serve_in_thread
 
 
 def _target(*sources: SdistPin | GitPin, version: str = "0.5.9") -> Target:
@@ -132,8 +132,7 @@ def local_index(sdists: dict[str, Path], tmp_path: Path) -> Iterator[str]:
         "sglang-0.5.9.tar.gz</a></body></html>")
     server = http.server.ThreadingHTTPServer(
         ("127.0.0.1", 0), functools.partial(_Index, directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    serve_in_thread(server)
     yield f"http://127.0.0.1:{server.server_address[1]}/simple"
     server.shutdown()
 
