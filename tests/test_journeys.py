@@ -221,6 +221,7 @@ def test_a_failed_lane_check_names_the_exact_fix(shared_cache: Path, sdists: dic
 # ---------------------------------------------------------------- 4. patches from any tree
 
 
+@pytest.mark.slow(reason="commits a copy of the whole 0.5.9 sdist, applies its patch 4 ways")
 def test_a_patch_made_in_an_unpacked_sdist_is_applied_and_stored_in_repository_layout(
         sdists: dict[str, Path], unpacked: dict[str, Path], cache: Path,
         tmp_path: Path) -> None:
@@ -275,6 +276,7 @@ def _shifted(text: str, by: int) -> str:
                   text, flags=re.MULTILINE)
 
 
+@pytest.mark.slow(reason="commits a copy of the whole 0.5.9 sdist, refreshes the series")
 def test_refresh_patch_rewrites_that_patch_alone(sdists: dict[str, Path],
                                                  unpacked: dict[str, Path], cache: Path,
                                                  tmp_path: Path) -> None:
