@@ -4,10 +4,13 @@ tests import lives in tests/helpers/; no test imports this file."""
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
 import shutil
 import socket
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import git
@@ -57,41 +60,79 @@ def matrix_files() -> dict[str, Path]:
     return {version: download(release) for version, release in MATRIX_RELEASES.items()}
 
 
+def built_once(factory: pytest.TempPathFactory, name: str,
+               build: Callable[[Path], None]) -> Path:
+    """``name``, a folder of the run's temporary folder that ``build`` fills once per run.
+
+    Under xdist the workers share it (pytest-xdist's recipe "Making session-scoped
+    fixtures execute only once"): the first to ask builds it under a lock, the others wait
+    and use it. Each worker built its own before: the unpacked sdists and the git
+    repository cost about 8 s each, twice a run.
+
+    Args:
+        factory: pytest's ``tmp_path_factory``.
+        name: the folder's name.
+        build: fills the (empty) folder it is given.
+
+    Returns:
+        The built folder.
+    """
+    root = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's basetemp; each worker's is a folder in it
+    folder = root / name
+    with (root / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / ".built").is_file():  # a build cut short is made again
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            (folder / ".built").touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def unpacked(sdists: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
              ) -> dict[str, Path]:
-    """version -> an unpacked copy of the sdist (sdist layout), read-only by convention."""
-    root = tmp_path_factory.mktemp("unpacked")
-    trees = {}
-    for version, archive in sdists.items():
-        with tarfile.open(archive) as tar:
-            tar.extractall(root, filter="data")
-        trees[version] = root / f"sglang-{version}"
-    return trees
+    """version -> an unpacked copy of the sdist (sdist layout), read-only: the workers of
+    a run share it."""
+    def build(root: Path) -> None:
+        for archive in sdists.values():
+            with tarfile.open(archive) as tar:
+                tar.extractall(root, filter="data")
+
+    root = built_once(tmp_path_factory, "unpacked", build)
+    return {version: root / f"sglang-{version}" for version in sdists}
 
 
 @pytest.fixture(scope="session")
 def upstream_repo(unpacked: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
                   ) -> UpstreamRepo:
-    """A real git repository whose python/ folder holds each release in turn."""
-    path = tmp_path_factory.mktemp("upstream") / "sglang"
-    repo = git.Repo.init(path, initial_branch="main")
-    commits = {}
-    with repo.config_writer() as config:
-        config.set_value("user", "name", "test").set_value("user", "email", "t@example.invalid")
-    for version in ("0.5.7", "0.5.9", "0.5.10.post1"):
-        shutil.rmtree(path / "python", ignore_errors=True)
-        shutil.copytree(unpacked[version], path / "python",
-                        ignore=shutil.ignore_patterns("*.egg-info", "PKG-INFO"))
-        (path / "README.md").write_text(f"sglang {version}\n")
-        repo.git.add("-A")
-        env = {"GIT_COMMITTER_DATE": "2026-02-23T08:14:16Z",
-               "GIT_AUTHOR_DATE": "2026-02-23T08:14:16Z"}
-        repo.git.commit("-m", f"release {version}", env=env)
-        repo.create_tag(f"v{version}")
-        commits[version] = repo.head.commit.hexsha
-    repo.close()
-    return UpstreamRepo(path, commits)
+    """A real git repository whose python/ folder holds each release in turn; read-only
+    (the workers of a run share it): a test that commits works on a clone."""
+    def build(root: Path) -> None:
+        path = root / "sglang"
+        repo = git.Repo.init(path, initial_branch="main")
+        commits = {}
+        with repo.config_writer() as config:
+            config.set_value("user", "name", "test").set_value("user", "email",
+                                                               "t@example.invalid")
+        for version in ("0.5.7", "0.5.9", "0.5.10.post1"):
+            shutil.rmtree(path / "python", ignore_errors=True)
+            shutil.copytree(unpacked[version], path / "python",
+                            ignore=shutil.ignore_patterns("*.egg-info", "PKG-INFO"))
+            (path / "README.md").write_text(f"sglang {version}\n")
+            repo.git.add("-A")
+            env = {"GIT_COMMITTER_DATE": "2026-02-23T08:14:16Z",
+                   "GIT_AUTHOR_DATE": "2026-02-23T08:14:16Z"}
+            repo.git.commit("-m", f"release {version}", env=env)
+            repo.create_tag(f"v{version}")
+            commits[version] = repo.head.commit.hexsha
+        repo.close()
+        (root / "commits.json").write_text(json.dumps(commits))
+
+    root = built_once(tmp_path_factory, "upstream", build)
+    return UpstreamRepo(root / "sglang", json.loads((root / "commits.json").read_text()))
 
 
 @pytest.fixture

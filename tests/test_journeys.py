@@ -87,7 +87,8 @@ def sdist_patch(tree: Path, work: Path, old: str, new: str, message: str) -> Pat
 
 @pytest.mark.slow(reason="builds three wheels")
 def test_a_changed_series_under_the_same_label_is_refused_until_the_label_is_raised(
-        sdists: dict[str, Path], cache: Path, tmp_path: Path) -> None:
+        sdists: dict[str, Path], unpacked: dict[str, Path], cache: Path,
+        tmp_path: Path) -> None:
     root = project(tmp_path / "p", sdists)
     ok(run_cli("wheel", "--json", cwd=root, cache=cache))
     lock = root / "versions.lock"
@@ -96,7 +97,7 @@ def test_a_changed_series_under_the_same_label_is_refused_until_the_label_is_rai
     first = (root / "dist" / WHEEL).read_bytes()
 
     # Add a patch, as a user would, and build again under the same label.
-    patch = sdist_patch(_unpacked(sdists, tmp_path), tmp_path,
+    patch = sdist_patch(unpacked["0.5.9"], tmp_path,
                         'logger.info("Init torch distributed begin.")',
                         'logger.info("Init torch distributed begin (sm120).")', "log: say sm120")
     ok(run_cli("add-patch", str(patch), "--versions", "==0.5.9", "--description",
@@ -128,14 +129,6 @@ def test_a_changed_series_under_the_same_label_is_refused_until_the_label_is_rai
     ok(run_cli("lock", "--verify", "--json", cwd=root))
     assert lock.read_text() == text
     assert text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n"
-
-
-def _unpacked(sdists: dict[str, Path], tmp_path: Path) -> Path:
-    import tarfile
-
-    with tarfile.open(sdists["0.5.9"]) as tar:
-        tar.extractall(tmp_path / "u", filter="data")
-    return tmp_path / "u" / "sglang-0.5.9"
 
 
 def test_the_lock_refuses_kernel_and_image_versions_with_other_content(
@@ -228,9 +221,11 @@ def test_a_failed_lane_check_names_the_exact_fix(shared_cache: Path, sdists: dic
 # ---------------------------------------------------------------- 4. patches from any tree
 
 
+@pytest.mark.slow(reason="commits a copy of the whole 0.5.9 sdist, applies its patch 4 ways")
 def test_a_patch_made_in_an_unpacked_sdist_is_applied_and_stored_in_repository_layout(
-        sdists: dict[str, Path], cache: Path, tmp_path: Path) -> None:
-    tree = _unpacked(sdists, tmp_path)
+        sdists: dict[str, Path], unpacked: dict[str, Path], cache: Path,
+        tmp_path: Path) -> None:
+    tree = unpacked["0.5.9"]  # read-only: the patch is made in a copy, applied --dry-run
     patch = sdist_patch(tree, tmp_path, 'logger.info("Init torch distributed begin.")',
                         'logger.info("Init torch distributed begin (sm120).")',
                         "log: say sm120\n\nWhy: to see it.")
@@ -281,12 +276,14 @@ def _shifted(text: str, by: int) -> str:
                   text, flags=re.MULTILINE)
 
 
-def test_refresh_patch_rewrites_that_patch_alone(sdists: dict[str, Path], cache: Path,
+@pytest.mark.slow(reason="commits a copy of the whole 0.5.9 sdist, refreshes the series")
+def test_refresh_patch_rewrites_that_patch_alone(sdists: dict[str, Path],
+                                                 unpacked: dict[str, Path], cache: Path,
                                                  tmp_path: Path) -> None:
     import hashlib
 
-    tree = _unpacked(sdists, tmp_path)
-    log = sdist_patch(tree, tmp_path, 'logger.info("Init torch distributed begin.")',
+    log = sdist_patch(unpacked["0.5.9"], tmp_path,
+                      'logger.info("Init torch distributed begin.")',
                       'logger.info("Init torch distributed begin (sm120).")', "log")
     root = project(tmp_path / "p", sdists)
     ok(run_cli("add-patch", str(log), "--versions", "==0.5.9", "--description", "log",

@@ -39,6 +39,8 @@ TIMEOUT_S = 60
 DEFAULT_RETRIES = 5
 #: Attempts at one file when the connection drops mid-body (each resumes).
 RESUME_ATTEMPTS = 6
+#: Seconds before the second attempt; each later one waits twice as long, at most 4 s.
+RESUME_BACKOFF_S = 0.25
 _CHUNK = 1 << 16
 
 
@@ -196,7 +198,7 @@ def _fetch_http(url: str, partial: Path, reporter: Reporter) -> None:
     last: BaseException | None = None
     for attempt in range(RESUME_ATTEMPTS):
         if attempt:
-            time.sleep(min(0.25 * 2 ** (attempt - 1), 4.0))
+            time.sleep(min(RESUME_BACKOFF_S * 2 ** (attempt - 1), 4.0))
         have = partial.stat().st_size if partial.is_file() else 0
         headers = {"Range": f"bytes={have}-"} if have else {}
         try:

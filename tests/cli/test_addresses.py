@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import http.server
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from tests.helpers.input_cases import (
     write_tar,
     write_targets,
 )
+from tests.helpers.serve import serve_in_thread
 
 TOKEN = "s3cret-TOKEN-4242"
 
@@ -93,7 +93,7 @@ def private_index(tmp_path: Path) -> Iterator[tuple[str, list[tuple[str, bool]]]
             super().do_GET()
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve_in_thread(server)
     yield f"127.0.0.1:{server.server_address[1]}", log
     server.shutdown()
     server.server_close()

@@ -12,7 +12,6 @@ import io
 import json
 import os
 import re
-import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 
 from tests.helpers.paths import REPO
 from tests.helpers.releases import MATRIX_RELEASES
+from tests.helpers.serve import serve_in_thread
 
 TORCH_WHEEL = "torch-2.11.0-cp311-cp311-manylinux_2_28_x86_64.whl"
 
@@ -82,7 +82,7 @@ def handler(root: Path, ranges: bool) -> type[http.server.SimpleHTTPRequestHandl
 
 def serve(root: Path, ranges: bool) -> tuple[http.server.ThreadingHTTPServer, str]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler(root, ranges))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve_in_thread(server)
     return server, f"http://127.0.0.1:{server.server_address[1]}/simple"
 
 

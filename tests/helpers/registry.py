@@ -8,11 +8,12 @@ import hashlib
 import http.server
 import json
 import re
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+
+from tests.helpers.serve import serve_in_thread
 
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
@@ -91,7 +92,7 @@ def hostile() -> Iterator[tuple[Hostile, str]]:
             self.end_headers()
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve_in_thread(server)
     yield state, f"127.0.0.1:{server.server_address[1]}/lib/base:v1"
     server.shutdown()
     server.server_close()

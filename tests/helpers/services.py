@@ -33,7 +33,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -45,6 +44,8 @@ from typing import NoReturn
 
 import docker
 import pytest
+
+from tests.helpers.serve import serve_in_thread
 
 DEBIAN_SUITE = "bookworm"
 DEBIAN_PACKAGES = ("python3", "python3-pip")
@@ -437,7 +438,7 @@ def start_token_server(root: Path, credentials: tuple[str, str]) -> TokenServer:
             self.wfile.write(body)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve_in_thread(server)
     started = TokenServer(f"http://127.0.0.1:{server.server_address[1]}/token",
                           "sm120-test-registry", "sm120-test-issuer", pem, credentials, key,
                           cert.public_bytes(serialization.Encoding.DER), server)
@@ -649,7 +650,7 @@ def start_body_limit_proxy(upstream: str, limit: int) -> Proxy:
         do_GET = do_POST = do_PUT = do_HEAD = _forward
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve_in_thread(server)
     return Proxy(f"http://127.0.0.1:{server.server_address[1]}/", server, refused)
 
 

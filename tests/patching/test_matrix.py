@@ -27,8 +27,10 @@ SEED_0511 = "0001-enable-flashinfer-cutlass-autotune-0.5.11.patch"
 
 @pytest.fixture(scope="module")
 def matrix(sdists: dict[str, Path], matrix_files: dict[str, Path],
-           tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    cache = Cache(tmp_path_factory.mktemp("matrix-cache"))
+           shared_cache: Path):  # type: ignore[no-untyped-def]
+    # The cache kept between runs: the eight releases are unpacked once, not every run
+    # (tests/source/test_fetch.py checks fetching into an empty cache).
+    cache = Cache(shared_cache)
     columns = []
     files = {**sdists, **matrix_files}
     releases = {**RELEASES, **MATRIX_RELEASES}

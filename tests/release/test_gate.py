@@ -19,6 +19,7 @@ from builder.core.errors import ConfigurationError, PublishError
 from builder.smoke.gpu import SmokeReport, load_report, require_passed
 from tests.helpers.cli import run_cli
 from tests.helpers.paths import REPO
+from tests.helpers.serve import serve_in_thread
 
 PROVENANCE = {"target": "sglang-0.5.11", "version": "0.5.11+sm120.1"}
 DIGEST = sha256_json(PROVENANCE)
@@ -176,7 +177,6 @@ def test_publish_reads_the_index_as_the_source_side_does(tmp_path: Path, page: s
                                                          expected: str) -> None:
     import hashlib
     import http.server
-    import threading
 
     from builder.release.publish import Index, wheel_state
 
@@ -199,7 +199,7 @@ def test_publish_reads_the_index_as_the_source_side_does(tmp_path: Path, page: s
             self.wfile.write(body)
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve_in_thread(server)
     index = Index.from_urls(f"http://127.0.0.1:{server.server_address[1]}/")
     try:
         if expected == "already-published":

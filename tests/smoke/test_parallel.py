@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from builder.smoke.server import server_env
 from builder.smoke.shared import ProbeCheck
 from tests.helpers.cli import run_cli
 from tests.helpers.paths import TESTS
+from tests.helpers.processes import left_over
 
 FAKE = TESTS / "helpers" / "fake_sglang_server.py"
 
@@ -40,10 +40,8 @@ def _servers(tmp_path: Path) -> dict[str, dict[str, object]]:
     for path in sorted(tmp_path.glob("pids-*[0-9].json")):
         pids = json.loads(path.read_text())
         for pid in (pids["server"], pids["child"]):
-            deadline = time.monotonic() + 5
-            while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert not Path(f"/proc/{pid}").exists(), f"process {pid} of {path.name} is left"
+            left = left_over(pid)
+            assert left is None, f"process {pid} of {path.name} is left ({left})"
         found[path.stem.removeprefix("pids-")] = json.loads(
             path.with_suffix(".leg.json").read_text())
     return found

@@ -4,7 +4,6 @@ start, log watch, /health, /generate, timeouts, and a clean stop that leaves no 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from builder.smoke.server import (
     sglang_command,
 )
 from tests.helpers.paths import TESTS
+from tests.helpers.processes import left_over
 
 FAKE = TESTS / "helpers" / "fake_sglang_server.py"
 
@@ -44,19 +44,10 @@ def _run(tmp_path: Path, mode: str, *, env: dict[str, str] | None = None,
 
 
 def _gone(pids: dict[str, int]) -> None:
-    """The server and its child no longer exist (no orphan, no zombie left to us)."""
+    """The server and its child no longer run (no orphan, no zombie left to us)."""
     for name, pid in pids.items():
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.1)
-        else:
-            state = Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] \
-                if Path(f"/proc/{pid}/stat").exists() else "?"
-            pytest.fail(f"{name} process {pid} is still there (state {state})")
+        left = left_over(pid)
+        assert left is None, f"{name} process {pid} is still there ({left})"
 
 
 def test_a_ready_server_passes_with_its_autotune_warnings_counted(tmp_path: Path) -> None:

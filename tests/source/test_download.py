@@ -24,7 +24,9 @@ from builder import BuilderError
 from builder.core.cache import MANIFEST, Cache
 from builder.core.config import SdistPin, WheelPin
 from builder.core.pipconfig import parse_config_list
+from builder.patching import intent
 from builder.patching.intent import live_definitions
+from builder.source import download as download_module
 from builder.source.download import RESUME_ATTEMPTS, download
 from builder.source.fetch import fetch_pin, find_release
 from tests.helpers.cli import run_cli
@@ -45,6 +47,7 @@ from tests.helpers.input_cases import (
     write_tar,
     write_wheel,
 )
+from tests.helpers.serve import serve_in_thread
 
 # --- a small index server: files, PEP 691 pages, redirects and injected faults ----------
 
@@ -152,7 +155,7 @@ def serve() -> Iterator[object]:
         log: list[tuple[str, str | None, int]] = []
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
                                                  _handler(root, faults, log))
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        serve_in_thread(server)
         servers.append(server)
         return Server(f"http://127.0.0.1:{server.server_address[1]}", root, faults, log)
 
@@ -378,7 +381,10 @@ def test_live_definitions_skip_overridden_ones() -> None:
         [("g", 4), ("h", 6), ("h", 8), ("f", 9)]
 
 
-def test_catastrophic_intent_regex_trips_its_time_bound(tmp_path: Path) -> None:
+def test_catastrophic_intent_regex_trips_its_time_bound(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # The bound, 5 s, shortened: the pattern backtracks for hours, either trips it.
+    monkeypatch.setattr(intent, "REGEX_TIMEOUT_S", 0.5)
     tree = tmp_path / "tree" / "python" / "sglang" / "srt"
     tree.mkdir(parents=True)
     (tmp_path / "tree" / "python" / "pyproject.toml").write_text('[project]\nname = "sglang"\n')
@@ -402,7 +408,7 @@ pattern = '^(a|aa)+$'
                    "--series", "patches/series.toml", "--dry-run", cwd=tmp_path,
                    cache=tmp_path / "cache")
     assert done.returncode == 5
-    assert "ran longer than 5 s" in _json_error(done)["error"]
+    assert "ran longer than 0.5 s" in _json_error(done)["error"]
 
 
 def test_bad_intent_regex_is_refused_when_the_series_loads(tmp_path: Path) -> None:
@@ -543,7 +549,15 @@ def _payload(tmp_path: Path, size: int = 200_000) -> tuple[Path, bytes]:
     return path, data
 
 
+@pytest.fixture
+def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resume at once after a dropped connection: the waits (0.25 s doubling, 7.75 s over
+    six attempts) are the same code path, only shorter."""
+    monkeypatch.setattr(download_module, "RESUME_BACKOFF_S", 0.001)
+
+
 @pytest.mark.parametrize("ignore_range", [False, True])
+@pytest.mark.usefixtures("no_backoff")
 def test_download_resumes_after_a_dropped_connection(tmp_path: Path, serve: object,
                                                      ignore_range: bool) -> None:
     from builder.core.progress import Reporter
@@ -587,6 +601,7 @@ def test_wrong_sha256_removes_the_partial_and_fails(tmp_path: Path, serve: objec
     assert not partial.exists() and not (tmp_path / "out" / "big.bin").exists()
 
 
+@pytest.mark.usefixtures("no_backoff")
 def test_interrupted_run_leaves_a_partial_that_the_next_run_resumes(tmp_path: Path,
                                                                    serve: object) -> None:
     _, data = _payload(tmp_path, 1_000_000)

@@ -8,7 +8,6 @@ import http.server
 import io
 import re
 import tarfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from builder.core.layout import Layout
 from builder.source.fetch import fetch_source, local_source
 from tests.helpers.project import git_source, target_toml
 from tests.helpers.releases import RELEASES, UpstreamRepo
+from tests.helpers.serve import serve_in_thread
 
 
 def _target(*sources: SdistPin | GitPin, version: str = "0.5.9") -> Target:
@@ -132,8 +132,7 @@ def local_index(sdists: dict[str, Path], tmp_path: Path) -> Iterator[str]:
         "sglang-0.5.9.tar.gz</a></body></html>")
     server = http.server.ThreadingHTTPServer(
         ("127.0.0.1", 0), functools.partial(_Index, directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    serve_in_thread(server)
     yield f"http://127.0.0.1:{server.server_address[1]}/simple"
     server.shutdown()
 
@@ -198,20 +197,24 @@ def test_git_commit_missing_from_repository(upstream_repo: UpstreamRepo, tmp_pat
 
 
 def test_git_mirror_fetches_new_commits(upstream_repo: UpstreamRepo, tmp_path: Path) -> None:
+    # A clone to commit in (the workers share upstream_repo); no files checked out: the
+    # index of HEAD and the one new file make the next commit.
+    repo = git.Repo.clone_from(upstream_repo.path, tmp_path / "upstream", no_checkout=True)
+    repo.git.read_tree("HEAD")
     cache = Cache(tmp_path / "cache")
-    fetch_source(_target(GitPin(str(upstream_repo.path), upstream_repo.commits["0.5.7"])),
+    fetch_source(_target(GitPin(str(repo.working_dir), upstream_repo.commits["0.5.7"])),
                  cache=cache)
-    repo = git.Repo(upstream_repo.path)
-    (upstream_repo.path / "NEWS").write_text("later\n")
+    (tmp_path / "upstream" / "NEWS").write_text("later\n")
     repo.git.add("NEWS")
-    repo.git.commit("-m", "later commit")
+    repo.git.commit("-m", "later commit", env={"GIT_AUTHOR_NAME": "test",
+                                               "GIT_AUTHOR_EMAIL": "t@example.invalid",
+                                               "GIT_COMMITTER_NAME": "test",
+                                               "GIT_COMMITTER_EMAIL": "t@example.invalid"})
     newer = repo.head.commit.hexsha
-    try:
-        source = fetch_source(_target(GitPin(str(upstream_repo.path), newer)), cache=cache)
-        assert (source.tree / "NEWS").is_file()
-    finally:
-        repo.git.reset("--hard", "HEAD~1")
-        repo.close()
+    repo.close()
+    source = fetch_source(_target(GitPin(str(tmp_path / "upstream"), newer)), cache=cache)
+    assert (source.tree / "NEWS").is_file()
+    assert (source.tree / "python" / "pyproject.toml").is_file()  # the rest of the tree
 
 
 def test_a_tag_is_never_a_pin(tmp_path: Path) -> None:

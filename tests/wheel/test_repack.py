@@ -62,6 +62,7 @@ def repacked(matrix_files: dict[str, Path], tmp_path_factory: pytest.TempPathFac
     return matrix_files["0.5.11"], wheels[0], wheels[1]
 
 
+@pytest.mark.slow(reason="repacks the 0.5.11 wheel twice, from two empty caches")
 def test_name_tags_and_metadata(repacked: tuple[Path, Path, Path]) -> None:
     upstream, wheel, _ = repacked
     assert wheel.name == NAME
@@ -74,11 +75,13 @@ def test_name_tags_and_metadata(repacked: tuple[Path, Path, Path]) -> None:
     assert metadata.requires_dist == original.requires_dist
 
 
+@pytest.mark.slow(reason="repacks the 0.5.11 wheel twice, from two empty caches")
 def test_repack_is_reproducible(repacked: tuple[Path, Path, Path]) -> None:
     _, first, second = repacked
     assert first.read_bytes() == second.read_bytes()
 
 
+@pytest.mark.slow(reason="repacks the 0.5.11 wheel twice, from two empty caches")
 def test_record_matches_and_only_the_patch_differs(repacked: tuple[Path, Path, Path]) -> None:
     upstream, wheel, _ = repacked
     with WheelFile(wheel) as new:  # WheelFile checks each entry against RECORD on read
@@ -159,6 +162,7 @@ def test_patch_to_wheel_metadata_is_refused(matrix_files: dict[str, Path],
     assert not (project / "dist").exists()
 
 
+@pytest.mark.slow(reason="repacks the 0.5.11 wheel, then again from an edited cache")
 def test_edited_cache_entry_is_never_shipped(matrix_files: dict[str, Path],
                                              tmp_path: Path) -> None:
     import shutil
