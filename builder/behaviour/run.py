@@ -24,6 +24,7 @@ from typing import Any
 
 from packaging.tags import sys_tags
 from packaging.utils import parse_wheel_filename
+from packaging.version import Version
 
 from builder.behaviour.env import SIZES, BehaviourEnv, behaviour_env, disk_full
 from builder.behaviour.fit import FitReport, check_fits, fits_of, require_fit
@@ -535,9 +536,12 @@ def checkpoint_cells(report: dict[str, Any]) -> dict[str, tuple[str, str]]:
 
 def checkpoint_table(reports: list[dict[str, Any]]) -> str:
     """The docs' table: checkpoint form x target x (upstream, patched), from the reports."""
+    return _render_table({r["target"]: checkpoint_cells(r) for r in reports},
+                         [r["target"] for r in reports])
+
+
+def _render_table(cells: dict[str, dict[str, tuple[str, str]]], targets: list[str]) -> str:
     forms = zoo_forms().FORMS
-    cells = {r["target"]: checkpoint_cells(r) for r in reports}
-    targets = [r["target"] for r in reports]
     head = "| form (stands for) | " + " | ".join(
         f"{t} upstream | {t} patched" for t in targets) + " |"
     rule = "| --- |" + " --- | --- |" * len(targets)
@@ -551,3 +555,64 @@ def checkpoint_table(reports: list[dict[str, Any]]) -> str:
             row += [upstream, patched]
         rows.append("| " + " | ".join(row) + " |")
     return "\n".join(rows) + "\n"
+
+
+#: The markers around the zoo table in docs/upstream.md.
+ZOO_TABLE_MARKERS = ("<!-- zoo-table:start -->\n", "<!-- zoo-table:end -->")
+
+
+def read_checkpoint_table(markdown: str) -> dict[str, dict[str, tuple[str, str]]]:
+    """The zoo table between :data:`ZOO_TABLE_MARKERS` of a page, as :func:`checkpoint_cells`
+    gives one target's.
+
+    Args:
+        markdown: the page (docs/upstream.md).
+
+    Returns:
+        target -> form name -> (upstream, patched) cells, in the table's column order;
+        a form the target did not load ("not loaded") is left out.
+
+    Raises:
+        ConfigurationError: the page has no table between the markers.
+    """
+    start, end = ZOO_TABLE_MARKERS
+    if start not in markdown or end not in markdown.split(start, 1)[1]:
+        raise ConfigurationError(f"no zoo table between {start.strip()} and {end} in the page",
+                                 "give the page that has it (docs/upstream.md)")
+    table = markdown.split(start, 1)[1].split(end, 1)[0]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in table.splitlines() if line.startswith("|")]
+    head, body = rows[0], rows[2:]
+    targets = [h.removesuffix(" upstream") for h in head[1::2]]
+    return {target: {row[0].split("`")[1]: (row[1 + 2 * i], row[2 + 2 * i]) for row in body
+                     if row[1 + 2 * i] != "not loaded"}
+            for i, target in enumerate(targets)}
+
+
+def with_checkpoint_columns(markdown: str, report: dict[str, Any],
+                            releases: dict[str, str]) -> str:
+    """A page whose zoo table has the report's target's two columns from the report.
+
+    A new release's run adds its columns (docs/new-release.md, step 4); a target's run
+    again replaces them; the other targets' columns are kept as they are.
+
+    Args:
+        markdown: the page (docs/upstream.md).
+        report: :meth:`BehaviourReport.to_json` of one target.
+        releases: target -> upstream version, the order of the columns (a target that is
+            not in it keeps its place after those that are).
+
+    Returns:
+        The page, the table between :data:`ZOO_TABLE_MARKERS` rewritten.
+
+    Raises:
+        ConfigurationError: the page has no table between the markers.
+    """
+    cells = read_checkpoint_table(markdown)
+    cells[report["target"]] = checkpoint_cells(report)
+    releases = {**releases, report["target"]: report["release"]}
+    known = sorted((t for t in cells if t in releases), key=lambda t: Version(releases[t]))
+    targets = known + [t for t in cells if t not in releases]
+    start, end = ZOO_TABLE_MARKERS
+    before, rest = markdown.split(start, 1)
+    return before + start + _render_table(cells, targets) + end + rest.split(end, 1)[1]

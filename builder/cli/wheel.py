@@ -75,6 +75,7 @@ _BEHAVIOUR_EPILOG = """\
 examples:
   python -m builder behaviour --target sglang-0.5.16
   python -m builder behaviour --target sglang-0.5.23 --json > behaviour-0.5.23.json
+  python -m builder behaviour --target sglang-0.5.24 --docs-table docs/upstream.md
 
 Each [[patch.behaviour]] of patches/series.toml names a check (resolve: the values the
 serving process selects; dispatch: the expert ids that reach the MoE runner under TP 2 /
@@ -114,13 +115,30 @@ def _add_behaviour(commands: Any) -> None:
     index_url_arg(parser)
     parser.add_argument("--series", type=Path, metavar="FILE",
                         help="check this series file instead of the target's")
+    parser.add_argument("--docs-table", type=Path, metavar="FILE",
+                        help="once every behaviour is proven, write the target's two columns "
+                             "of the checkpoint-zoo table in FILE (docs/upstream.md: the "
+                             "table between its zoo-table markers; other targets' kept)")
     parser.set_defaults(handler=_cmd_behaviour, patch=None)
 
 
 def _cmd_behaviour(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     from builder.behaviour import run_behaviour
+    from builder.behaviour.run import with_checkpoint_columns
+    from builder.core.cache import atomic_write_bytes
+    from builder.core.config import load_targets
 
-    report = run_behaviour(options(args, reporter))
+    opts = options(args, reporter)
+    report = run_behaviour(opts)
     for line in report.lines() or [f"no behaviour is declared for {report.target}"]:
         reporter.result(line)
-    return report.to_json()
+    data = report.to_json()
+    if args.docs_table is not None:
+        # A new target's zoo columns come from its own run, as the test that checks the
+        # table against each target's run expects (tests/behaviour/test_run.py).
+        releases = {name: str(t.upstream_version)
+                    for name, t in load_targets(opts.targets_file).targets.items()}
+        page = with_checkpoint_columns(args.docs_table.read_text(), data, releases)
+        atomic_write_bytes(args.docs_table, page.encode())
+        reporter.result(f"wrote {report.target}'s columns of the zoo table in {args.docs_table}")
+    return data

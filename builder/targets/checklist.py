@@ -88,8 +88,9 @@ def checklist(name: str, version: str, *, failing: Iterable[str] = (),
              "change" if ended else "every patch applies: nothing to refresh",
              patches or (f"python -m builder patch --target {name} --dry-run",)),
         Step("behaviour", "every SM12x behaviour of the series proven on the release (the "
-             "first run installs its environment: minutes, about 5 GB)", (
-                 f"python -m builder behaviour --target {name}",)),
+             "first run installs its environment: minutes, about 5 GB); its columns written in "
+             "the checkpoint-zoo table of docs/upstream.md", (
+                 f"python -m builder behaviour --target {name} --docs-table docs/upstream.md",)),
         Step("profile", (f"{profile} was derived from {derived_from}'s: check the "
                          f"{len(recheck)} claim(s) marked RE-CHECK in the release's code, "
                          "then remove the marks" if derived_from else
@@ -105,9 +106,9 @@ def checklist(name: str, version: str, *, failing: Iterable[str] = (),
             f"python -m builder wheel --target {name}",)),
         Step("lock", "the version's content recorded in versions.lock", (
             f"python -m builder lock --target {name}", "python -m builder lock --verify")),
-        Step("ci", "commit targets.toml, versions.lock, images/pins.toml, the profile and "
-             "any new patch; the tests read the targets from targets.toml, and a per-release "
-             "table a slow test lacks names its file and key", (
+        Step("ci", "commit targets.toml, versions.lock, images/pins.toml, the profile, "
+             "docs/upstream.md and any new patch; the tests read the targets from "
+             "targets.toml, and a per-release table a slow test lacks names its file and key", (
                  "python -m builder plan", "nox -s lint tests")),
     )
 

@@ -12,8 +12,15 @@ import re
 
 import pytest
 
-from builder.behaviour.run import checkpoint_cells, expand_zoo, zoo_forms
+from builder.behaviour.run import (
+    checkpoint_cells,
+    expand_zoo,
+    read_checkpoint_table,
+    with_checkpoint_columns,
+    zoo_forms,
+)
 from builder.behaviour.sm12x import NO_SM12X_KERNELS, judge, no_kernel
+from builder.core.errors import ConfigurationError
 from builder.patching.series import load_series
 from tests.helpers.paths import REPO
 
@@ -107,3 +114,35 @@ def test_table_cells_count_each_outcome_worst_first() -> None:
         {"case": "a tp_size=8", "upstream": {"outcome": "crashes"},
          "patched": {"outcome": "refused"}}]}]}
     assert checkpoint_cells(report) == {"a": ("crashes 1, serves 1", "refused 1, serves 1")}
+
+
+def test_a_new_targets_run_adds_its_columns_to_the_docs_table_in_release_order() -> None:
+    # The checklist's behaviour step writes a new release's zoo columns (docs/new-release.md),
+    # so the test that holds the table against each target's run needs no edit.
+    page = (REPO / "docs" / "upstream.md").read_text()
+    shipped = read_checkpoint_table(page)
+    assert len(shipped) >= 2 and all(len(cells) >= 20 for cells in shipped.values())
+    first, *_, last = shipped
+    form = zoo_forms().FORMS[0].name
+    report = {"target": "sglang-new", "release": "0.0.1", "results": [
+        {"patch": "series invariant", "cases": [
+            {"case": f"{form} tp_size=1", "upstream": {"outcome": "crashes"},
+             "patched": {"outcome": "serves"}}]}]}
+    releases = {first: "0.0.0", last: "0.0.2"}
+    written = with_checkpoint_columns(page, report, releases)
+    tables = read_checkpoint_table(written)
+    assert tables["sglang-new"] == {form: ("crashes 1", "serves 1")}
+    assert {t: c for t, c in tables.items() if t != "sglang-new"} == shipped  # others kept
+    names = list(tables)
+    assert names.index(first) < names.index("sglang-new") < names.index(last)
+    # the text outside the table is unchanged
+    assert written.split("<!-- zoo-table:start -->")[0] == page.split("<!-- zoo-table:start -->")[0]
+    assert written.split("<!-- zoo-table:end -->")[1] == page.split("<!-- zoo-table:end -->")[1]
+    # a second run of the same target replaces its columns, adding none
+    again = dict(report, results=[{"patch": "series invariant", "cases": [
+        {"case": f"{form} tp_size=1", "upstream": {"outcome": "serves"},
+         "patched": {"outcome": "serves"}}]}])
+    replaced = read_checkpoint_table(with_checkpoint_columns(written, again, releases))
+    assert list(replaced) == names and replaced["sglang-new"] == {form: ("serves 1", "serves 1")}
+    with pytest.raises(ConfigurationError, match="no zoo table"):
+        with_checkpoint_columns("# a page without the table\n", report, releases)
