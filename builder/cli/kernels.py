@@ -117,6 +117,10 @@ def _kernels_parser(commands: Any) -> None:
                             "nvidia-cuda-nvcc from PyPI)")
     build.add_argument("--wheelhouse", type=Path, metavar="DIR",
                        help="install the build venv offline from these wheels")
+    # Only here: the build container runs `kernels build --json --progress`, so that its log
+    # streams while stdout stays JSON; on the host, --json means no progress (the root's rule).
+    build.add_argument("--progress", action="store_true",
+                       help="with --json, still show progress on stderr")
     _model_args(build)
     build.set_defaults(handler=_cmd_kernels_build)
 
@@ -208,9 +212,6 @@ def _build_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--request", type=Path, metavar="FILE",
                         help="build a request saved as JSON (`kernels plan`) instead of "
                              "resolving the target (what the build container runs)")
-    parser.add_argument("--progress", action="store_true",
-                        help="with --json, still show progress on stderr (the build "
-                             "container runs so: its log streams while stdout stays JSON)")
     parser.add_argument("--verbose", action="store_true",
                         help="print every compiler line, not just the steps")
 
