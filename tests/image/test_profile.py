@@ -129,7 +129,7 @@ def test_users_arguments_win(tmp_path: Path) -> None:
     assert shlex.split(launch("--model-path", "m", profile="none").stdout)[3:] == \
         ["--model-path", "m"]
     missing = launch("--model-path", "m", profile=tmp_path / "absent.toml")
-    assert missing.returncode == 1 and "cannot read the launch profile" in missing.stderr
+    assert missing.returncode == 2 and "cannot read the launch profile" in missing.stderr
     assert "SGLANG_SM120_PROFILE=none" in missing.stderr
 
 

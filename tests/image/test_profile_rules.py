@@ -97,7 +97,7 @@ def test_the_profile_check_and_the_launcher_refuse_the_same_profile(
     with pytest.raises(BuilderError, match=message):
         load_profile(bad, TARGET)
     done = launch("--model-path", "/m", "--tp", "2", profile=bad)
-    assert done.returncode == 1 and message in done.stderr, done.stderr
+    assert done.returncode == 2 and message in done.stderr, done.stderr
     assert serve(tp="2", profile=bad).returncode == 2
 
 
@@ -184,4 +184,4 @@ def test_the_launcher_refuses_a_profile_that_is_a_fifo_at_once(tmp_path: Path) -
     # It blocked the container's start, reading the pipe.
     os.mkfifo(tmp_path / "p.toml")
     done = launch("--model-path", "/m", profile=tmp_path / "p.toml")
-    assert done.returncode == 1 and "is not a regular file" in done.stderr, done.stderr
+    assert done.returncode == 2 and "is not a regular file" in done.stderr, done.stderr

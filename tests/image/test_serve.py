@@ -168,9 +168,9 @@ def test_the_launcher_picks_the_gpu_and_tp(tmp_path: Path) -> None:
     assert plain.returncode == 0 and shlex.split(plain.stdout)[3:] == ["--model-path", "m"]
     assert "set SGLANG_SM120_GPU=rtx-5090|rtx-pro-6000" in plain.stderr
     wrong = launch("--model-path", "m", profile=profile.path, gpu="rtx-4090")
-    assert wrong.returncode == 1 and "has no GPU 'rtx-4090'" in wrong.stderr
+    assert wrong.returncode == 2 and "has no GPU 'rtx-4090'" in wrong.stderr
     odd = launch("--tp-size", "3", profile=profile.path, gpu="rtx-pro-6000")
-    assert odd.returncode == 1 and "no TP size 3" in odd.stderr
+    assert odd.returncode == 2 and "no TP size 3" in odd.stderr
 
 
 def test_serve_command_refuses_bad_input(tmp_path: Path) -> None:
