@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Detached by device.sh: (a) the NVFP4 MoE serving set for sglang-0.5.23 at 12.0f, pruned,
-# cold; (b) the default set for 0.5.23, cold; (c) a pruned sm_90a fused MoE module of 0.5.16's
-# FlashInfer 0.6.14 (bf16 x bf16 kept), loaded and called on the H200 (call.py).
+# Detached by device.sh, in this order: (a) the NVFP4 MoE serving set for sglang-0.5.23 at
+# 12.0f, pruned, cold; (c) a pruned sm_90a fused MoE module of 0.5.16's FlashInfer 0.6.14
+# (bf16 x bf16 kept), loaded and called on the H200 (call.py); (b) the default set for 0.5.23,
+# cold.
 set -uo pipefail
 C=$1; R=$2; REPO=$3; H=$REPO/reports/2026-12-03-h200-kernel-prune
 P=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
@@ -26,15 +27,13 @@ build() {  # name request: cold (fresh cache and dist), timed, with /proc/stat a
   cp /tmp/kc-$n/logs/*.log $R/$n-kept.log 2>/dev/null
   return $rc
 }
+nm_of() {  # the fused MoE library's undefined TensorRT-LLM symbols
+  mkdir -p $R/so-$1 && (cd $R/so-$1 && python3 -m zipfile -e /tmp/kd-$1/flashinfer_jit_cache_sm120f-*.whl . )
+  f=$(find $R/so-$1 -name fused_moe_120.so | head -1)
+  nm -D -C --undefined-only "$f" | grep "tensorrt_llm::" > $R/nm-$1.txt
+}
 build a a-nvfp4-pruned.json
-# SKIP_B=1: leave out the default set (when the session's device time cannot hold it)
-[ -n "${SKIP_B:-}" ] || build b b-default.json
-step "nm a b"
-for n in a $([ -n "${SKIP_B:-}" ] || echo b); do
-  mkdir -p $R/so-$n && (cd $R/so-$n && python3 -m zipfile -e /tmp/kd-$n/flashinfer_jit_cache_sm120f-*.whl . )
-  f=$(find $R/so-$n -name fused_moe_120.so | head -1)
-  nm -D -C --undefined-only "$f" | grep "tensorrt_llm::" > $R/nm-$n.txt
-done
+step "nm a"; nm_of a
 step "switch to FlashInfer 0.6.14"
 rm -rf $P/flashinfer $P/flashinfer_python-0.7.2.dist-info
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir $C/fi0614/*.whl || exit 1
@@ -44,6 +43,15 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir /tmp/
 f=$(python3 -c "import flashinfer_jit_cache as j, os; print(os.path.join(j.get_jit_cache_dir(), 'fused_moe_90', 'fused_moe_90.so'))")
 nm -D -C --undefined-only "$f" | grep "tensorrt_llm::" > $R/nm-c.txt
 FLASHINFER_DISABLE_JIT=1 python3 $H/call.py --json $R/call-c.json --so "$f" > $R/call-c.log 2>&1
+# (b) last: the default set is the comparison figure, (c) the proof that a pruned module is
+# loaded and called; a call that runs out of device time loses (b) only. SKIP_B=1 leaves it out.
+if [ -z "${SKIP_B:-}" ]; then
+  step "switch back to FlashInfer 0.7.2"
+  python3 -m pip uninstall -q -y flashinfer-python flashinfer-jit-cache
+  tar xJf $C/fi072.tar.xz -C $P || exit 1
+  build b b-default.json
+  step "nm b"; nm_of b
+fi
 step "summary"
 python3 $H/summarize.py $R > $R/results.json 2> $R/summarize.err
 touch $R/done

@@ -15,7 +15,8 @@ if [ ! -f $R/started ]; then
 fi
 end=$(( $(date +%s) + ${WAIT:-540} ))
 while [ ! -f $R/done ] && [ $(date +%s) -lt $end ]; do sleep 5; done
-cp $R/results.json $OUT/ 2>/dev/null
+# the summary of what is there so far (the chain writes the final one when done)
+[ -f $R/done ] && cp $R/results.json $OUT/ || python3 $H/summarize.py $R > $OUT/results.json 2>/dev/null
 for s in a b c; do [ -f $R/$s.json ] && cp $R/$s.json $OUT/build-$s.json; done
 (cd $R && tar czf $OUT/small.tgz --ignore-failed-read machine.txt chain.log *.err *.log \
    *.time costs-*.json call-c.json nm-*.txt 2>/dev/null)

@@ -4,7 +4,7 @@
 # environments of 0.5.16 and 0.5.23, FlashInfer 0.7.2's wheel) and pip's ordinary index for
 # five pure-Python wheels. Writes SHA256SUMS; refuses a folder over 60 MiB.
 set -euo pipefail
-PY=${PY:-/work/venvs/perf/bin/python}
+PY=${PY:-python3}
 T=${SGLANG_SM120_TEST_CACHE:-/root/.cache/sglang-sm120-tests}; K=$T/builder-cache
 C=${1:-$PWD/.cache/prune}; W=$(mktemp -d); trap 'rm -rf $W' EXIT
 rm -rf $C; mkdir -p $C/req $C/whl $C/fi0614
@@ -40,7 +40,11 @@ print(request.version, request.groups, request.moe_variants)
 PYEOF
 # FlashInfer 0.7.2 (65 MB as a wheel): its tree less what no JIT spec of the builder's groups
 # reads (experimental/, moe_ep/, the cuDNN frost MoE's Python backend), xz-compressed.
-FI72=$(ls $K/wheelhouse/*/flashinfer_python-0.7.2-py3-none-any.whl | head -1)
+FI72=$(ls $K/wheelhouse/*/flashinfer_python-0.7.2-py3-none-any.whl 2>/dev/null | head -1 || true)
+if [ -z "$FI72" ]; then  # no kernel build has cached it yet: PyPI's copy
+  $PY -m pip download -q --no-deps --only-binary=:all: -d $W flashinfer-python==0.7.2
+  FI72=$W/flashinfer_python-0.7.2-py3-none-any.whl
+fi
 mkdir $W/fi && (cd $W/fi && $PY -m zipfile -e $FI72 . && rm -rf flashinfer/experimental \
   flashinfer/moe_ep flashinfer/fused_moe/backends/cudnn_frost && \
   tar cf - flashinfer flashinfer_python-0.7.2.dist-info | xz -6 -T2 > $C/fi072.tar.xz)
