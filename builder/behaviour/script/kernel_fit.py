@@ -132,6 +132,13 @@ def _nvcc(nvcc: str, source: str, flags: list[str], includes: list[str]) -> dict
     return found
 
 
+def torch_dtypes(torch: Any) -> dict[str, Any]:
+    """The torch dtypes a ``[[kernel_fit]]`` entry names, by name (also ``tilelang_aot.py``)."""
+    return {"bfloat16": torch.bfloat16, "float32": torch.float32, "int32": torch.int32,
+            "float8_e4m3fn": torch.float8_e4m3fn, "float16": torch.float16,
+            "uint8": torch.uint8, "bool": torch.bool}
+
+
 def main() -> int:
     """Read the request, run each declared dispatch, lower and compile what it picked."""
     request = json.loads(sys.stdin.read())
@@ -143,9 +150,7 @@ def main() -> int:
     from tilelang.jit import JITImpl
     from tvm.target import Target
 
-    dtypes = {"bfloat16": torch.bfloat16, "float32": torch.float32, "int32": torch.int32,
-              "float8_e4m3fn": torch.float8_e4m3fn, "float16": torch.float16,
-              "uint8": torch.uint8, "bool": torch.bool}
+    dtypes = torch_dtypes(torch)
     includes = [os.path.join(os.path.dirname(tilelang.__file__), "src"),
                 os.path.join(os.path.dirname(tilelang.__file__), "3rdparty", "cutlass",
                              "include")]

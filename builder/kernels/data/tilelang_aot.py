@@ -91,9 +91,7 @@ def main() -> int:
     import tilelang
     import torch
 
-    dtypes = {"bfloat16": torch.bfloat16, "float32": torch.float32, "int32": torch.int32,
-              "float8_e4m3fn": torch.float8_e4m3fn, "float16": torch.float16,
-              "uint8": torch.uint8, "bool": torch.bool}
+    dtypes = kernel_fit.torch_dtypes(torch)
     root = os.environ["TILELANG_CACHE_DIR"]
     failed = 0
     for fit in request["fits"]:
