@@ -263,7 +263,7 @@ def derive(selection: dict[str, Any], arch_list: tuple[str, ...]) -> Derived:
     """The module groups, head dims and variants a selection loads (:data:`TABLE`).
 
     Args:
-        selection: :func:`select_backends`'s answer for one configuration.
+        selection: ``builder.kernels.derive.select_backends``'s answer for one configuration.
         arch_list: the build's archs (the per-arch groups are named after the first).
 
     Returns:

@@ -4,7 +4,7 @@ The DSA kernels patch 0003 selects on SM12x are TileLang kernels compiled at fir
 ``TILELANG_CACHE_DIR`` (SGLang 0.5.23 points it at ``$SGLANG_CACHE_DIR/tilelang``:
 ``third_party_cache_defaults`` in ``sglang/srt/environ.py``). :func:`build_tilelang_cache`
 runs the kernel-fit check's recording (the release's own dispatch on meta tensors, for each
-``[[kernel_fit]]`` of the series that applies: :mod:`builder.behaviour.fit`), then calls
+``[[kernel_fit]]`` of the series that applies: ``builder.behaviour.fit``), then calls
 each recorded ``@tilelang.jit`` factory for real with the device reported as the target
 (``data/tilelang_aot.py``), so TileLang computes its own key and writes the compiled kernel
 where a server on that GPU looks.
@@ -77,9 +77,9 @@ def build_tilelang_cache(env: BehaviourEnv, wheel: Path, series: Series, arch: s
     """Compile the TileLang kernels the release's dispatch picks, for ``arch``, into ``dest``.
 
     Args:
-        env: the release's behaviour environment (:func:`builder.behaviour.env.behaviour_env`).
+        env: the release's behaviour environment (``builder.behaviour.env.behaviour_env``).
         wheel: the release's wheel (its ``tilelang==X`` pin is installed beside ``env``,
-            as the kernel-fit check does: :func:`builder.behaviour.fit.tilelang_dir`).
+            as the kernel-fit check does: ``builder.behaviour.fit.tilelang_dir``).
         series: the patch series; the ``[[kernel_fit]]`` declarations of the patches that
             apply to ``env.release`` name the dispatches and shapes.
         arch: the target, e.g. ``sm_90a`` or ``12.0f`` (TileLang targets ``sm_<cc>a``).

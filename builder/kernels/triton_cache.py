@@ -134,7 +134,7 @@ def build_triton_cache(env: BehaviourEnv, specs: list[str], arch: str, dest: Pat
 
     Args:
         env: the release's behaviour environment
-            (:func:`builder.behaviour.env.behaviour_env`): the triton and sglang the server
+            (``builder.behaviour.env.behaviour_env``): the triton and sglang the server
             runs, so that the keys are the server's.
         specs: Triton's specialization records (``specialization_data`` as
             ``knobs.runtime.jit_cache_hook`` gets it, triton 3.9), one per launch; duplicates
