@@ -611,3 +611,27 @@ def test_every_json_file_is_read_by_the_one_parser() -> None:
                                      "json.loads(done.stdout)\n", "planted.py"))
     assert planted == ["planted.py:3: json.load", "planted.py:4: json.loads of read_text()",
                        "planted.py:5: json.loads of read()"], planted
+
+
+def imports_of_test_files(source: str, label: str) -> list[str]:
+    """``label:line: module`` for each import of ``conftest`` or of another test file
+    (``test_*``): shared test code lives in ``tests/helpers/`` (docs/testing.md)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        for name in names:
+            last = name.rsplit(".", 1)[-1]
+            if last == "conftest" or last.startswith("test_"):
+                found.append(f"{label}:{node.lineno}: {name}")
+    return found
+
+
+def test_no_test_file_imports_conftest_or_another_test_file() -> None:
+    found = [hit for path in sorted((ROOT / "tests").rglob("*.py"))
+             for hit in imports_of_test_files(path.read_text(), _rel(path))]
+    assert found == [], "\n".join(found)
+    planted = ("from tests.conftest import UpstreamRelease\nimport conftest\n"
+               "from tests.cli.test_layout import walk\nfrom tests.helpers.releases import X\n")
+    assert imports_of_test_files(planted, "p.py") == [
+        "p.py:1: tests.conftest", "p.py:2: conftest", "p.py:3: tests.cli.test_layout"]

@@ -30,31 +30,12 @@ from builder.kernels.derive import (
     run_select,
 )
 from builder.kernels.pins import default_groups
+from tests.helpers.kernels import F, manifest_of, nvfp4_selection
 from tests.helpers.paths import REPO
 from tests.helpers.tiers import BEHAVIOUR
 
-F = ("12.0f",)
 MOE = ("fused_moe_sm120", "trtllm_utils", "fp4_quantization_sm120f")
 COMMON = ("sampling", "norm", "rope", "activation", "page")
-
-
-def _nvfp4(**more: Any) -> dict[str, Any]:
-    """What the selection script reports for a ModelOpt NVFP4 MoE on patched 0.5.23."""
-    return {"moe_method": "ModelOptNvFp4FusedMoEMethod", "layer_moe_backend":
-            "flashinfer_cutlass", "moe_runner_backend": "flashinfer_cutlass",
-            "fp4_gemm_backend": "flashinfer_b12x", "fp8_gemm_backend": "cutlass",
-            "attention_backend": "flashinfer", "kv_cache_dtype": "auto",
-            "sampling_backend": "flashinfer", "model_quantization": "modelopt_fp4",
-            "fp4_linears": True, "fp4_checkpoint": True,
-            "attention": {"head_dim": 128, "v_head_dim": 128, "dtype": "bfloat16",
-                          "attention_arch": "MHA"}, **more}
-
-
-def _manifest(groups: tuple[str, ...], head_dims: tuple[int, ...] = (128,),
-              arch: tuple[str, ...] = F, flashinfer: str = "0.7.2") -> dict[str, Any]:
-    return {"flashinfer_version": flashinfer, "arch_list": list(arch), "groups": list(groups),
-            "head_dims": list(head_dims), "modules": [{"name": g, "group": g}
-                                                      for g in groups]}
 
 
 def test_every_row_names_a_group_the_builder_compiles_and_a_flashinfer_function() -> None:
@@ -67,7 +48,7 @@ def test_every_row_names_a_group_the_builder_compiles_and_a_flashinfer_function(
 
 
 def test_an_nvfp4_moe_loads_the_cutlass_moe_its_quantization_and_attention() -> None:
-    derived = derive(_nvfp4(), F)
+    derived = derive(nvfp4_selection(), F)
     assert derived.groups == (*MOE, "attention", *COMMON)
     assert derived.head_dims == (128,)
     moe = next(n for n in derived.needs if n.group == "fused_moe_sm120")
@@ -75,9 +56,10 @@ def test_an_nvfp4_moe_loads_the_cutlass_moe_its_quantization_and_attention() -> 
     assert moe.function == "flashinfer.jit.fused_moe.gen_cutlass_fused_moe_sm120_module"
     # the CUTLASS FP4 GEMM only with its backend
     assert "fp4_gemm_sm120" not in derived.groups
-    assert "fp4_gemm_sm120" in derive(_nvfp4(fp4_gemm_backend="flashinfer_cutlass"), F).groups
+    cutlass = nvfp4_selection(fp4_gemm_backend="flashinfer_cutlass")
+    assert "fp4_gemm_sm120" in derive(cutlass, F).groups
     # a 12.0a build names the per-arch groups after it
-    assert "fp4_quantization_sm120" in derive(_nvfp4(), ("12.0a",)).groups
+    assert "fp4_quantization_sm120" in derive(nvfp4_selection(), ("12.0a",)).groups
 
 
 def test_a_triton_moe_with_triton_attention_loads_no_moe_and_no_attention_module() -> None:
@@ -91,11 +73,11 @@ def test_a_triton_moe_with_triton_attention_loads_no_moe_and_no_attention_module
 
 
 def test_what_no_group_builds_is_named_not_dropped() -> None:
-    fp8_kv = derive(_nvfp4(kv_cache_dtype="fp8_e4m3"), F)
+    fp8_kv = derive(nvfp4_selection(kv_cache_dtype="fp8_e4m3"), F)
     assert any("kv float8_e4m3fn" in note for note in fp8_kv.unbuildable)
-    mla = derive(_nvfp4(attention={"head_dim": 576, "attention_arch": "MLA"}), F)
+    mla = derive(nvfp4_selection(attention={"head_dim": 576, "attention_arch": "MLA"}), F)
     assert "attention" not in mla.groups and "MLA" in mla.unbuildable[0]
-    trtllm = derive(_nvfp4(layer_moe_backend="flashinfer_trtllm"), F)
+    trtllm = derive(nvfp4_selection(layer_moe_backend="flashinfer_trtllm"), F)
     assert "fused_moe_sm120" not in trtllm.groups
     assert any("moe_runner=flashinfer_trtllm" in note for note in trtllm.unbuildable)
 
@@ -117,10 +99,10 @@ def test_fp4_linears_are_read_from_the_quantization_declaration() -> None:
 
 
 def test_coverage_both_ways_and_one_message_with_the_kernels_command() -> None:
-    derived = derive(_nvfp4(), F)
-    full = _manifest(default_groups(F))
+    derived = derive(nvfp4_selection(), F)
+    full = manifest_of(default_groups(F))
     assert missing_from(full, derived, F, "0.7.2") == []
-    lacking = _manifest(tuple(g for g in default_groups(F) if g != "fused_moe_sm120"),
+    lacking = manifest_of(tuple(g for g in default_groups(F) if g != "fused_moe_sm120"),
                         head_dims=(64,), arch=("9.0a",), flashinfer="0.6.18")
     assert missing_from(lacking, derived, F, "0.7.2") == [
         "module group fused_moe_sm120 (moe_runner=flashinfer_cutlass, nvfp4 x nvfp4)",
@@ -137,8 +119,8 @@ def test_coverage_both_ways_and_one_message_with_the_kernels_command() -> None:
 
 
 def test_a_fast_build_wheel_does_not_cover_a_fused_moe() -> None:
-    derived = derive(_nvfp4(), F)
-    fast = {**_manifest(default_groups(F)), "fast_build": True}
+    derived = derive(nvfp4_selection(), F)
+    fast = {**manifest_of(default_groups(F)), "fast_build": True}
     assert missing_from(fast, derived, F) == [
         "the full fused MoE module (the wheel is a --fast-build one)"]
 
@@ -287,14 +269,14 @@ def test_the_default_set_covers_the_forms_it_claims_and_a_lacking_one_is_refused
     for name in claimed:
         derived = _derived(zoo_0523, name)
         # the default set's groups; head dims as the form's (the zoo's are shrunk)
-        shipped = _manifest(default_groups(F), head_dims=derived.head_dims or (128,))
+        shipped = manifest_of(default_groups(F), head_dims=derived.head_dims or (128,))
         assert missing_from(shipped, derived, F, "0.7.2") == [], name
-        lacking = _manifest(tuple(g for g in default_groups(F) if g != "fused_moe_sm120"),
+        lacking = manifest_of(tuple(g for g in default_groups(F) if g != "fused_moe_sm120"),
                             head_dims=derived.head_dims or (128,))
         assert missing_from(lacking, derived, F, "0.7.2") == [
             "module group fused_moe_sm120 (moe_runner=flashinfer_cutlass, nvfp4 x nvfp4)"], name
     # the default set does not claim the MoE-less forms, and covers them too (a superset)
-    assert missing_from(_manifest(default_groups(F), (32,)),
+    assert missing_from(manifest_of(default_groups(F), (32,)),
                         _derived(zoo_0523, "qwen3-30b-a3b-bf16"), F) == []
 
 
@@ -313,7 +295,7 @@ def test_serve_command_check_refuses_a_wheel_lacking_a_derived_module(
         wheels[name] = tmp_path / f"{name}.whl"
         with zipfile.ZipFile(wheels[name], "w") as archive:
             archive.writestr("flashinfer_jit_cache/sm120-manifest.json",
-                             json.dumps(_manifest(groups, head_dims=(32, 128))))
+                             json.dumps(manifest_of(groups, head_dims=(32, 128))))
     common = ["serve-command", "--target", "sglang-0.5.23", "--gpu", "rtx-pro-6000", "--tp",
               "2", "--model", str(model)]
     done = run_cli(*common, "--check", str(wheels["full"]), "--json", cache=shared_cache)
@@ -374,7 +356,7 @@ def test_the_installed_kernel_wheels_manifest_is_found(tmp_path: Path,
                                    "Version: 0.7.2+sm120.1.cu130\n")
     manifest = site / "flashinfer_jit_cache" / "providers" / "sm120f" / "sm120-manifest.json"
     manifest.parent.mkdir(parents=True)
-    manifest.write_text(json.dumps(_manifest(default_groups(F))))
+    manifest.write_text(json.dumps(manifest_of(default_groups(F))))
     (info / "RECORD").write_text(f"{manifest.relative_to(site).as_posix()},,\n")
     monkeypatch.syspath_prepend(str(site))
     found = installed_manifest()

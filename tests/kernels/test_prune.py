@@ -23,9 +23,9 @@ from builder.kernels import prune
 from builder.kernels.build import DRIVER, KernelRequest
 from builder.kernels.derive import derive, missing_from, moe_variants_of
 from builder.kernels.pins import default_groups
+from tests.helpers.kernels import F, manifest_of, nvfp4_selection
 from tests.helpers.paths import REPO
 from tests.helpers.tiers import BEHAVIOUR
-from tests.kernels.test_derive import F, _manifest, _nvfp4
 
 UNITS_DIR = "nv_internal/tensorrt_llm/kernels/cutlass_kernels/moe_gemm"
 
@@ -103,7 +103,7 @@ def test_a_request_carries_its_moe_variants_and_an_unpruned_one_keeps_its_digest
 
 
 def _pruned_manifest(variants: list[str]) -> dict[str, Any]:
-    manifest = _manifest(default_groups(F))
+    manifest = manifest_of(default_groups(F))
     for module in manifest["modules"]:
         if module["group"] == "fused_moe_sm120":
             module["pruned"] = {"variants": variants, "kept_units": list(
@@ -112,13 +112,13 @@ def _pruned_manifest(variants: list[str]) -> dict[str, Any]:
 
 
 def test_a_wheel_pruned_to_other_dtype_pairs_does_not_cover_the_model() -> None:
-    derived = derive(_nvfp4(), F)
+    derived = derive(nvfp4_selection(), F)
     assert missing_from(_pruned_manifest(["nvfp4 x nvfp4"]), derived, F, "0.7.2") == []
     assert missing_from(_pruned_manifest(["bf16 x bf16"]), derived, F, "0.7.2") == [
         "fused MoE dtype pair nvfp4 x nvfp4 (fused_moe_sm120 is pruned to bf16 x bf16)"]
     # an unpruned wheel covers every pair; the manifest's top-level record alone suffices
-    assert moe_variants_of(_manifest(default_groups(F)), "fused_moe_sm120") is None
-    top_only = {**_manifest(default_groups(F)), "moe_variants": ["bf16 x bf16"]}
+    assert moe_variants_of(manifest_of(default_groups(F)), "fused_moe_sm120") is None
+    top_only = {**manifest_of(default_groups(F)), "moe_variants": ["bf16 x bf16"]}
     assert moe_variants_of(top_only, "fused_moe_sm120") == ["bf16 x bf16"]
     assert missing_from(top_only, derived, F, "0.7.2") != []
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_authoring import SHIFTED, refused, snapshot
-from tests.cli.test_authoring import work as work  # the fixture: one copy of the case
+from tests.helpers.authoring import SHIFTED, refused, snapshot
+from tests.helpers.authoring import work as work  # the fixture: one copy of the case
 from tests.helpers.cli import run_cli
 
 

@@ -22,9 +22,9 @@ import pytest
 
 from builder.core.errors import ConfigurationError
 from builder.smoke.autotune_path import run_path_function
-from tests.conftest import UpstreamRelease
 from tests.helpers.cli import run_cli
 from tests.helpers.paths import REPO
+from tests.helpers.releases import UpstreamRelease
 
 pytestmark = pytest.mark.slow(reason="runs a release's own code in its behaviour environment")
 
