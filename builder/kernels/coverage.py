@@ -190,13 +190,49 @@ def _moe_variant(selection: dict[str, Any]) -> str:
         return "nvfp4 x nvfp4"
     if method.startswith("CompressedTensors"):
         return "nvfp4 x nvfp4" if selection.get("fp4_checkpoint") else "compressed-tensors"
+    if "W4AFp8" in method or "Int4Fp8" in method:  # before "Fp8", which they contain
+        return "fp8 x int4"
     if "Fp8" in method:
         return "fp8 x fp8"
-    if "W4AFp8" in method:
-        return "fp8 x int4"
     if "Mxfp4" in method:
         return "bf16 x mxfp4"
     return "bf16 x bf16"
+
+
+#: The routed experts' dtype pair per ``quant_algo`` of a ModelOpt ``MIXED_PRECISION``
+#: layer entry (``ModelOptMixedPrecisionConfig.get_quant_method``, sglang 0.5.16-0.5.23: an
+#: FP8 layer gets ``ModelOptFp8MoEMethod``, an NVFP4 one ``ModelOptNvFp4FusedMoEMethod``).
+#: Another algo is named as such: no prune rule covers it, so the module is built whole.
+_MIXED_MOE_PAIRS = {"NVFP4": "nvfp4 x nvfp4", "FP8": "fp8 x fp8"}
+
+
+def mixed_moe_pairs(config: dict[str, Any], hf_quant: dict[str, Any] | None) -> list[str]:
+    """The dtype pairs of every routed-expert layer of a ModelOpt ``MIXED_PRECISION``
+    checkpoint (each layer picks its own MoE method); ``[]`` for any other checkpoint, whose
+    MoE layers all run the method the selection observed on one.
+
+    An expert layer named in ``exclude_modules`` runs unquantized (``bf16 x bf16``).
+    """
+    tables = [config.get("quantization_config") or {}, (hf_quant or {}).get("quantization")
+              or {}]
+    for table in tables:
+        if not isinstance(table, dict) or str(table.get("quant_algo")) != "MIXED_PRECISION":
+            continue
+        layers = table.get("quantized_layers") or {}
+        algos = sorted({str(v.get("quant_algo")) for k, v in layers.items()
+                        if ".experts." in str(k) and isinstance(v, dict)})
+        pairs = [_MIXED_MOE_PAIRS.get(a, f"modelopt {a}") for a in algos]
+        if any("experts" in str(m) for m in table.get("exclude_modules") or ()):
+            pairs.append("bf16 x bf16")
+        return pairs
+    return []
+
+
+def _moe_variants(selection: dict[str, Any]) -> tuple[str, ...]:
+    """Every MoE dtype pair the server runs: the observed layer's, and each layer's of a
+    mixed-precision checkpoint (:func:`mixed_moe_pairs`, in ``moe_layer_pairs``)."""
+    return tuple(dict.fromkeys([_moe_variant(selection),
+                                *(str(p) for p in selection.get("moe_layer_pairs") or ())]))
 
 
 def has_fp4_linears(config: dict[str, Any], hf_quant: dict[str, Any] | None) -> bool:
@@ -230,7 +266,7 @@ def _present(selection: dict[str, Any]) -> dict[str, Any]:
         "attention_backend", "prefill_attention_backend", "decode_attention_backend")}
     return {
         "moe_runner": moe,
-        "moe_fp4_quantization": moe if _moe_variant(selection) == "nvfp4 x nvfp4" else None,
+        "moe_fp4_quantization": moe if "nvfp4 x nvfp4" in _moe_variants(selection) else None,
         "fp4_gemm": selection.get("fp4_gemm_backend") if selection.get("fp4_linears")
         else None,
         "fp8_gemm": selection.get("fp8_gemm_backend")
@@ -285,7 +321,11 @@ def derive(selection: dict[str, Any], arch_list: tuple[str, ...]) -> Derived:
         value = present.get(row.selected)
         if value is None or value not in row.values:
             continue
-        variant = _moe_variant(selection) if row.group.startswith("fused_moe") else ""
+        if row.group.startswith("fused_moe"):  # one need per dtype pair the layers run
+            needs += [Need(row.group.format(**names), pair, f"{row.selected}={value}",
+                           row.function.format(**names)) for pair in _moe_variants(selection)]
+            continue
+        variant = ""
         if row.selected == "attention":
             variant, dim, note = _attention_variant(selection)
             if note:
@@ -393,10 +433,11 @@ def refusal(missing: list[str], *, wheel: str, model: Path | str, target: str,
 
 
 def checkpoint_facts(config: dict[str, Any], hf_quant: dict[str, Any] | None
-                     ) -> dict[str, bool]:
+                     ) -> dict[str, Any]:
     """What :func:`derive` reads from the checkpoint's own files besides the selection:
-    ``fp4_linears`` (:func:`has_fp4_linears`) and ``fp4_checkpoint`` (NVFP4 anywhere in
-    its quantization declaration: the linears or the routed experts).
+    ``fp4_linears`` (:func:`has_fp4_linears`), ``fp4_checkpoint`` (NVFP4 anywhere in
+    its quantization declaration: the linears or the routed experts) and
+    ``moe_layer_pairs`` (:func:`mixed_moe_pairs`: the selection observes one MoE layer).
 
     Args:
         config: the checkpoint's ``config.json``.
@@ -404,7 +445,8 @@ def checkpoint_facts(config: dict[str, Any], hf_quant: dict[str, Any] | None
     """
     linears = has_fp4_linears(config, hf_quant)
     declared = json.dumps([config.get("quantization_config"), hf_quant]).lower()
-    return {"fp4_linears": linears, "fp4_checkpoint": linears or "fp4" in declared}
+    return {"fp4_linears": linears, "fp4_checkpoint": linears or "fp4" in declared,
+            "moe_layer_pairs": mixed_moe_pairs(config, hf_quant)}
 
 
 def manifest_files() -> list[tuple[str, Path]]:

@@ -384,3 +384,38 @@ def test_a_check_wheel_that_is_no_kernel_wheel_is_bad_input_at_once(tmp_path: Pa
                        "--tp", "2", "--model", str(tmp_path / "m"), "--check", str(wheel),
                        "--index-url", "http://127.0.0.1:9/simple", cache=tmp_path / "cache")
         assert done.returncode == 2 and says in done.stderr, (wheel, done.stderr)
+
+
+def test_a_mixed_precision_checkpoint_needs_every_expert_layers_dtype_pair() -> None:
+    # The selection observes one MoE layer (here an FP8 one); a ModelOpt MIXED_PRECISION
+    # export picks each layer's method from its own entry, so layer 2 runs NVFP4.
+    from builder.kernels.coverage import checkpoint_facts
+    from builder.kernels.request import derived_moe_variants
+
+    layers = {"model.layers.1.mlp.experts.0.down_proj": {"quant_algo": "FP8"},
+              "model.layers.2.mlp.experts.0.down_proj": {"quant_algo": "NVFP4"}}
+    quant = {"quantization": {"quant_algo": "MIXED_PRECISION", "quantized_layers": layers}}
+    facts = checkpoint_facts({}, quant)
+    assert facts["moe_layer_pairs"] == ["fp8 x fp8", "nvfp4 x nvfp4"]
+    derived = derive(nvfp4_selection(moe_method="ModelOptFp8MoEMethod", **facts), F)
+    assert [n.variant for n in derived.needs if n.group == "fused_moe_sm120"] == [
+        "fp8 x fp8", "nvfp4 x nvfp4"]
+    assert "fp4_quantization_sm120f" in derived.groups  # the NVFP4 layers quantize
+    assert derived_moe_variants(derived, "0.7.2") == (("fp8 x fp8", "nvfp4 x nvfp4"), None)
+    pruned = {**manifest_of(derived.groups), "moe_variants": ["fp8 x fp8"]}
+    assert missing_from(pruned, derived, F, "0.7.2") == [
+        "fused MoE dtype pair nvfp4 x nvfp4 (fused_moe_sm120 is pruned to fp8 x fp8)"]
+    both = {**manifest_of(derived.groups), "moe_variants": ["fp8 x fp8", "nvfp4 x nvfp4"]}
+    assert missing_from(both, derived, F, "0.7.2") == []
+    # An excluded expert layer runs unquantized; an algo without a prune rule is named,
+    # and the module is then built whole.
+    quant["quantization"]["exclude_modules"] = ["model.layers.3.mlp.experts*"]
+    layers["model.layers.4.mlp.experts.0.down_proj"] = {"quant_algo": "W4A16_NVFP4"}
+    facts = checkpoint_facts({}, quant)
+    assert facts["moe_layer_pairs"] == ["fp8 x fp8", "nvfp4 x nvfp4", "modelopt W4A16_NVFP4",
+                                        "bf16 x bf16"]
+    variants, why = derived_moe_variants(derive(nvfp4_selection(**facts), F), "0.7.2")
+    assert variants == () and why
+    # One method for every layer elsewhere: nothing added.
+    assert checkpoint_facts({}, {"quantization": {"quant_algo": "NVFP4"}})[
+        "moe_layer_pairs"] == []
