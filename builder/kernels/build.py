@@ -79,19 +79,38 @@ def check_groups(groups: tuple[str, ...]) -> None:
                                  "groups: norm, activation, sampling, rope, page, attention, "
                                  "trtllm_utils, fused_moe_smNN, fp4_quantization_smNN, "
                                  "fp4_gemm_smNN (e.g. fused_moe_sm120, fp4_quantization_sm120f)")
-def check_moe_variants(variants: tuple[str, ...]) -> None:
-    """Refuse MoE variants the prune rule does not know (:data:`prune.VARIANT_UNITS`).
+def check_moe_variants(variants: tuple[str, ...], groups: tuple[str, ...],
+                       flashinfer: str) -> None:
+    """Refuse MoE variants the build cannot prune to: a variant the prune rule does not know
+    (:data:`prune.VARIANT_UNITS`), no fused MoE group to prune, or a FlashInfer whose
+    ``MoeGemmRunner`` members were not checked (:data:`prune.CHECKED_HEADERS`). One rule for
+    a resolved request and a saved one.
+
+    Args:
+        variants: the dtype pairs to keep (``()``: the full module; nothing is checked).
+        groups: the request's module groups.
+        flashinfer: the FlashInfer version it builds.
 
     Raises:
-        ConfigurationError: one is unknown.
+        ConfigurationError: the variants cannot be pruned to.
     """
-    if variants:
-        try:
-            prune.kept_units(variants)
-        except prune.PruneError as error:
-            raise ConfigurationError(str(error), "name MoE variants of "
-                                     "builder.kernels.prune.VARIANT_UNITS, or none for every "
-                                     "dtype pair") from None
+    if not variants:
+        return
+    try:
+        prune.kept_units(variants)
+    except prune.PruneError as error:
+        raise ConfigurationError(str(error), "name MoE variants of "
+                                 "builder.kernels.prune.VARIANT_UNITS, or none for every "
+                                 "dtype pair") from None
+    if not has_fused_moe(groups):
+        raise ConfigurationError("moe_variants prunes the fused MoE modules, and none is in "
+                                 "the module groups", "add a fused_moe_smNN group, or give no "
+                                 "moe_variants")
+    if flashinfer not in prune.CHECKED_HEADERS:
+        raise ConfigurationError(
+            f"FlashInfer {flashinfer}'s MoeGemmRunner members were not checked for pruning "
+            f"(checked: {', '.join(prune.CHECKED_HEADERS)})",
+            "give no moe_variants (the full fused MoE module)")
 
 
 #: The local label segment of a ``--fast-build`` kernel wheel (``0.6.14+sm120.1.cu130.fastbuild``).
@@ -172,7 +191,6 @@ class KernelRequest:
             raise ConfigurationError(f"not a kernel request (moe_variants is {variants!r}, "
                                      "not a list of strings)", "write it with `python -m "
                                      "builder kernels plan --output FILE`")
-        check_moe_variants(tuple(variants))
         if not isinstance(fast, bool):
             raise ConfigurationError(f"not a kernel request (fast_build is {fast!r}, not true or "
                                      "false)", "write it with `python -m builder kernels "
@@ -192,6 +210,7 @@ class KernelRequest:
             raise ConfigurationError(
                 f"not a kernel request ({what})",
                 "write it with `python -m builder kernels plan --output FILE`") from None
+        check_moe_variants(request.moe_variants, request.groups, str(request.pins.flashinfer))
         # A fast build must never pass for a full one, nor the other way round.
         if is_fast_build_version(request.version) != fast:
             raise ConfigurationError(

@@ -240,19 +240,10 @@ def kernel_request(options: Options, kernel: KernelOptions) -> KernelRequest:
     groups = tuple(kernel.groups or target.kernel_groups or default_groups(arch_list))
     check_groups(groups)
     variants = tuple(kernel.moe_variants or ())
+    check_moe_variants(variants, groups, str(pins.flashinfer))
     if variants:
         from builder.kernels import prune
 
-        check_moe_variants(variants)
-        if not has_fused_moe(groups):
-            raise ConfigurationError("moe_variants prunes the fused MoE modules, and none "
-                                     "is in the module groups", "add a fused_moe_smNN group, "
-                                     "or give no moe_variants")
-        if str(pins.flashinfer) not in prune.CHECKED_HEADERS:
-            raise ConfigurationError(
-                f"FlashInfer {pins.flashinfer}'s MoeGemmRunner members were not checked for "
-                f"pruning (checked: {', '.join(prune.CHECKED_HEADERS)})",
-                "give no moe_variants (the full fused MoE module)")
         label += "." + prune.version_label(variants)  # never the full module's version
     # Head dims matter to the attention group alone (and so to the cache key).
     head_dims = (kernel.head_dims or target.head_dims or DEFAULT_HEAD_DIMS) \

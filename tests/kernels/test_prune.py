@@ -83,8 +83,10 @@ def test_a_generated_launcher_file_goes_only_when_all_its_launchers_are_pruned(
 def test_a_request_carries_its_moe_variants_and_an_unpruned_one_keeps_its_digest() -> None:
     request = KernelRequest.from_json(json.loads(
         (REPO / "reports/2026-11-30-x2-kernels/request.json").read_text()))
-    described = request.describe()
-    assert "moe_variants" not in described
+    assert "moe_variants" not in request.describe()
+    assert str(request.pins.flashinfer) == "0.6.3"  # not checked for pruning: 0.7.2's is
+    described = {**request.describe(),
+                 "pins": {**request.describe()["pins"], "flashinfer_python": "0.7.2"}}
     # a pruned wheel has its own version: never the full module's, nor another pruning's
     with pytest.raises(ConfigurationError, match=r"moe_variants \(nvfp4 x nvfp4\) disagree"):
         KernelRequest.from_json({**described, "moe_variants": ["nvfp4 x nvfp4"]})
@@ -100,6 +102,16 @@ def test_a_request_carries_its_moe_variants_and_an_unpruned_one_keeps_its_digest
         KernelRequest.from_json({**described, "moe_variants": ["int8 x int8"]})
     with pytest.raises(ConfigurationError, match="not a list of strings"):
         KernelRequest.from_json({**described, "moe_variants": "nvfp4 x nvfp4"})
+    # a saved request is held to the rule a resolved one is (kernel_request): a fused MoE
+    # group to prune, a FlashInfer whose runner members were checked
+    norm = {**described, "version": version, "moe_variants": ["nvfp4 x nvfp4"],
+            "groups": ["norm"]}
+    with pytest.raises(ConfigurationError, match="none is in the module groups"):
+        KernelRequest.from_json(norm)
+    unchecked = {**described, "version": version, "moe_variants": ["nvfp4 x nvfp4"],
+                 "pins": {**described["pins"], "flashinfer_python": "0.6.3"}}
+    with pytest.raises(ConfigurationError, match=r"FlashInfer 0\.6\.3's MoeGemmRunner"):
+        KernelRequest.from_json(unchecked)
 
 
 def _pruned_manifest(variants: list[str]) -> dict[str, Any]:
