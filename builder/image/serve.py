@@ -285,7 +285,10 @@ def check_kernel_coverage(options: Options, target: Any, model: str,
                                  "kernel set is derived from it",
                                  "give the local folder as --model, or --check without a "
                                  "wheel")
-    arch_list = tuple(str(a) for a in manifest.get("arch_list") or ())
+    held = [str(a) for a in manifest.get("arch_list") or ()]
+    # The per-arch groups are named after the first arch: the target's, where the installed
+    # wheels (several providers, one per arch) hold it.
+    arch_list = tuple(dict.fromkeys([*(a for a in target.arch_list if a in held), *held]))
     selection = select_backends(options, target, folder, server_flags)
     derived = derive(selection, arch_list or (target.arch_list[0],))
     require_coverage(manifest, derived, arch_list=tuple(target.arch_list),

@@ -215,10 +215,15 @@ def require_coverage(manifest: dict[str, Any], derived: Derived, *, arch_list: t
 
 
 def installed_manifest() -> tuple[str, dict[str, Any]] | None:
-    """The manifest of the kernel wheel installed in this Python (the provider's, from
-    FlashInfer 0.7), with the distribution's name and version; ``None`` when none is
-    (the first :func:`builder.kernels.coverage.manifest_files` names)."""
-    for label, path in coverage.manifest_files():
-        data: dict[str, Any] = parse_json(path.read_bytes())
-        return label, data
-    return None
+    """What the kernel wheels installed in this Python cover, with their distributions'
+    names and versions; ``None`` when none is.
+
+    Several (FlashInfer 0.7's provider wheels, one per arch) are combined as the image's
+    launcher combines them (:func:`builder.kernels.coverage.combined`), so that
+    ``serve-command --check`` and the launcher judge the same installed set.
+    """
+    found = [(label, parse_json(path.read_bytes()))
+             for label, path in coverage.manifest_files()]
+    if not found:
+        return None
+    return ", ".join(label for label, _ in found), coverage.combined([m for _, m in found])

@@ -363,6 +363,22 @@ def test_the_installed_kernel_wheels_manifest_is_found(tmp_path: Path,
     assert found is not None
     assert found[0] == "flashinfer-jit-cache-sm120f 0.7.2+sm120.1.cu130 (installed)"
     assert found[1]["groups"] == list(default_groups(F))
+    # A second provider (another arch) beside it: both count, as in the image's launcher
+    # (which combines every installed manifest); not the first one found alone.
+    other = tmp_path / "site2"
+    info = other / "flashinfer_jit_cache_sm90a-0.7.2+sm120.1.cu130.sm90a.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: flashinfer-jit-cache-sm90a\n"
+                                   "Version: 0.7.2+sm120.1.cu130.sm90a\n")
+    hopper = other / "flashinfer_jit_cache" / "providers" / "sm90a" / "sm120-manifest.json"
+    hopper.parent.mkdir(parents=True)
+    hopper.write_text(json.dumps(manifest_of(("norm",), arch=("9.0a",))))
+    (info / "RECORD").write_text(f"{hopper.relative_to(other).as_posix()},,\n")
+    monkeypatch.syspath_prepend(str(other))
+    found = installed_manifest()
+    assert found is not None
+    assert sorted(found[1]["arch_list"]) == ["12.0f", "9.0a"], found
+    assert "flashinfer-jit-cache-sm90a" in found[0] and "sm120f" in found[0]
 
 
 def test_a_check_wheel_that_is_no_kernel_wheel_is_bad_input_at_once(tmp_path: Path) -> None:
