@@ -573,7 +573,8 @@ def read_checkpoint_table(markdown: str) -> dict[str, dict[str, tuple[str, str]]
         a form the target did not load ("not loaded") is left out.
 
     Raises:
-        ConfigurationError: the page has no table between the markers.
+        ConfigurationError: the page has no table between the markers, or a row of it is not
+            a form name in backticks with two cells per target of the header.
     """
     start, end = ZOO_TABLE_MARKERS
     if start not in markdown or end not in markdown.split(start, 1)[1]:
@@ -582,11 +583,37 @@ def read_checkpoint_table(markdown: str) -> dict[str, dict[str, tuple[str, str]]
     table = markdown.split(start, 1)[1].split(end, 1)[0]
     rows = [[c.strip() for c in line.strip().strip("|").split("|")]
             for line in table.splitlines() if line.startswith("|")]
+    fix = "write the table as docs/upstream.md has it, or restore it from git"
+    if len(rows) < 2 or len(rows[0]) % 2 != 1:
+        raise ConfigurationError("the zoo table has no header of a form column and two "
+                                 "columns per target", fix)
     head, body = rows[0], rows[2:]
+    for row in body:
+        if len(row) != len(head) or row[0].count("`") < 2:
+            raise ConfigurationError(f"the zoo table's row {' | '.join(row)!r} is not a form "
+                                     f"name in backticks and {len(head) - 1} cells", fix)
     targets = [h.removesuffix(" upstream") for h in head[1::2]]
     return {target: {row[0].split("`")[1]: (row[1 + 2 * i], row[2 + 2 * i]) for row in body
                      if row[1 + 2 * i] != "not loaded"}
             for i, target in enumerate(targets)}
+
+
+def read_docs_table(path: Path) -> str:
+    """The page at ``path`` (``behaviour --docs-table``), checked to hold a zoo table that
+    :func:`with_checkpoint_columns` can rewrite.
+
+    Raises:
+        ConfigurationError: it cannot be read as UTF-8 text, or its table is missing or
+            malformed (:func:`read_checkpoint_table`).
+    """
+    try:
+        page = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigurationError(f"cannot read --docs-table {path}: {error}",
+                                 "give the page with the zoo table (docs/upstream.md)"
+                                 ) from None
+    read_checkpoint_table(page)
+    return page
 
 
 def with_checkpoint_columns(markdown: str, report: dict[str, Any],
@@ -606,7 +633,8 @@ def with_checkpoint_columns(markdown: str, report: dict[str, Any],
         The page, the table between :data:`ZOO_TABLE_MARKERS` rewritten.
 
     Raises:
-        ConfigurationError: the page has no table between the markers.
+        ConfigurationError: the page has no zoo table between the markers, or a malformed
+            one (:func:`read_checkpoint_table`).
     """
     cells = read_checkpoint_table(markdown)
     cells[report["target"]] = checkpoint_cells(report)

@@ -124,11 +124,13 @@ def _add_behaviour(commands: Any) -> None:
 
 def _cmd_behaviour(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     from builder.behaviour import run_behaviour
-    from builder.behaviour.run import with_checkpoint_columns
+    from builder.behaviour.run import read_docs_table, with_checkpoint_columns
     from builder.core.cache import atomic_write_bytes
     from builder.core.config import load_targets
 
     opts = options(args, reporter)
+    if args.docs_table is not None:  # a page that cannot be rewritten fails before the run
+        read_docs_table(args.docs_table)
     report = run_behaviour(opts)
     for line in report.lines() or [f"no behaviour is declared for {report.target}"]:
         reporter.result(line)
@@ -138,7 +140,7 @@ def _cmd_behaviour(args: argparse.Namespace, reporter: Reporter) -> dict[str, An
         # table against each target's run expects (tests/behaviour/test_run.py).
         releases = {name: str(t.upstream_version)
                     for name, t in load_targets(opts.targets_file).targets.items()}
-        page = with_checkpoint_columns(args.docs_table.read_text(), data, releases)
+        page = with_checkpoint_columns(read_docs_table(args.docs_table), data, releases)
         atomic_write_bytes(args.docs_table, page.encode())
         reporter.result(f"wrote {report.target}'s columns of the zoo table in {args.docs_table}")
     return data

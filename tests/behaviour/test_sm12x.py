@@ -9,6 +9,7 @@ table of backends without SM12x kernels is held against the copy patch 0007 ship
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -146,3 +147,24 @@ def test_a_new_targets_run_adds_its_columns_to_the_docs_table_in_release_order()
     assert list(replaced) == names and replaced["sglang-new"] == {form: ("serves 1", "serves 1")}
     with pytest.raises(ConfigurationError, match="no zoo table"):
         with_checkpoint_columns("# a page without the table\n", report, releases)
+
+
+@pytest.mark.parametrize("table", [
+    "",  # the markers with nothing between them
+    "| form | a upstream | a patched |\n| --- | --- | --- |\n| no backticks | x | y |\n",
+    "| form | a upstream | a patched |\n| --- | --- | --- |\n| `f` | x |\n",
+    "| form | a upstream |\n| --- | --- |\n",
+])
+def test_a_malformed_docs_table_is_refused_before_the_behaviour_run(
+        tmp_path: Path, table: str) -> None:
+    # It was an IndexError, once the run (minutes) was over.
+    from tests.helpers.cli import run_cli
+
+    page = tmp_path / "upstream.md"
+    page.write_text(f"# page\n<!-- zoo-table:start -->\n{table}<!-- zoo-table:end -->\n")
+    with pytest.raises(ConfigurationError, match="zoo table"):
+        read_checkpoint_table(page.read_text())
+    done = run_cli("behaviour", "--target", "sglang-0.5.16", "--docs-table", str(page),
+                   cache=tmp_path / "cache")
+    assert done.returncode == 2 and "zoo table" in done.stderr, done.stderr
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("venv"))
