@@ -426,9 +426,16 @@ def refusal(missing: list[str], *, wheel: str, model: Path | str, target: str,
     Returns:
         ``(message, hint)``.
     """
+    # A pruned pair is in the module FlashInfer loads: its stub raises whatever the JIT says.
+    pruned = any(m.startswith("fused MoE dtype pair ") for m in missing)
+    modules = len(missing) > sum(m.startswith("fused MoE dtype pair ") for m in missing)
+    effect = "; ".join(
+        ([("with FLASHINFER_DISABLE_JIT=1 the server fails when it first loads a missing "
+           "module; with JIT on it compiles it for minutes at first use")] if modules else [])
+        + (["a pruned pair's MoE layer raises the stub's RuntimeError when it first runs"]
+           if pruned else []))
     return (f"the kernel wheel {wheel} does not cover {model} with these flags: missing "
-            f"{'; '.join(missing)} (with FLASHINFER_DISABLE_JIT=1 the server fails when it "
-            "first loads one; with JIT on it compiles it for minutes at first use)",
+            f"{'; '.join(missing)} ({effect})",
             f"build the set: {build_command(target, model, flags)}")
 
 

@@ -435,3 +435,16 @@ def test_a_mixed_precision_checkpoint_needs_every_expert_layers_dtype_pair() -> 
     # One method for every layer elsewhere: nothing added.
     assert checkpoint_facts({}, {"quantization": {"quant_algo": "NVFP4"}})[
         "moe_layer_pairs"] == []
+
+
+def test_the_refusal_says_what_a_missing_module_and_a_pruned_pair_each_do() -> None:
+    from builder.kernels.coverage import refusal
+
+    common = {"wheel": "w", "model": "m", "target": "sglang-0.5.23", "flags": ()}
+    module, hint = refusal(["module group attention (attention=flashinfer)"], **common)
+    assert "compiles it for minutes" in module and "stub" not in module
+    assert hint.startswith("build the set: python -m builder kernels build")
+    pair, _ = refusal(["fused MoE dtype pair nvfp4 x nvfp4 (fused_moe_sm120 is pruned to "
+                       "bf16 x bf16)"], **common)
+    # FlashInfer loads the pruned module either way: nothing compiles, the stub raises
+    assert "stub's RuntimeError" in pair and "compiles" not in pair
