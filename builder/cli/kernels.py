@@ -283,7 +283,7 @@ def _cmd_kernels_plan(args: argparse.Namespace, reporter: Reporter) -> dict[str,
 
     from builder.core.cache import atomic_write_bytes
     from builder.kernels.prune import moe_prune_plan
-    from builder.kernels.request import KernelOptions, derived_moe_variants, derived_request
+    from builder.kernels.request import KernelOptions, derived_request
 
     kernel = KernelOptions(lane=args.cuda_lane, groups=args.modules, head_dims=args.head_dims,
                            arch_list=args.arch_list, fast_build=args.fast_build,
@@ -298,9 +298,6 @@ def _cmd_kernels_plan(args: argparse.Namespace, reporter: Reporter) -> dict[str,
                           + (f" ({need.variant})" if need.variant else ""))
         for note in derived.unbuildable:
             reporter.info(f"warning: not in any module group (JIT would compile it): {note}")
-        _variants_kept, why = derived_moe_variants(derived, str(request.pins.flashinfer))
-        if why:
-            reporter.info(f"the fused MoE module is built whole: {why}")
     if request.moe_variants:
         written["moe_prune"] = moe_prune_plan(request.moe_variants)
         plan = written["moe_prune"]

@@ -156,7 +156,9 @@ def derived_request(options: Options, kernel: KernelOptions
         raise ConfigurationError("--fast-build changes only the fused MoE modules, and this "
                                  "model's set has none", "leave --fast-build out")
     head_dims = derived.head_dims if "attention" in derived.groups else ()
-    variants, _why = derived_moe_variants(derived, str(request.pins.flashinfer))
+    variants, why = derived_moe_variants(derived, str(request.pins.flashinfer))
+    if why:  # kernels plan and kernels build --model both say it
+        options.reporter.info(f"the fused MoE module is built whole: {why}")
     version = request.version
     if variants:
         from builder.kernels import prune
