@@ -106,9 +106,10 @@ def run_serve_command(options: Options, *, gpu: str, tp: int, model: str, profil
                              "flashinfer-jit-cache (the kernel wheels: docs/kernels-current.md)"]}
 
 
-def _check_user_args(reader: Any, model: str, extra: tuple[str, ...], tp: int) -> None:
+def _check_user_args(reader: Any, model: str, extra: tuple[str, ...], tp: int | None) -> None:
     """Refuse the user's model and server arguments as :func:`run_serve_command` says
-    (``reader``: the profile reader module)."""
+    (``reader``: the profile reader module; ``tp`` None: no TP size to agree with, as in
+    ``--check --all``, where each pair has its own)."""
     if not model.strip():
         raise ConfigurationError("--model is empty", "give the model folder or Hugging Face "
                                  "name, e.g. --model /models/qwen3-30b-a3b")
@@ -119,6 +120,8 @@ def _check_user_args(reader: Any, model: str, extra: tuple[str, ...], tp: int) -
         raise ConfigurationError(f"the model goes in --model, not after -- ({typed[0]} "
                                  "names SGLang's --model-path)",
                                  f"drop {typed[0]} and its value from the arguments after --")
+    if tp is None:
+        return
     try:  # the TP size is --tp's; one given after -- (any spelling SGLang reads) must agree
         reader.server_tp(list(extra), tp, "--tp " + str(tp))
     except reader.ArgumentError as exc:
@@ -135,8 +138,8 @@ def _refuse_undecodable(args: tuple[str, ...]) -> None:
         except UnicodeEncodeError:
             raise ConfigurationError(f"{os.fsencode(arg).decode('ascii', 'backslashreplace')} is "
                                      "not valid UTF-8, so the command printed would not be "
-                                     "the one given", "rename the path (or link to it) with a "
-                                     "UTF-8 name") from None
+                                     "the one given", "give it as UTF-8 text (a path: rename "
+                                     "it, or link to it, with a UTF-8 name)") from None
 
 
 def run_serve_check_all(options: Options, *, profiles_dir: Path, model: str | None = None,
@@ -168,6 +171,7 @@ def run_serve_check_all(options: Options, *, profiles_dir: Path, model: str | No
         check_profile,
         load_profile,
         profile_path,
+        profile_reader,
         release_env,
     )
 
@@ -178,10 +182,19 @@ def run_serve_check_all(options: Options, *, profiles_dir: Path, model: str | No
         raise ConfigurationError(f"{profile.path} has no per-GPU entries ([gpu.*])",
                                  "write [gpu.NAME] tables (docs/new-release.md: profile)")
     reporter = options.reporter
+    reader = profile_reader()
+    _check_user_args(reader, CHECK_MODEL if model is None else model, extra, None)
     user = ["--model-path", model or CHECK_MODEL, *extra]
     given = {arg.split("=", 1)[0] for arg in user if arg.startswith("--")}
     combos = profile.combinations()
-    argvs = [[*profile.argv(gpu, tp, given), *user] for gpu, tp in combos]
+
+    def pair_argv(gpu: str | None, tp: int | None) -> list[str]:
+        """The pair's command line as the single mode prints it (bounds fitted)."""
+        args = profile.resolve(gpu, tp)
+        reader.fit_graph_bounds(args, list(extra))
+        return [*reader.to_argv(args, given), *user]
+
+    argvs = [pair_argv(gpu, tp) for gpu, tp in combos]
     if not any(isinstance(pin, WheelPin) for pin in target.sources):
         # An sdist target has no parser environment: option names only, first refusal.
         check_profile(profile, target, cache=options.cache, index_url=options.index_url,

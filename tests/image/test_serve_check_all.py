@@ -19,6 +19,9 @@ from tests.helpers.targets import current_targets
     (("--all",), "--all checks every GPU x TP: it goes with --check"),
     (("--check", "--all", "--tp", "2"), "drop --gpu and --tp"),
     (("--gpu", "rtx-5090"), "serve-command needs --tp, --model"),
+    # the single mode's rules on the user's arguments hold for --all too
+    (("--check", "--all", "--model", "/m/\udcff"), "is not valid UTF-8"),
+    (("--check", "--all", "--", "--model-path", "/m"), "the model goes in --model"),
 ])
 def test_the_arguments_of_one_command_or_of_all(args: tuple[str, ...], message: str) -> None:
     done = run_cli("serve-command", "--target", current_targets()[-1], *args)
@@ -36,6 +39,15 @@ def test_every_pair_is_checked_in_one_run_and_each_verdict_printed(
     pairs = [(c["gpu"], c["tp"]) for c in report["checked"]]
     assert pairs[0] == (None, None) and len(pairs) == 1 + 2 * 4 and all(
         c["ok"] for c in report["checked"])
+    # A request cap below the profile's graph bounds lowers them, as in the single mode.
+    done = run_cli("serve-command", "--target", name, "--check", "--all", "--json", "--",
+                   "--max-running-requests", "8", cache=shared_cache)
+    assert done.returncode == 0, done.stderr
+    for item in json.loads(done.stdout)["checked"]:
+        argv = item["argv"]
+        for bound in ("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode"):
+            if bound in argv:
+                assert int(argv[argv.index(bound) + 1]) <= 8, item
     # One pair made wrong: it is named, the others still pass, the command fails.
     profile = tomlkit.parse((REPO / "images/profiles" / f"{name}.toml").read_text())
     gpu = profile["gpu"]["rtx-5090"]  # type: ignore[index]
