@@ -94,6 +94,11 @@ def test_without_a_local_checkpoint_or_with_the_skip_nothing_is_derived(tmp_path
     assert remote.returncode == 0, remote.stderr
     assert "kernel coverage not checked: Qwen/Qwen3-30B-A3B is not a local checkpoint " \
         "folder" in remote.stderr
+    config = tmp_path / "server.yaml"  # the model in a --config file: not read here
+    config.write_text(f"model-path: {model}\n")
+    unnamed = launch(sys.executable, "--config", str(config), path=str(site))
+    assert unnamed.returncode == 0, unnamed.stderr
+    assert "kernel coverage not checked: no --model-path on the command line" in unnamed.stderr
     skipped = launch(sys.executable, "--model-path", str(model), path=str(site),
                      SGLANG_SM120_SKIP_KERNEL_CHECK="1")
     assert skipped.returncode == 0, skipped.stderr
