@@ -50,8 +50,19 @@ def _patch_commands(name: str, version: str, failing: Iterable[str],
         ]
     ended = tuple(ended)
     if ended:
-        commands.append(f"$EDITOR patches/series.toml  # widen the versions of "
-                        f"{', '.join(ended)} where the change is still needed")
+        commands += [f"$EDITOR patches/series.toml  # widen the versions of "
+                     f"{', '.join(ended)} where the change is still needed",
+                     f"python -m builder matrix --versions {version}"]
+    for patch in ended:  # a widened patch that needs fuzz there gets its own copy
+        stem = patch.removesuffix(".patch")
+        commands += [
+            f"python -m builder refresh --target {name} --patch patches/{patch} "
+            f"--output-dir refreshed  # only if the widened {patch} needs fuzz: review "
+            "the placement, then add --accept-fuzz",
+            f"python -m builder add-patch refreshed/{patch} --name {stem}-{version}.patch "
+            f"--versions '>={version}' --description '<its description> ({version})'  # then "
+            "put the widening back, and end this range before a later copy of the patch",
+        ]
     if commands:
         commands.append(f"python -m builder matrix --versions {version}")
     return tuple(commands)
