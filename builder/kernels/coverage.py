@@ -222,7 +222,9 @@ def mixed_moe_pairs(config: dict[str, Any], hf_quant: dict[str, Any] | None) -> 
         algos = sorted({str(v.get("quant_algo")) for k, v in layers.items()
                         if ".experts." in str(k) and isinstance(v, dict)})
         pairs = [_MIXED_MOE_PAIRS.get(a, f"modelopt {a}") for a in algos]
-        if any("experts" in str(m) for m in table.get("exclude_modules") or ()):
+        # a routed-expert pattern; a shared expert is a dense MLP, not a MoE layer
+        if any(re.search(r"(?<!shared_)experts", str(m))
+               for m in table.get("exclude_modules") or ()):
             pairs.append("bf16 x bf16")
         return pairs
     return []

@@ -432,6 +432,9 @@ def test_a_mixed_precision_checkpoint_needs_every_expert_layers_dtype_pair() -> 
                                         "bf16 x bf16"]
     variants, why = derived_moe_variants(derive(nvfp4_selection(**facts), F), "0.7.2")
     assert variants == () and why
+    # A shared expert is a dense MLP: excluding it adds no MoE pair.
+    quant["quantization"]["exclude_modules"] = ["model.layers.*.mlp.shared_experts*"]
+    assert "bf16 x bf16" not in checkpoint_facts({}, quant)["moe_layer_pairs"]
     # One method for every layer elsewhere: nothing added.
     assert checkpoint_facts({}, {"quantization": {"quant_algo": "NVFP4"}})[
         "moe_layer_pairs"] == []
