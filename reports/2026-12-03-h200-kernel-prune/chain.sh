@@ -32,23 +32,30 @@ nm_of() {  # the fused MoE library's undefined TensorRT-LLM symbols
   f=$(find $R/so-$1 -name fused_moe_120.so | head -1)
   nm -D -C --undefined-only "$f" | grep "tensorrt_llm::" > $R/nm-$1.txt
 }
-build a a-nvfp4-pruned.json
-step "nm a"; nm_of a
-step "switch to FlashInfer 0.6.14"
-rm -rf $P/flashinfer $P/flashinfer_python-0.7.2.dist-info
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir $C/fi0614/*.whl || exit 1
-build c c-sm90-bf16-pruned.json
-step "call c"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir /tmp/kd-c/*.whl
-f=$(python3 -c "import flashinfer_jit_cache as j, os; print(os.path.join(j.get_jit_cache_dir(), 'fused_moe_90', 'fused_moe_90.so'))")
-nm -D -C --undefined-only "$f" | grep "tensorrt_llm::" > $R/nm-c.txt
-FLASHINFER_DISABLE_JIT=1 python3 $H/call.py --json $R/call-c.json --so "$f" > $R/call-c.log 2>&1
-# (b) last: the default set is the comparison figure, (c) the proof that a pruned module is
-# loaded and called; a call that runs out of device time loses (b) only. SKIP_B=1 leaves it out.
-if [ -z "${SKIP_B:-}" ]; then
+# ONLY="b" (or "a c", ...): run those builds alone (a later session's missing figure);
+# SKIP_B=1 leaves (b) out.
+want() { case " ${ONLY:-a c b} " in *" $1 "*) return 0;; *) return 1;; esac; }
+if want a; then
+  build a a-nvfp4-pruned.json
+  step "nm a"; nm_of a
+fi
+if want c; then
+  step "switch to FlashInfer 0.6.14"
+  rm -rf $P/flashinfer $P/flashinfer_python-0.7.2.dist-info
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir $C/fi0614/*.whl || exit 1
+  build c c-sm90-bf16-pruned.json
+  step "call c"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir /tmp/kd-c/*.whl
+  f=$(python3 -c "import flashinfer_jit_cache as j, os; print(os.path.join(j.get_jit_cache_dir(), 'fused_moe_90', 'fused_moe_90.so'))")
+  nm -D -C --undefined-only "$f" | grep "tensorrt_llm::" > $R/nm-c.txt
+  FLASHINFER_DISABLE_JIT=1 python3 $H/call.py --json $R/call-c.json --so "$f" > $R/call-c.log 2>&1
   step "switch back to FlashInfer 0.7.2"
   python3 -m pip uninstall -q -y flashinfer-python flashinfer-jit-cache
   tar xJf $C/fi072.tar.xz -C $P || exit 1
+fi
+# (b) last: the default set is the comparison figure, (c) the proof that a pruned module is
+# loaded and called; a call that runs out of device time loses (b) only.
+if want b && [ -z "${SKIP_B:-}" ]; then
   build b b-default.json
   step "nm b"; nm_of b
 fi
