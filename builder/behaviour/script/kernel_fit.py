@@ -24,6 +24,7 @@ kernel ``{"fit", "kernel": key, "factory", "arguments", "device_function",
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -31,6 +32,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 import sm120_device
@@ -99,6 +101,41 @@ class _Recorder:
                               self.factory.out_idx, self.dtypes)
 
 
+@contextlib.contextmanager
+def recording(module: Any, dtypes: dict[str, Any]
+              ) -> Iterator[tuple[dict[str, Any], list[str]]]:
+    """Every ``@tilelang.jit`` factory of ``module`` stood in for by a :class:`_Recorder`
+    while inside (also ``tilelang_aot.py``); put back on the way out.
+
+    Yields:
+        ``(recorded, picked)``: each distinct call (key -> name, factory, args, kwargs) and
+        the keys in the order the dispatch called them.
+    """
+    from tilelang.jit import JITImpl
+
+    recorded: dict[str, tuple[str, Any, tuple[Any, ...], dict[str, Any]]] = {}
+    picked: list[str] = []
+    originals = {n: getattr(module, n) for n in dir(module)
+                 if isinstance(getattr(module, n), JITImpl)}
+    for name, factory in originals.items():
+        setattr(module, name, _Recorder(name, factory, recorded, picked, dtypes))
+    try:
+        yield recorded, picked
+    finally:
+        for name, factory in originals.items():
+            setattr(module, name, factory)
+
+
+def dispatch_inputs(torch: Any, kv: str, heads: int, tokens: int) -> tuple[Any, Any, Any]:
+    """The meta tensors a DSA dispatch is called with: q, the paged KV cache (bf16 or FP8)
+    and the top-k indices (also ``tilelang_aot.py``)."""
+    q = torch.empty(tokens, heads, _D_QK, dtype=torch.bfloat16, device="meta")
+    cache = torch.empty(_PAGES, 1, _D_QK, device="meta",
+                        dtype=torch.bfloat16 if kv == "bf16" else torch.float8_e4m3fn)
+    indices = torch.empty(tokens, 1, _TOPK, dtype=torch.int32, device="meta")
+    return q, cache, indices
+
+
 def _nvcc(nvcc: str, source: str, flags: list[str], includes: list[str]) -> dict[str, Any]:
     """ptxas's figures per entry function of ``source`` (registers, static smem, spills)."""
     with tempfile.TemporaryDirectory() as folder:
@@ -147,7 +184,6 @@ def main() -> int:
     import tilelang
     import torch
     import tvm
-    from tilelang.jit import JITImpl
     from tvm.target import Target
 
     dtypes = torch_dtypes(torch)
@@ -157,32 +193,21 @@ def main() -> int:
     target = Target({"kind": "cuda", "arch": "sm_120"})
     for fit in request["fits"]:
         module = importlib.import_module(fit["module"])
-        recorded: dict[str, tuple[str, Any, tuple[Any, ...], dict[str, Any]]] = {}
-        picked: list[str] = []
-
-        originals = {n: getattr(module, n) for n in dir(module)
-                     if isinstance(getattr(module, n), JITImpl)}
-        for name, factory in originals.items():
-            setattr(module, name, _Recorder(name, factory, recorded, picked, dtypes))
-        dispatch = getattr(module, fit["function"])
-        for kv in fit["kv"]:
-            for heads in fit["heads"]:
-                for tokens in fit["tokens"]:
-                    picked.clear()
-                    call = {"kv": kv, "heads_per_gpu": heads, "tokens": tokens}
-                    q = torch.empty(tokens, heads, _D_QK, dtype=torch.bfloat16, device="meta")
-                    cache = torch.empty(_PAGES, 1, _D_QK, device="meta", dtype=torch.bfloat16
-                                        if kv == "bf16" else torch.float8_e4m3fn)
-                    indices = torch.empty(tokens, 1, _TOPK, dtype=torch.int32, device="meta")
-                    record: dict[str, Any] = {"fit": fit["id"], "call": call}
-                    try:
-                        dispatch(q, cache, indices, sm_scale=_D_QK ** -0.5, d_v=_D_V)
-                    except Exception as exc:  # the dispatch refused, or a kernel rejected inputs
-                        record["error"] = f"{type(exc).__name__}: {exc}"[:300]
-                    record["kernels"] = list(dict.fromkeys(picked))
-                    _emit(record)
-        for name, factory in originals.items():
-            setattr(module, name, factory)
+        with recording(module, dtypes) as (recorded, picked):
+            dispatch = getattr(module, fit["function"])
+            for kv in fit["kv"]:
+                for heads in fit["heads"]:
+                    for tokens in fit["tokens"]:
+                        picked.clear()
+                        call = {"kv": kv, "heads_per_gpu": heads, "tokens": tokens}
+                        record: dict[str, Any] = {"fit": fit["id"], "call": call}
+                        try:
+                            dispatch(*dispatch_inputs(torch, kv, heads, tokens),
+                                     sm_scale=_D_QK ** -0.5, d_v=_D_V)
+                        except Exception as exc:  # the dispatch refused, or a kernel rejected
+                            record["error"] = f"{type(exc).__name__}: {exc}"[:300]
+                        record["kernels"] = list(dict.fromkeys(picked))
+                        _emit(record)
         for key, (name, factory, args, kwargs) in recorded.items():
             out: dict[str, Any] = {"fit": fit["id"], "kernel": key, "factory": name,
                                    "arguments": [repr(a) for a in args] +

@@ -52,34 +52,17 @@ def _recorded(fit: dict[str, Any], dtypes: dict[str, Any]
               ) -> list[tuple[str, str, Any, tuple[Any, ...], dict[str, Any]]]:
     """The factories the dispatch of ``fit`` picks, with their arguments (as kernel_fit)."""
     import torch
-    from tilelang.jit import JITImpl
 
     module = importlib.import_module(fit["module"])
-    recorded: dict[str, tuple[str, Any, tuple[Any, ...], dict[str, Any]]] = {}
-    picked: list[str] = []
-    originals = {n: getattr(module, n) for n in dir(module)
-                 if isinstance(getattr(module, n), JITImpl)}
-    for name, factory in originals.items():
-        setattr(module, name, kernel_fit._Recorder(name, factory, recorded, picked, dtypes))
-    dispatch = getattr(module, fit["function"])
-    try:
+    with kernel_fit.recording(module, dtypes) as (recorded, _picked):
+        dispatch = getattr(module, fit["function"])
         for kv in fit["kv"]:
             for heads in fit["heads"]:
                 for tokens in fit["tokens"]:
-                    q = torch.empty(tokens, heads, kernel_fit._D_QK, dtype=torch.bfloat16,
-                                    device="meta")
-                    cache = torch.empty(kernel_fit._PAGES, 1, kernel_fit._D_QK, device="meta",
-                                        dtype=torch.bfloat16 if kv == "bf16"
-                                        else torch.float8_e4m3fn)
-                    indices = torch.empty(tokens, 1, kernel_fit._TOPK, dtype=torch.int32,
-                                          device="meta")
                     # a refused case (FP8 KV on some releases) picks nothing
                     with contextlib.suppress(Exception):
-                        dispatch(q, cache, indices, sm_scale=kernel_fit._D_QK ** -0.5,
-                                 d_v=kernel_fit._D_V)
-    finally:
-        for name, factory in originals.items():
-            setattr(module, name, factory)
+                        dispatch(*kernel_fit.dispatch_inputs(torch, kv, heads, tokens),
+                                 sm_scale=kernel_fit._D_QK ** -0.5, d_v=kernel_fit._D_V)
     return [(key, *value) for key, value in recorded.items()]
 
 
