@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,9 +35,8 @@ from packaging.version import Version
 from builder.behaviour.env import BehaviourEnv
 from builder.behaviour.fit import find_nvcc, fits_of, tilelang_dir, tilelang_pin
 from builder.core.cache import Cache
-from builder.core.errors import BuildError
 from builder.core.progress import Reporter
-from builder.kernels.triton_cache import capability
+from builder.kernels.triton_cache import capability, run_aot
 from builder.patching.series import Series
 
 SCRIPT = Path(__file__).parent / "data" / "tilelang_aot.py"
@@ -46,8 +44,6 @@ SCRIPT = Path(__file__).parent / "data" / "tilelang_aot.py"
 SCRIPTS = Path(__file__).resolve().parent.parent / "behaviour" / "script"
 #: Written into the cache folder: what the cache was built with and for.
 MANIFEST = "sm120-tilelang-cache.json"
-_PREFIX = "TILELANGAOT "
-_DONE = "TILELANGAOT-DONE "
 
 
 @dataclass(frozen=True)
@@ -118,19 +114,9 @@ def build_tilelang_cache(env: BehaviourEnv, wheel: Path, series: Series, arch: s
                                        str(SCRIPTS)])})
     request = {"fits": fits, "standins": env.standins}
     with reporter.working(f"TileLang kernels for {arch} ({len(fits)} dispatches)"):
-        done = subprocess.run([str(env.python), str(SCRIPT)], input=json.dumps(request),
-                              capture_output=True, text=True, env=environ, check=False,
-                              timeout=3600)
-    records = [json.loads(line[len(_PREFIX):]) for line in done.stdout.splitlines()
-               if line.startswith(_PREFIX)]
-    closing = [json.loads(line[len(_DONE):]) for line in done.stdout.splitlines()
-               if line.startswith(_DONE)]
-    if done.returncode != 0 or not closing:
-        tail = "\n".join(done.stderr.strip().splitlines()[-12:])
-        raise BuildError(f"TileLang's ahead-of-time compile stopped (exit {done.returncode}):"
-                         f"\n{tail}", "run builder/kernels/data/tilelang_aot.py by hand in the "
-                         "behaviour environment to see why")
-    built_with = {**closing[0], "arch": arch, "release": env.release}
+        records, closing = run_aot(env.python, SCRIPT, request, environ,
+                                   framework="TileLang")
+    built_with = {**closing, "arch": arch, "release": env.release}
     (dest / MANIFEST).write_text(json.dumps({"built_with": built_with, "kernels": records},
                                             indent=1, sort_keys=True) + "\n")
     return TileLangCache(dest, records, built_with)

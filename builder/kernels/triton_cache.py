@@ -47,8 +47,6 @@ SCRIPT = Path(__file__).parent / "data" / "triton_aot.py"
 STANDINS = Path(__file__).resolve().parent.parent / "behaviour" / "script"
 #: Written into the cache folder: what the cache was built with and for.
 MANIFEST = "sm120-triton-cache.json"
-_PREFIX = "TRITONAOT "
-_DONE = "TRITONAOT-DONE "
 
 
 @dataclass(frozen=True)
@@ -113,18 +111,42 @@ def run_script(env: BehaviourEnv, request: dict[str, Any], cache_dir: Path, *,
         environ["PYTHONPATH"] = str(overlay)
         environ["PYTHONDONTWRITEBYTECODE"] = "1"  # the overlay is a cache entry
     full = {**request, "standins": env.standins, "standins_path": str(STANDINS)}
-    done = subprocess.run([str(env.python), str(SCRIPT)], input=json.dumps(full),
+    return run_aot(env.python, SCRIPT, full, environ, framework="Triton", timeout=timeout)
+
+
+def run_aot(python: Path, script: Path, request: dict[str, Any], environ: dict[str, str], *,
+            framework: str, timeout: int = 3600) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run an ahead-of-time compile script of ``data/`` (``triton_aot.py``,
+    ``tilelang_aot.py``) with ``python`` and read what it printed: one line
+    ``<FRAMEWORK>AOT {json}`` per record and a closing ``<FRAMEWORK>AOT-DONE {json}``.
+
+    Args:
+        python: the behaviour environment's interpreter.
+        script: the script.
+        request: its input (JSON on stdin).
+        environ: its environment.
+        framework: ``Triton`` or ``TileLang`` (the lines' prefix, upper-cased; the message).
+        timeout: seconds.
+
+    Returns:
+        ``(records, done)``: the records and the closing record.
+
+    Raises:
+        BuildError: the script did not finish (its last lines in the message).
+    """
+    prefix, closing_prefix = f"{framework.upper()}AOT ", f"{framework.upper()}AOT-DONE "
+    done = subprocess.run([str(python), str(script)], input=json.dumps(request),
                           capture_output=True, text=True, env=environ, check=False,
                           timeout=timeout)
-    records = [json.loads(line[len(_PREFIX):]) for line in done.stdout.splitlines()
-               if line.startswith(_PREFIX)]
-    closing = [json.loads(line[len(_DONE):]) for line in done.stdout.splitlines()
-               if line.startswith(_DONE)]
+    lines = done.stdout.splitlines()
+    records = [json.loads(line[len(prefix):]) for line in lines if line.startswith(prefix)]
+    closing = [json.loads(line[len(closing_prefix):]) for line in lines
+               if line.startswith(closing_prefix)]
     if done.returncode != 0 or not closing:
         tail = "\n".join(done.stderr.strip().splitlines()[-12:])
-        raise BuildError(f"Triton's ahead-of-time compile stopped (exit {done.returncode}):\n"
-                         f"{tail}", "run builder/kernels/data/triton_aot.py by hand in the "
-                         "behaviour environment to see why")
+        raise BuildError(f"{framework}'s ahead-of-time compile stopped (exit "
+                         f"{done.returncode}):\n{tail}", f"run builder/kernels/data/"
+                         f"{script.name} by hand in the behaviour environment to see why")
     return records, closing[0]
 
 
