@@ -103,3 +103,38 @@ class UpstreamRelease:
     cache: Any
     source: Any
     env: Any
+
+
+@dataclass(frozen=True)
+class PatchedRelease:
+    """A current target's release as the tests' cache holds it, with the series applied."""
+
+    env: Any  # its behaviour environment
+    archive: Path  # the release's wheel
+    series: Any  # the series that applies to it
+    tree: Path  # the patched tree
+    cache: Any  # the builder Cache over the tests' cache
+
+
+def patched_release(shared_cache: Path, name: str) -> PatchedRelease:
+    """The target ``name``'s wheel, series, patched tree and behaviour environment (each
+    made once in ``shared_cache`` and found there afterwards)."""
+    from builder.behaviour.env import behaviour_env
+    from builder.behaviour.run import wheel_for_interpreter
+    from builder.core.cache import Cache
+    from builder.core.config import load_targets
+    from builder.core.options import Options
+    from builder.patching.apply import apply_series
+    from builder.patching.series import select_series
+    from builder.source.fetch import fetch_pin
+    from tests.helpers.paths import REPO
+
+    cache = Cache(shared_cache)
+    target = load_targets(REPO / "targets.toml").get(name)
+    source = fetch_pin(wheel_for_interpreter(target), target.upstream_version, cache=cache)
+    assert source.archive is not None
+    options = Options(targets_file=REPO / "targets.toml", target=name, cache_dir=shared_cache)
+    series = select_series(options, target)
+    patched = apply_series(source, series, cache=cache)
+    env = behaviour_env(source.archive, str(target.upstream_version), cache=cache)
+    return PatchedRelease(env, source.archive, series, patched.tree, cache)

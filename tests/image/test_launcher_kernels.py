@@ -22,9 +22,7 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from builder.core.cache import Cache
 from builder.core.config import load_targets
-from builder.core.options import Options
 from builder.image.profile import (
     BESIDE_SOURCES,
     LAUNCHER_SOURCE,
@@ -39,6 +37,7 @@ from builder.kernels import coverage, jitcache
 from builder.kernels.derive import SCRIPT
 from builder.kernels.pins import default_groups, uses_providers
 from tests.helpers.paths import REPO
+from tests.helpers.releases import patched_release
 from tests.helpers.tiers import BEHAVIOUR
 
 TARGETS = load_targets(REPO / "targets.toml")
@@ -222,20 +221,8 @@ FORMS: list[tuple[str, str, tuple[str, ...], str, str]] = [
 
 def _release(shared_cache: Path, name: str) -> tuple[Any, Path]:
     """The release's behaviour environment and its patched tree (the test cache's)."""
-    from builder.behaviour.env import behaviour_env
-    from builder.behaviour.run import wheel_for_interpreter
-    from builder.patching.apply import apply_series
-    from builder.patching.series import select_series
-    from builder.source.fetch import fetch_pin
-
-    cache = Cache(shared_cache)
-    target = TARGETS.get(name)
-    source = fetch_pin(wheel_for_interpreter(target), target.upstream_version, cache=cache)
-    assert source.archive is not None
-    options = Options(targets_file=REPO / "targets.toml", target=name, cache_dir=shared_cache)
-    patched = apply_series(source, select_series(options, target), cache=cache)
-    return behaviour_env(source.archive, str(target.upstream_version), cache=cache), \
-        patched.tree
+    release = patched_release(shared_cache, name)
+    return release.env, release.tree
 
 
 @pytest.mark.slow(reason="runs the launcher's backend selection in a release's behaviour "

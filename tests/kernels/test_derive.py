@@ -16,9 +16,7 @@ from typing import Any
 
 import pytest
 
-from builder.core.cache import Cache
 from builder.core.errors import ConfigurationError
-from builder.core.options import Options
 from builder.kernels.derive import (
     TABLE,
     Derived,
@@ -31,7 +29,7 @@ from builder.kernels.derive import (
 )
 from builder.kernels.pins import default_groups
 from tests.helpers.kernels import F, manifest_of, nvfp4_selection
-from tests.helpers.paths import REPO
+from tests.helpers.releases import patched_release
 from tests.helpers.tiers import BEHAVIOUR
 
 MOE = ("fused_moe_sm120", "trtllm_utils", "fp4_quantization_sm120f")
@@ -198,27 +196,15 @@ def zoo_0523(shared_cache: Path, tmp_path_factory: pytest.TempPathFactory
              ) -> dict[tuple[str, tuple[str, ...]], dict[str, Any]]:
     """Every 0.5.23 zoo form's selection (default flags, then :data:`WITH_FLAGS`), by
     (form, flags), from one run of the selection script on the patched release."""
-    from builder.behaviour.env import behaviour_env
-    from builder.behaviour.run import wheel_for_interpreter, zoo_forms
-    from builder.core.config import load_targets
-    from builder.patching.apply import apply_series
-    from builder.patching.series import select_series
-    from builder.source.fetch import fetch_pin
+    from builder.behaviour.run import zoo_forms
 
-    cache = Cache(shared_cache)
-    target = load_targets(REPO / "targets.toml").get("sglang-0.5.23")
-    source = fetch_pin(wheel_for_interpreter(target), target.upstream_version, cache=cache)
-    assert source.archive is not None
-    options = Options(targets_file=REPO / "targets.toml", target=target.name,
-                      cache_dir=shared_cache)
-    patched = apply_series(source, select_series(options, target), cache=cache)
-    env = behaviour_env(source.archive, "0.5.23", cache=cache)
+    release = patched_release(shared_cache, "sglang-0.5.23")
     zoo, root = zoo_forms(), tmp_path_factory.mktemp("zoo")
     forms = {f.name: zoo.write(f, root) for f in zoo.FORMS
              if f.buildable and f.in_release("0.5.23")}
     keys = [(name, ()) for name in forms] + WITH_FLAGS
     cases = [(forms[name], flags) for name, flags in keys]
-    return dict(zip(keys, run_select(env, cases, patched.tree), strict=True))
+    return dict(zip(keys, run_select(release.env, cases, release.tree), strict=True))
 
 
 def _derived(zoo: dict[tuple[str, tuple[str, ...]], dict[str, Any]], name: str,

@@ -18,33 +18,18 @@ import pytest
 from builder.core.cache import Cache
 from builder.kernels.tilelang_cache import MANIFEST, build_tilelang_cache
 from builder.patching.series import Series
-from tests.helpers.paths import REPO
+from tests.helpers.releases import patched_release
 
 
 @pytest.fixture(scope="module")
 def patched_0523(shared_cache: Path) -> tuple[Any, Path, Series, Path, Cache]:
-    from builder.behaviour.env import behaviour_env
-    from builder.behaviour.run import wheel_for_interpreter
-    from builder.core.config import load_targets
-    from builder.core.options import Options
-    from builder.patching.apply import apply_series
-    from builder.patching.series import select_series
-    from builder.source.fetch import fetch_pin
-
-    cache = Cache(shared_cache)
-    target = load_targets(REPO / "targets.toml").get("sglang-0.5.23")
-    source = fetch_pin(wheel_for_interpreter(target), target.upstream_version, cache=cache)
-    assert source.archive is not None
-    options = Options(targets_file=REPO / "targets.toml", target=target.name,
-                      cache_dir=shared_cache)
-    series = select_series(options, target)
-    patched = apply_series(source, series, cache=cache)
+    release = patched_release(shared_cache, "sglang-0.5.23")
+    series = release.series
     # one case of each declaration: 16 heads per GPU (TP 8), bf16 KV, one token
     narrowed = replace(series, entries=tuple(
         replace(e, kernel_fits=tuple(replace(f, heads=(16,), kv=("bf16",), tokens=(1,))
                                      for f in e.kernel_fits)) for e in series.entries))
-    env = behaviour_env(source.archive, "0.5.23", cache=cache)
-    return env, source.archive, narrowed, patched.tree, cache
+    return release.env, release.archive, narrowed, release.tree, release.cache
 
 
 @pytest.mark.slow(reason="installs 0.5.23's tilelang, lowers a DSA kernel and compiles it "
