@@ -330,37 +330,36 @@ def test_kernels_plan_writes_the_derived_request(shared_cache: Path, tmp_path: P
     assert bad.returncode == 2 and "own argument parser refuses the server flags" in bad.stderr
 
 
+def _provider_site(site: Path, provider: str, version: str, manifest: dict[str, Any]) -> Path:
+    """``site`` holding a provider kernel wheel's dist-info and manifest as pip installs it
+    (FlashInfer 0.7's ``flashinfer_jit_cache/providers/<provider>/``)."""
+    info = site / f"flashinfer_jit_cache_{provider}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: flashinfer-jit-cache-"
+                                   f"{provider}\nVersion: {version}\n")
+    path = site / "flashinfer_jit_cache" / "providers" / provider / "sm120-manifest.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(manifest))
+    (info / "RECORD").write_text(f"{path.relative_to(site).as_posix()},,\n")
+    return site
+
+
 def test_the_installed_kernel_wheels_manifest_is_found(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from builder.kernels.derive import installed_manifest
 
     assert installed_manifest() is None  # the builder's own environment has none
-    site = tmp_path / "site"
-    info = site / "flashinfer_jit_cache_sm120f-0.7.2+sm120.1.cu130.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: flashinfer-jit-cache-sm120f\n"
-                                   "Version: 0.7.2+sm120.1.cu130\n")
-    manifest = site / "flashinfer_jit_cache" / "providers" / "sm120f" / "sm120-manifest.json"
-    manifest.parent.mkdir(parents=True)
-    manifest.write_text(json.dumps(manifest_of(default_groups(F))))
-    (info / "RECORD").write_text(f"{manifest.relative_to(site).as_posix()},,\n")
-    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.syspath_prepend(str(_provider_site(
+        tmp_path / "site", "sm120f", "0.7.2+sm120.1.cu130", manifest_of(default_groups(F)))))
     found = installed_manifest()
     assert found is not None
     assert found[0] == "flashinfer-jit-cache-sm120f 0.7.2+sm120.1.cu130 (installed)"
     assert found[1]["groups"] == list(default_groups(F))
     # A second provider (another arch) beside it: both count, as in the image's launcher
     # (which combines every installed manifest); not the first one found alone.
-    other = tmp_path / "site2"
-    info = other / "flashinfer_jit_cache_sm90a-0.7.2+sm120.1.cu130.sm90a.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: flashinfer-jit-cache-sm90a\n"
-                                   "Version: 0.7.2+sm120.1.cu130.sm90a\n")
-    hopper = other / "flashinfer_jit_cache" / "providers" / "sm90a" / "sm120-manifest.json"
-    hopper.parent.mkdir(parents=True)
-    hopper.write_text(json.dumps(manifest_of(("norm",), arch=("9.0a",))))
-    (info / "RECORD").write_text(f"{hopper.relative_to(other).as_posix()},,\n")
-    monkeypatch.syspath_prepend(str(other))
+    monkeypatch.syspath_prepend(str(_provider_site(
+        tmp_path / "site2", "sm90a", "0.7.2+sm120.1.cu130.sm90a",
+        manifest_of(("norm",), arch=("9.0a",)))))
     found = installed_manifest()
     assert found is not None
     assert sorted(found[1]["arch_list"]) == ["12.0f", "9.0a"], found
