@@ -603,9 +603,13 @@ def read_docs_table(path: Path) -> str:
     :func:`with_checkpoint_columns` can rewrite.
 
     Raises:
-        ConfigurationError: it cannot be read as UTF-8 text, or its table is missing or
-            malformed (:func:`read_checkpoint_table`).
+        ConfigurationError: it is a link, folder or special file (the run replaces it whole:
+            ``builder.core.cache.replaceable``), it cannot be read as UTF-8 text, or its
+            table is missing or malformed (:func:`read_checkpoint_table`).
     """
+    from builder.core.cache import replaceable
+
+    replaceable(path)  # refused before the run, not after it
     try:
         page = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:

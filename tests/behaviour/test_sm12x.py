@@ -168,3 +168,20 @@ def test_a_malformed_docs_table_is_refused_before_the_behaviour_run(
                    cache=tmp_path / "cache")
     assert done.returncode == 2 and "zoo table" in done.stderr, done.stderr
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("venv"))
+
+
+def test_a_docs_table_that_is_a_link_is_refused_before_the_run(tmp_path: Path) -> None:
+    # The write replaces the page whole: a link would be swapped for a file after minutes.
+    from tests.helpers.cli import run_cli
+
+    page = tmp_path / "upstream.md"
+    page.write_text((REPO / "docs" / "upstream.md").read_text())
+    link = tmp_path / "link.md"
+    link.symlink_to(page)
+    done = run_cli("behaviour", "--target", "sglang-0.5.16", "--docs-table", str(link),
+                   cache=tmp_path / "cache")
+    assert done.returncode == 2 and "is a symbolic link" in done.stderr, done.stderr
+    assert link.is_symlink() and not (tmp_path / "cache").exists()
+    missing = run_cli("behaviour", "--target", "sglang-0.5.16", "--docs-table",
+                      str(tmp_path / "upstrem.md"), cache=tmp_path / "cache")
+    assert missing.returncode == 2 and "cannot read --docs-table" in missing.stderr
