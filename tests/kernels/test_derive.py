@@ -188,6 +188,8 @@ WITH_FLAGS: list[tuple[str, tuple[str, ...]]] = [
     ("qwen3-30b-a3b-bf16", ("--moe-runner-backend", "flashinfer_cutlass")),
     ("deepseek-v4-flash-nvfp4", ("--moe-runner-backend", "flashinfer_cutlass")),
     ("qwen3-30b-a3b-fp8", ("--kv-cache-dtype", "fp8_e4m3")),
+    # the selection reads no tokenizer itself: the flag that says so too is no second value
+    ("qwen3-30b-a3b-bf16", ("--skip-tokenizer-init",)),
 ]
 
 
@@ -241,6 +243,7 @@ def test_server_flags_change_the_derived_set(
     assert _derived(zoo_0523, *WITH_FLAGS[2]).groups[:3] == MOE  # V4 serves with the flag
     fp8_kv = _derived(zoo_0523, *WITH_FLAGS[3])
     assert any("kv float8_e4m3fn" in note for note in fp8_kv.unbuildable)
+    assert _derived(zoo_0523, *WITH_FLAGS[4]) == _derived(zoo_0523, "qwen3-30b-a3b-bf16")
 
 
 @pytest.mark.slow(reason="runs 0.5.23's backend selection in its behaviour environment",

@@ -181,3 +181,45 @@ def test_a_bad_dimension_is_one_usage_error_and_writes_nothing(tmp_path: Path,
                           capture_output=True, text=True, check=False)
     assert done.returncode == 2 and "write NAME=N" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "m").exists()
+
+
+def test_dense_writes_a_qwen3_transformers_loads_with_every_weight(tmp_path: Path) -> None:
+    """``--dense``: a ``Qwen3ForCausalLM`` with one MLP per layer, no router or expert, that
+    Transformers loads with no missing or unexpected weight."""
+    import torch
+    from transformers import AutoConfig, Qwen3ForCausalLM
+
+    out = tmp_path / "dense"
+    done = subprocess.run([sys.executable, str(SCRIPT), str(out), "--dense",
+                           "--set", "intermediate_size=768"],
+                          capture_output=True, text=True, check=True)
+    config = json.loads((out / "config.json").read_text())
+    assert config == tiny_model.tiny_dense_config(intermediate_size=768)
+    assert not set(tiny_model.MOE_ONLY) & set(config)
+    assert "num_experts" not in json.loads(done.stdout)["config"]
+    names = set(tensor_shapes(config))
+    assert "model.layers.1.mlp.gate_proj.weight" in names
+    assert not any(".experts." in n or n.endswith("mlp.gate.weight") for n in names)
+    assert type(AutoConfig.from_pretrained(str(out))).__name__ == "Qwen3Config"
+    model, info = Qwen3ForCausalLM.from_pretrained(str(out), dtype=torch.bfloat16,
+                                                   output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    assert tuple(model.model.layers[0].mlp.up_proj.weight.shape) == (768, DIMENSIONS["hidden_size"])
+    assert torch.isfinite(model(torch.tensor([[1, 2, 3]])).logits).all()
+
+
+def test_the_dense_names_are_those_sglang_0_5_16_loads(matrix_files: dict[str, Path]) -> None:
+    with zipfile.ZipFile(matrix_files["0.5.16"]) as wheel:
+        loader = wheel.read("sglang/srt/models/qwen3.py").decode()
+        llama = wheel.read("sglang/srt/models/qwen2.py").decode()
+    # Qwen3ForCausalLM stacks q/k/v into qkv_proj and gate/up into gate_up_proj (its own
+    # stacked_params_mapping, or Qwen2's it inherits).
+    mapping = loader if "stacked_params_mapping" in loader else llama
+    for fused, shard in (("qkv_proj", "q_proj"), ("qkv_proj", "k_proj"),
+                         ("qkv_proj", "v_proj"), ("gate_up_proj", "gate_proj"),
+                         ("gate_up_proj", "up_proj")):
+        assert f'("{fused}", "{shard}",' in mapping
+    assert "class Qwen3ForCausalLM" in loader
+    names = tensor_shapes(tiny_model.tiny_dense_config())
+    mlp = {n.rsplit(".", 2)[-2] for n in names if ".mlp." in n}
+    assert mlp == {"gate_proj", "up_proj", "down_proj"}

@@ -58,7 +58,9 @@ def _value(x: Any) -> Any:
 def _server_args(model: Path, args: dict[str, Any]) -> Any:
     from sglang.srt.server_args import ServerArgs
 
-    server = ServerArgs(model_path=str(model), skip_tokenizer_init=True, **args)
+    # No tokenizer is read (the zoo's folders have none); a --skip-tokenizer-init the user
+    # gives is the same value, not a second one.
+    server = ServerArgs(model_path=str(model), **{"skip_tokenizer_init": True, **args})
     if hasattr(server, "resolve_once"):  # 0.5.23: resolution is a pass of its own
         server.resolve_once()
     return server

@@ -1,5 +1,9 @@
 """Write a tiny Qwen3-MoE model with random weights, for the server check (check 6).
 
+``--dense`` writes a dense Qwen3 instead (``Qwen3ForCausalLM``: the same attention, one MLP
+of ``intermediate_size`` per layer, no router or experts), for GPU runs that serve a dense
+model beside the MoE ones.
+
 Run by path with the tested environment's interpreter (``python tiny_model.py OUT``), like
 ``smoke_probe.py`` beside it: it needs only torch and safetensors, no network and no
 tokenizer (the server then runs with ``--skip-tokenizer-init`` and is asked with token
@@ -57,11 +61,34 @@ def tiny_moe_config(**overrides: int) -> dict[str, Any]:
             "torch_dtype": "bfloat16", "use_cache": True}
 
 
+#: The MoE-only fields a dense Qwen3 config does not have.
+MOE_ONLY = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step",
+            "mlp_only_layers", "norm_topk_prob", "output_router_logits", "router_aux_loss_coef")
+
+
+def tiny_dense_config(**overrides: int) -> dict[str, Any]:
+    """The ``config.json`` of the dense variant (Transformers' ``Qwen3Config`` fields): the
+    MoE config's attention and sizes without :data:`MOE_ONLY`; its MLP is ``intermediate_size``
+    wide.
+
+    Args:
+        overrides: dimensions to change (keys of :data:`DIMENSIONS`).
+
+    Raises:
+        KeyError: an override names no dimension.
+    """
+    config = {k: v for k, v in tiny_moe_config(**overrides).items() if k not in MOE_ONLY}
+    return {**config, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}
+
+
 def tensor_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    """Every tensor of the checkpoint with its shape (rows, columns), in the HF layout."""
+    """Every tensor of the checkpoint with its shape (rows, columns), in the HF layout: per
+    expert projections and a router for the MoE config, one MLP per layer for the dense one
+    (a config without ``num_experts``)."""
     hidden, head_dim = config["hidden_size"], config["head_dim"]
     heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
-    inter, vocab = config["moe_intermediate_size"], config["vocab_size"]
+    vocab, dense = config["vocab_size"], "num_experts" not in config
+    inter = config["intermediate_size" if dense else "moe_intermediate_size"]
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab, hidden),
                                           "model.norm.weight": (hidden,),
                                           "lm_head.weight": (vocab, hidden)}
@@ -76,10 +103,11 @@ def tensor_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
             p + "self_attn.o_proj.weight": (hidden, heads * head_dim),
             p + "self_attn.q_norm.weight": (head_dim,),
             p + "self_attn.k_norm.weight": (head_dim,),
-            p + "mlp.gate.weight": (config["num_experts"], hidden),
         })
-        for expert in range(config["num_experts"]):
-            e = f"{p}mlp.experts.{expert}."
+        if not dense:
+            shapes[p + "mlp.gate.weight"] = (config["num_experts"], hidden)
+        for e in [f"{p}mlp."] if dense else [f"{p}mlp.experts.{expert}."
+                                              for expert in range(config["num_experts"])]:
             shapes.update({e + "gate_proj.weight": (inter, hidden),
                            e + "up_proj.weight": (inter, hidden),
                            e + "down_proj.weight": (hidden, inter)})
@@ -106,7 +134,7 @@ def write_tokenizer(folder: Path, vocab_size: int) -> None:
 
 
 def write_model(out: Path, seed: int = 0, overrides: dict[str, int] | None = None, *,
-                tokenizer: bool = False) -> dict[str, Any]:
+                tokenizer: bool = False, dense: bool = False) -> dict[str, Any]:
     """Write ``config.json`` and ``model.safetensors`` (bf16, normal(0, 0.02); norms 1).
 
     Args:
@@ -115,6 +143,7 @@ def write_model(out: Path, seed: int = 0, overrides: dict[str, int] | None = Non
         overrides: dimensions to change (:func:`tiny_moe_config`), e.g. a real model's
             widths with fewer layers.
         tokenizer: also write :func:`write_tokenizer`'s tokenizer.
+        dense: write the dense Qwen3 (:func:`tiny_dense_config`) instead of the MoE one.
 
     Returns:
         ``{"path", "parameters", "bytes", "config"}``.
@@ -131,7 +160,7 @@ def write_model(out: Path, seed: int = 0, overrides: dict[str, int] | None = Non
     # Written beside it and renamed: an interrupted run leaves no half model at ``out``.
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    config = tiny_moe_config(**(overrides or {}))
+    config = (tiny_dense_config if dense else tiny_moe_config)(**(overrides or {}))
     tensors = {}
     try:
         partial.chmod(0o755)
@@ -155,7 +184,7 @@ def write_model(out: Path, seed: int = 0, overrides: dict[str, int] | None = Non
         shutil.rmtree(partial, ignore_errors=True)
     return {"path": str(out), "parameters": sum(t.numel() for t in tensors.values()),
             "bytes": (out / "model.safetensors").stat().st_size,
-            "config": {k: config[k] for k in DIMENSIONS}}
+            "config": {k: config[k] for k in DIMENSIONS if k in config}}
 
 
 def _dimension(text: str) -> tuple[str, int]:
@@ -175,10 +204,13 @@ def main(argv: list[str] | None = None) -> int:
                         metavar="NAME=N", help="change one dimension, e.g. hidden_size=2048")
     parser.add_argument("--tokenizer", action="store_true",
                         help="also write a word-level tokenizer of the vocabulary")
+    parser.add_argument("--dense", action="store_true",
+                        help="a dense Qwen3 (Qwen3ForCausalLM, one MLP of intermediate_size "
+                             "per layer) instead of the MoE model")
     args = parser.parse_args(argv)
     try:
         print(json.dumps(write_model(args.out, args.seed, dict(args.set),
-                                     tokenizer=args.tokenizer)))
+                                     tokenizer=args.tokenizer, dense=args.dense)))
     except FileExistsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
