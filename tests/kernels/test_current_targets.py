@@ -94,6 +94,21 @@ def test_flashinfer_0_6_14_import_needs_a_gpu_the_driver_does_not(shared_cache):
     assert listed == {"norm": ["norm"], "trtllm_utils": ["trtllm_utils"]}
 
 
+@pytest.mark.slow(reason="builds a FlashInfer build environment (torch, CUDA wheels)",
+                  group="services")
+def test_an_sm90_attention_set_holds_the_fa3_prefill_flashinfer_picks_there(shared_cache):
+    """On an SM90 GPU FlashInfer's ``auto`` prefill backend (SGLang's ragged wrapper) is FA3,
+    so a set built for ``9.0a`` holds the FA3 prefill modules too (the H200 run of
+    2026-12-03 failed with JIT off without them); an SM12x set has FA2 only."""
+    _request, env = _environment(shared_cache, "sglang-0.5.16")
+    sm90 = list_modules(env, ("attention",), ("9.0a",), (128,))["attention"]
+    sm120 = list_modules(env, ("attention",), ("12.0f",), (128,))["attention"]
+    fa3 = sorted(name for name in sm90 if name.endswith("_sm90"))
+    assert [name.split("_dtype_q_")[1][:4] for name in fa3] == ["bf16", "f16_"], fa3
+    assert all(name.startswith("batch_prefill_with_kv_cache") for name in fa3)
+    assert set(sm90) - set(fa3) == set(sm120) and not any(n.endswith("_sm90") for n in sm120)
+
+
 def _overlay_venv(build_env_python: Path, tmp_path: Path) -> Path:
     """A fresh venv that sees the build environment's packages (FlashInfer, torch) through
     a .pth line, so only our wheels are installed into it (nothing is downloaded)."""

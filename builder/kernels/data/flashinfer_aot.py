@@ -71,15 +71,26 @@ def _sm_group(prefix: str, module: Any, pattern: str,
 
 
 def _attention(head_dims: list[int]) -> list[Any]:
+    """The FA2 prefill and decode modules for each head dim, bf16 and fp16, and the FA3
+    prefill modules too where the arch list has an SM90 arch: on such a GPU FlashInfer's
+    ``auto`` backend, which SGLang's ragged prefill wrapper asks for, picks FA3
+    (``determine_attention_backend`` in ``flashinfer/utils.py``), and FlashInfer's own AOT
+    list builds FA3 exactly then (``gen_all_modules`` in ``flashinfer/aot.py``, ``if
+    has_sm90``; 0.6.14). On SM12x it picks FA2: an SM12x-only build holds FA2 alone."""
     import torch
     from flashinfer import aot
 
+    archs = os.environ.get("FLASHINFER_CUDA_ARCH_LIST", "").split()
+    sm90 = any(arch.startswith("9.0") for arch in archs)
     found: list[Any] = []
     for head_dim in head_dims:
         for dtype in (torch.bfloat16, torch.float16):
             generated: Iterator[Any] = aot.gen_fa2(dtype, dtype, head_dim, head_dim,
                                                    False, False)
             found += list(generated)
+            if sm90:
+                found += list(aot.gen_fa3(dtype, dtype, dtype, head_dim, head_dim,
+                                          False, False))
     return found
 
 
