@@ -28,6 +28,7 @@ from builder.kernels.triton_cache import (
     capability,
     run_script,
 )
+from tests.helpers.cli import run_cli
 from tests.helpers.paths import REPO
 from tests.helpers.tiers import BEHAVIOUR
 
@@ -168,3 +169,31 @@ def test_a_cache_shipped_as_the_artifact_is_restored_by_the_launcher_and_found(
     assert "triton ignored (built for sm_90a, this GPU is compute capability 12.0): its " \
         "kernels compile at first use" in done.stderr
     assert not other.exists()
+
+
+@pytest.mark.slow(reason="imports sglang 0.5.23 in its behaviour environment and runs "
+                  "ptxas", group=BEHAVIOUR)
+def test_the_command_builds_the_artifact_from_what_triton_watch_recorded(
+        shared_cache: Path, specs: list[str], tmp_path: Path) -> None:
+    """``kernels jit-cache``: the recorded launch (as triton_watch writes it: a compile
+    event and the spec), for the target's patched release, packed into the wheel."""
+    watch = tmp_path / "watch"
+    watch.mkdir()
+    (watch / "4242.jsonl").write_text("".join(
+        json.dumps(r) + "\n" for r in ({"compile": KERNEL, "cache_hit": False, "us": 1},
+                                        *({"spec": s} for s in specs))))
+    done = run_cli("kernels", "jit-cache", "--target", "sglang-0.5.23", str(watch), "12.0f",
+                   str(tmp_path / "dist"), "--json", cache=shared_cache)
+    assert done.returncode == 0, done.stdout + done.stderr
+    answer = json.loads(done.stdout)
+    wheel = Path(answer["wheel"])
+    assert wheel.parent == tmp_path / "dist" and wheel.name.startswith(
+        "sglang_sm120_jit_caches-0.5.23+sm120.") and wheel.name.endswith("-py3-none-any.whl")
+    triton = answer["manifest"]["frameworks"]["triton"]
+    assert (triton["version"], triton["arch"], triton["capability"], triton["entries"]) == (
+        "3.9.0", "12.0f", 120, 1)
+    assert answer["manifest"]["target"] == "sglang-0.5.23" and answer["failed"] == {
+        "triton": []}
+    with zipfile.ZipFile(wheel) as archive:
+        cubins = [n for n in archive.namelist() if n.endswith(".cubin")]
+    assert [c.rsplit("/", 1)[1] for c in cubins] == ["masked_set_kv_buffer_kernel.cubin"]
