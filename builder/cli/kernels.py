@@ -121,7 +121,8 @@ def _kernels_parser(commands: Any) -> None:
                     "library's SASS with cuobjdump, and pack a flashinfer_jit_cache wheel "
                     "into --dist: on this machine (build) or in a CUDA build container "
                     "(container, via the Docker Engine); or only write what a build would "
-                    "compile (plan).",
+                    "compile (plan). jit-cache compiles SGLang's own Triton kernels ahead into "
+                    "the JIT cache wheel the image's launcher restores.",
         epilog=_KERNELS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     modes = kernels.add_subparsers(dest="kernels_mode", required=True, metavar="MODE")
     build = add_command(
