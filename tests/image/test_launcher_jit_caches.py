@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from builder.core.errors import BuildError, ConfigurationError
+from builder.image.build import read_extra_wheel
 from builder.image.profile import LAUNCHER_SOURCE
 from builder.kernels.jit_caches import MANIFEST, PACKAGE, pack_jit_caches, read_specs
 from builder.kernels.tilelang_cache import MANIFEST as TILELANG_MANIFEST
@@ -296,6 +297,10 @@ def test_the_wheel_holds_the_entries_and_the_key_and_is_reproducible(tmp_path: P
                           out_dir=tmp_path / "b")
     assert one.wheel.name == "sglang_sm120_jit_caches-0.5.23+sm120.1-py3-none-any.whl"
     assert one.wheel.read_bytes() == two.wheel.read_bytes()
+    # it travels as the kernel wheels do: `image --kernel-wheel` takes it as it is
+    extra = read_extra_wheel(one.wheel)
+    assert (extra.name, extra.version, extra.manifest) == (
+        "sglang-sm120-jit-caches", "0.5.23+sm120.1", None)
     with zipfile.ZipFile(one.wheel) as wheel:
         names = wheel.namelist()
         manifest = json.loads(wheel.read(f"{PACKAGE}/{MANIFEST}"))
