@@ -1,5 +1,6 @@
-"""The kernels group: ``preflight`` and ``kernels build|container|plan`` (compile here, compile
-in a CUDA build container, or only write what a build would compile)."""
+"""The kernels group: ``preflight`` and ``kernels build|container|plan|jit-cache`` (compile
+here, compile in a CUDA build container, only write what a build would compile, or compile
+SGLang's Triton kernels ahead into the JIT cache artifact)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from builder.cli.common import (
     comma_names,
     comma_numbers,
     docker_host_arg,
+    index_url_arg,
     options,
     positive,
     source_args,
@@ -90,6 +92,26 @@ A rebuild with unchanged inputs runs no compiler (the wheel is cached).
 """
 
 
+_JIT_CACHE_EPILOG = """\
+examples:
+  # on the GPU machine, one server run with Triton's JIT hook recording its launches:
+  #   builder/kernels/data/triton_watch.py and a sitecustomize.py holding `import
+  #   triton_watch` in a folder on PYTHONPATH, SGLANG_SM120_TRITON_WATCH=/tmp/watch,
+  #   one request, stop (docs/operator.md); then here, no GPU needed:
+  python -m builder kernels jit-cache --target sglang-0.5.23 /tmp/watch 12.0f
+  python -m builder image --target sglang-0.5.23 \\
+      --kernel-wheel dist/sglang_sm120_jit_caches-0.5.23+sm120.1-py3-none-any.whl
+
+The wheel's manifest (sglang_sm120_jit_caches/sm120-jit-caches.json) keys it: triton's
+version and the arch. At start the launcher restores nothing, with one line saying why,
+where the installed triton or the GPU differs (set SGLANG_SM120_JIT_CACHES=none to skip it);
+the kernels then compile at first use as without the wheel. A launch that was not recorded,
+or that SGLang parameterises by the device (a list recorded on another GPU), compiles too.
+exit status: 2 bad SPECS or ARCH, or a target without a wheel for this Python; 6 Triton's
+compile did not finish, or no specialization compiled.
+"""
+
+
 def _kernels_parser(commands: Any) -> None:
     kernels = add_command(
         commands, "kernels",
@@ -99,7 +121,8 @@ def _kernels_parser(commands: Any) -> None:
                     "library's SASS with cuobjdump, and pack a flashinfer_jit_cache wheel "
                     "into --dist: on this machine (build) or in a CUDA build container "
                     "(container, via the Docker Engine); or only write what a build would "
-                    "compile (plan).",
+                    "compile (plan). jit-cache compiles SGLang's own Triton kernels ahead into "
+                    "the JIT cache wheel the image's launcher restores.",
         epilog=_KERNELS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     modes = kernels.add_subparsers(dest="kernels_mode", required=True, metavar="MODE")
     build = add_command(
@@ -156,6 +179,34 @@ def _kernels_parser(commands: Any) -> None:
     plan.add_argument("--output", type=Path, required=True, metavar="FILE",
                       help="where the request's JSON goes")
     plan.set_defaults(handler=_cmd_kernels_plan)
+
+    jit = add_command(
+        modes, "jit-cache",
+        help="compile SGLang's Triton kernels ahead, on this CPU, into a wheel the image's "
+             "launcher restores",
+        description="Compile the Triton kernels a server of the target launches, for ARCH, "
+                    "on this machine (no GPU: the release's own triton and sglang in its "
+                    "behaviour environment, the series applied), and pack them as the wheel "
+                    "sglang-sm120-jit-caches into DIST. Install it next to sglang (`image "
+                    "--kernel-wheel WHEEL`, or pip): before the server starts, "
+                    "sglang-sm120-serve copies the kernels its Triton cache lacks into it, "
+                    "so those launches do not compile. Which launches: SPECS, the "
+                    "specializations Triton's JIT hook recorded in a server run on a GPU "
+                    "(builder/kernels/data/triton_watch.py, SGLANG_SM120_TRITON_WATCH).",
+        epilog=_JIT_CACHE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    target_arg(jit)
+    index_url_arg(jit)
+    jit.add_argument("specs", type=Path, metavar="SPECS",
+                     help="the folder triton_watch wrote (its *.jsonl), one such file, or a "
+                          "JSON list of Triton specialization_data strings")
+    jit.add_argument("arch", metavar="ARCH",
+                     help="the GPU the kernels are for: 12.0f or sm_120a for SM120 (RTX PRO "
+                          "6000, RTX 5090); sm_90a to try it on a Hopper. Triton keys by the "
+                          "compute capability: a kernel built for 12.0 is never taken on "
+                          "another GPU")
+    jit.add_argument("dist", type=Path, nargs="?", default=Path("dist"), metavar="DIST",
+                     help="where the wheel goes (default: %(default)s)")
+    jit.set_defaults(handler=_cmd_kernels_jit_cache)
 
 
 def _model_args(parser: argparse.ArgumentParser) -> None:
@@ -311,6 +362,24 @@ def _cmd_kernels_plan(args: argparse.Namespace, reporter: Reporter) -> dict[str,
                     + (f"(head dims {', '.join(map(str, request.head_dims))}) "
                        if request.head_dims else "") + f"-> {args.output}")
     return written
+
+
+def _cmd_kernels_jit_cache(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
+    from builder.kernels.jit_caches import run_kernels_jit_cache
+
+    artifact = run_kernels_jit_cache(options(args, reporter), args.specs, args.arch)
+    for name, records in artifact.kernels.items():
+        for record in records:
+            if not record["ok"]:
+                reporter.info(f"warning: {name} {record.get('kernel')} did not compile (it "
+                              f"compiles at first use): {str(record.get('error'))[:300]}")
+    for name, record in artifact.manifest["frameworks"].items():
+        failed = [r for r in artifact.kernels.get(name, []) if not r["ok"]]
+        reporter.result(f"{name} {record['version']}: {record['entries']} kernel(s) for "
+                        f"{record['arch']}" + (f", {len(failed)} failed" if failed else ""))
+    reporter.result(f"-> {artifact.wheel} (install it next to sglang {artifact.manifest['release']}"
+                    "; sglang-sm120-serve restores it before the server starts)")
+    return artifact.describe()
 
 
 def _build(args: argparse.Namespace, reporter: Reporter, kernel: KernelOptions

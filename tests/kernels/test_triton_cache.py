@@ -10,6 +10,9 @@ one Triton's own JIT hook records for that launch; the kernel and its arguments 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +20,15 @@ import pytest
 
 from builder.core.cache import Cache
 from builder.core.errors import ConfigurationError
+from builder.image.profile import LAUNCHER_SOURCE
+from builder.kernels.jit_caches import PACKAGE, pack_jit_caches
 from builder.kernels.triton_cache import (
     MANIFEST,
     build_triton_cache,
     capability,
     run_script,
 )
+from tests.helpers.cli import run_cli
 from tests.helpers.paths import REPO
 from tests.helpers.tiers import BEHAVIOUR
 
@@ -113,3 +119,81 @@ def test_the_arch_is_read_as_triton_targets_it() -> None:
     assert capability("sm_120a") == 120
     with pytest.raises(ConfigurationError, match="not a CUDA arch"):
         capability("blackwell")
+
+
+@pytest.mark.slow(reason="imports sglang 0.5.23 in its behaviour environment and runs "
+                  "ptxas", group=BEHAVIOUR)
+def test_a_cache_shipped_as_the_artifact_is_restored_by_the_launcher_and_found(
+        env_0523: Any, specs: list[str], tmp_path: Path) -> None:
+    """The whole path: built ahead, packed as the wheel, installed (unpacked as pip does),
+    restored by the real launcher (run with the release's own Python, triton and sglang)
+    into an empty TRITON_CACHE_DIR, then a fresh process's launch path compiles nothing."""
+    built = build_triton_cache(env_0523, specs, "sm_90a", tmp_path / "triton")
+    artifact = pack_jit_caches({"triton": built.folder}, target="sglang-0.5.23",
+                               release="0.5.23", version="0.5.23+sm120.1", epoch=0,
+                               out_dir=tmp_path / "dist")
+    site = tmp_path / "site"
+    with zipfile.ZipFile(artifact.wheel) as wheel:
+        wheel.extractall(site)
+    tools = tmp_path / "bin"  # the GPU the launcher sees: an H200 (sm_90)
+    tools.mkdir()
+    (tools / "nvidia-smi").write_text("#!/bin/sh\ncase \"$*\" in *compute_cap*) echo 9.0;; "
+                                      "*) echo 'NVIDIA H200';; esac\n")
+    (tools / "nvidia-smi").chmod(0o755)
+    restored = tmp_path / "server-triton"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "TRITON_"))}
+    env.update({"SGLANG_SM120_PROFILE": "none", "SGLANG_SM120_DRY_RUN": "1",
+                "PYTHONPATH": str(site), "TRITON_CACHE_DIR": str(restored),
+                "PATH": os.pathsep.join([str(tools), env.get("PATH", "")])})
+    done = subprocess.run([str(env_0523.python), str(LAUNCHER_SOURCE), "--model-path", "/m"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == [
+        f"sglang-sm120-serve: JIT caches for sglang-0.5.23: triton 1 of 1 kernel(s) restored "
+        f"to {restored}"], done.stderr
+    shipped = site / PACKAGE / "triton"
+    assert sorted(p.relative_to(restored) for p in restored.rglob("*")) == sorted(
+        p.relative_to(shipped) for p in shipped.rglob("*"))
+
+    hits = _events(env_0523, 90, restored)
+    assert [e["cache_hit"] for e in hits] == [True]  # zero compilations
+    assert hits[0]["hash"] == built.kernels[0]["events"][0]["hash"]
+
+    # the same artifact on an sm_120 GPU: nothing restored, one line, and that launch compiles
+    (tools / "nvidia-smi").write_text("#!/bin/sh\necho 12.0\n")
+    other = tmp_path / "sm120-triton"
+    done = subprocess.run([str(env_0523.python), str(LAUNCHER_SOURCE), "--model-path", "/m"],
+                          env={**env, "TRITON_CACHE_DIR": str(other)}, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "triton ignored (built for sm_90a, this GPU is compute capability 12.0): its " \
+        "kernels compile at first use" in done.stderr
+    assert not other.exists()
+
+
+@pytest.mark.slow(reason="imports sglang 0.5.23 in its behaviour environment and runs "
+                  "ptxas", group=BEHAVIOUR)
+def test_the_command_builds_the_artifact_from_what_triton_watch_recorded(
+        shared_cache: Path, specs: list[str], tmp_path: Path) -> None:
+    """``kernels jit-cache``: the recorded launch (as triton_watch writes it: a compile
+    event and the spec), for the target's patched release, packed into the wheel."""
+    watch = tmp_path / "watch"
+    watch.mkdir()
+    (watch / "4242.jsonl").write_text("".join(
+        json.dumps(r) + "\n" for r in ({"compile": KERNEL, "cache_hit": False, "us": 1},
+                                        *({"spec": s} for s in specs))))
+    done = run_cli("kernels", "jit-cache", "--target", "sglang-0.5.23", str(watch), "12.0f",
+                   str(tmp_path / "dist"), "--json", cache=shared_cache)
+    assert done.returncode == 0, done.stdout + done.stderr
+    answer = json.loads(done.stdout)
+    wheel = Path(answer["wheel"])
+    assert wheel.parent == tmp_path / "dist" and wheel.name.startswith(
+        "sglang_sm120_jit_caches-0.5.23+sm120.") and wheel.name.endswith("-py3-none-any.whl")
+    triton = answer["manifest"]["frameworks"]["triton"]
+    assert (triton["version"], triton["arch"], triton["capability"], triton["entries"]) == (
+        "3.9.0", "12.0f", 120, 1)
+    assert answer["manifest"]["target"] == "sglang-0.5.23" and answer["failed"] == {
+        "triton": []}
+    with zipfile.ZipFile(wheel) as archive:
+        cubins = [n for n in archive.namelist() if n.endswith(".cubin")]
+    assert [c.rsplit("/", 1)[1] for c in cubins] == ["masked_set_kv_buffer_kernel.cubin"]

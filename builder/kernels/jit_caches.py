@@ -1,0 +1,331 @@
+"""The JIT cache artifact: Triton's and TileLang's caches built ahead, shipped as one wheel.
+
+:func:`builder.kernels.triton_cache.build_triton_cache` and
+:func:`builder.kernels.tilelang_cache.build_tilelang_cache` write a cache folder each, in
+the layout its framework reads (``TRITON_CACHE_DIR``, ``TILELANG_CACHE_DIR``).
+:func:`pack_jit_caches` packs them into one wheel, ``sglang-sm120-jit-caches``: the package
+``sglang_sm120_jit_caches`` holds ``triton/`` and/or ``tilelang/`` (the cache entries only:
+Triton's kernel-key folders, TileLang's ``<version>/<platform>/kernels/<key>`` folders) and
+one manifest, :data:`MANIFEST`, with the key the server's launcher checks: per framework
+the version and target arch it was built with, plus the sglang release, the target and the
+platform.
+
+**Why a wheel of its own** (and not the kernel wheel's package data, nor a folder the image
+copies): it travels the way the kernel wheels already do. ``image --kernel-wheel WHEEL``
+(and a plain ``pip install`` next to a pip-installed sglang) installs it with the same one
+``pip install --no-deps`` step of ``images/Dockerfile``, so the image still adds one layer,
+needs no new flag, no Dockerfile step and no fixed path, and ``pip uninstall`` removes it.
+The FlashInfer kernel wheel is keyed by FlashInfer and the CUDA lane and is built (and
+cached) from another input; the Triton cache is keyed by triton, the sglang release and the
+launches recorded on a GPU: one wheel for both would rebuild each whenever the other
+changes. The launcher ``sglang-sm120-serve`` finds the package where Python imports it
+(``importlib.util.find_spec``, without importing it) and, before ``launch_server``, copies
+every entry the server's cache folder lacks into it (``restore_jit_caches`` there): the
+cache folders stay the server's own (writable, where SGLang points them), never replaced.
+
+The manifest is the one contract between this module and the launcher (a stdlib-only
+script that cannot import this one): format :data:`FORMAT`, ``frameworks.<name>`` with
+``version``, ``arch``, ``capability`` (``major * 10 + minor``, what both frameworks key by:
+Triton's ``GPUTarget`` arch, TileLang's ``sm_<cc>a``), ``entry_depth`` and ``entries``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from builder.core.errors import BuildError, ConfigurationError
+from builder.core.options import Options, select_target
+from builder.core.userfiles import parse_json, read_input
+from builder.kernels import tilelang_cache, triton_cache
+from builder.kernels.jitcache import _write_wheel, wheel_tag
+
+PACKAGE = "sglang_sm120_jit_caches"
+DISTRIBUTION = "sglang-sm120-jit-caches"
+#: The artifact's manifest, beside the package's ``__init__.py`` (the launcher reads it).
+MANIFEST = "sm120-jit-caches.json"
+FORMAT = 1
+#: Per framework: its cache folder's own manifest (read, not shipped), the manifest key of
+#: the version it was built with, and how deep an entry lies under the cache folder:
+#: Triton's ``<key>/`` (triton 3.9 ``FileCacheManager``: one folder per kernel key),
+#: TileLang's ``<version>/<platform>-<machine>/kernels/<key>/`` (tilelang 0.1.12
+#: ``tilelang/cache/kernel_cache.py``).
+FRAMEWORKS: dict[str, tuple[str, str, int]] = {
+    "triton": (triton_cache.MANIFEST, "triton", 1),
+    "tilelang": (tilelang_cache.MANIFEST, "tilelang", 4),
+}
+
+_INIT = '''"""Triton/TileLang caches built ahead by sglang-sm120-builder for {target}.
+
+sglang-sm120-serve copies the entries the server's cache folders lack from triton/ and
+tilelang/ here when {manifest} beside this file matches the installed frameworks and the GPU.
+"""
+
+import os
+
+FOLDER = os.path.dirname(__file__)
+'''
+
+
+@dataclass(frozen=True)
+class JitCacheArtifact:
+    """A packed JIT cache artifact.
+
+    Attributes:
+        wheel: the ``sglang-sm120-jit-caches`` wheel.
+        manifest: its :data:`MANIFEST` (the key the launcher checks).
+        kernels: per framework, the build's records (failed ones included), when built here.
+    """
+
+    wheel: Path
+    manifest: dict[str, Any]
+    kernels: dict[str, list[dict[str, Any]]]
+
+    def describe(self) -> dict[str, Any]:
+        """Return JSON-ready data."""
+        return {"wheel": str(self.wheel), "manifest": self.manifest,
+                "failed": {name: [k for k in records if not k.get("ok", not k.get("error"))]
+                           for name, records in self.kernels.items()}}
+
+
+def cache_entries(folder: Path, depth: int) -> list[str]:
+    """The entries of a cache folder: the folders exactly ``depth`` levels down.
+
+    A symlink is never an entry nor walked through (the artifact holds real files only);
+    files at a shallower level (a framework's manifest, a lock) are no entries.
+
+    Args:
+        folder: the cache folder (``TRITON_CACHE_DIR``'s or ``TILELANG_CACHE_DIR``'s layout).
+        depth: :data:`FRAMEWORKS`' entry depth.
+
+    Returns:
+        Their paths relative to ``folder``, POSIX, sorted.
+    """
+    level = [folder]
+    for _ in range(depth):
+        level = [child for parent in level for child in sorted(parent.iterdir())
+                 if child.is_dir() and not child.is_symlink()]
+    return [entry.relative_to(folder).as_posix() for entry in level]
+
+
+def _regular_files(root: Path) -> list[Path]:
+    """The regular files under ``root``, sorted; symlinks (to files or folders) skipped."""
+    found = []
+    for parent, folders, names in os.walk(root, followlinks=False):
+        folders[:] = sorted(f for f in folders if not os.path.islink(os.path.join(parent, f)))
+        found += [Path(parent, n) for n in sorted(names)
+                  if not os.path.islink(os.path.join(parent, n))
+                  and os.path.isfile(os.path.join(parent, n))]
+    return found
+
+
+def _framework(name: str, folder: Path) -> tuple[dict[str, Any], list[tuple[str, Path]]]:
+    """The manifest record and files (arcname below the framework, path) of one cache."""
+    own, version_key, depth = FRAMEWORKS[name]
+    hint = (f"give the folder build_{name}_cache wrote (it holds {own})")
+    try:
+        data = parse_json((folder / own).read_bytes())
+        built_with = data["built_with"]
+        version, arch = built_with[version_key], built_with["arch"]
+        if not isinstance(version, str) or not isinstance(arch, str):
+            raise TypeError("version or arch is no string")
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ConfigurationError(f"{folder} is not a {name} cache built ahead: {own} "
+                                 f"({error})", hint) from None
+    entries = cache_entries(folder, depth)
+    files = [(path.relative_to(folder).as_posix(), path)
+             for entry in entries for path in _regular_files(folder / entry)]
+    record = {"version": version, "arch": arch, "capability": triton_cache.capability(arch),
+              "entry_depth": depth, "entries": len(entries),
+              "built_with": {k: v for k, v in built_with.items() if k != "cache_dir"}}
+    return record, files
+
+
+def pack_jit_caches(caches: dict[str, Path], *, target: str, release: str, version: str,
+                    epoch: int, out_dir: Path, machine: str | None = None
+                    ) -> JitCacheArtifact:
+    """Pack built-ahead cache folders into the ``sglang-sm120-jit-caches`` wheel.
+
+    Args:
+        caches: ``{"triton": folder, "tilelang": folder}`` (either or both): folders
+            :func:`~builder.kernels.triton_cache.build_triton_cache` /
+            :func:`~builder.kernels.tilelang_cache.build_tilelang_cache` wrote, each with
+            its own manifest (``sm120-triton-cache.json``, ``sm120-tilelang-cache.json``).
+        target: the target's name (``sglang-0.5.23``), recorded in the manifest.
+        release: the sglang release the caches were built with (``0.5.23``).
+        version: the wheel's version (the target's, ``0.5.23+sm120.1``).
+        epoch: SOURCE_DATE_EPOCH for the zip and RECORD timestamps (reproducible).
+        out_dir: where the wheel is written (created).
+        machine: the CPU architecture (default: this machine's). With TileLang, whose
+            entries hold a host ``executable.so``, the wheel is tagged for it
+            (``manylinux_2_28_<machine>``); Triton's cubins alone give ``py3-none-any``.
+
+    Returns:
+        The :class:`JitCacheArtifact`.
+
+    Raises:
+        ConfigurationError: no cache given, an unknown framework, or a folder without its
+            framework's manifest.
+        BuildError: a cache holds no entry (nothing was built).
+    """
+    unknown = sorted(set(caches) - set(FRAMEWORKS))
+    if not caches or unknown:
+        raise ConfigurationError(f"no JIT cache to pack ({', '.join(unknown) or 'none given'})",
+                                 f"give one of {', '.join(FRAMEWORKS)}")
+    machine = machine or platform.machine()
+    manifest: dict[str, Any] = {
+        "format": FORMAT, "target": target, "release": release, "version": version,
+        "platform": f"{platform.system().lower()}-{machine}", "frameworks": {}}
+    files: list[tuple[str, bytes, int]] = []
+    for name in sorted(caches):
+        record, found = _framework(name, caches[name])
+        if not record["entries"]:
+            raise BuildError(f"the {name} cache {caches[name]} holds no kernel",
+                             "see its manifest for what failed to compile")
+        manifest["frameworks"][name] = record
+        for arcname, path in found:
+            mode = 0o755 if os.access(path, os.X_OK) else 0o644
+            files.append((f"{PACKAGE}/{name}/{arcname}", path.read_bytes(), mode))
+    files[:0] = [
+        (f"{PACKAGE}/__init__.py", _INIT.format(target=target, manifest=MANIFEST).encode(),
+         0o644),
+        (f"{PACKAGE}/{MANIFEST}", (json.dumps(manifest, indent=1, sort_keys=True)
+                                   + "\n").encode(), 0o644)]
+    tag = wheel_tag(machine) if "tilelang" in caches else "py3-none-any"
+    info = f"{PACKAGE}-{version}.dist-info"
+    summary = ", ".join(f"{n} {r['version']} for {r['arch']}"
+                        for n, r in manifest["frameworks"].items())
+    files.append((f"{info}/METADATA", (
+        f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: {version}\n"
+        f"Summary: JIT caches built ahead for {target} ({summary})\n").encode(), 0o644))
+    purelib = "false" if "tilelang" in caches else "true"
+    files.append((f"{info}/WHEEL", (f"Wheel-Version: 1.0\nGenerator: sglang-sm120-builder\n"
+                                    f"Root-Is-Purelib: {purelib}\nTag: {tag}\n").encode(),
+                  0o644))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    wheel = _write_wheel(out_dir / f"{PACKAGE}-{version}-{tag}.whl", files, epoch)
+    return JitCacheArtifact(wheel, manifest, {})
+
+
+def read_specs(path: Path) -> list[str]:
+    """Triton specialization records from the user's file or folder.
+
+    Accepted: what ``data/triton_watch.py`` writes (a folder of ``*.jsonl``, or one such
+    file: a JSON object per line, ``{"spec": "..."}`` taken, ``{"compile": ...}`` skipped),
+    or one JSON list of the records (strings, as Triton's ``jit_cache_hook`` hands them
+    over, triton 3.9 ``serialize_specialization_data``).
+
+    Args:
+        path: the file or folder.
+
+    Returns:
+        The records, duplicates dropped, in their first order.
+
+    Raises:
+        ConfigurationError: it cannot be read, is neither form, or holds no record.
+    """
+    hint = ("give the folder SGLANG_SM120_TRITON_WATCH wrote on the GPU, one of its .jsonl "
+            "files, or a JSON list of specialization_data strings")
+    if path.is_dir():
+        files = sorted(path.glob("*.jsonl"))
+        if not files:
+            raise ConfigurationError(f"{path} holds no .jsonl file of triton_watch", hint)
+    else:
+        files = [path]
+    specs: list[str] = []
+    for file in files:
+        text = read_input(file, "the Triton specs file", hint).decode("utf-8", "replace")
+        try:
+            whole = parse_json(text)
+        except ValueError:
+            whole = None
+        if isinstance(whole, list):
+            bad = [i for i, s in enumerate(whole) if not isinstance(s, str)]
+            if bad:
+                raise ConfigurationError(f"{file}: item {bad[0]} of the list is no string",
+                                         hint)
+            specs += whole
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = parse_json(line)
+            except ValueError as error:
+                raise ConfigurationError(f"{file} line {number} is not JSON ({error})",
+                                         hint) from None
+            if not isinstance(record, dict) or not ("spec" in record or "compile" in record):
+                raise ConfigurationError(f"{file} line {number} is no triton_watch record",
+                                         hint)
+            if "spec" in record:
+                if not isinstance(record["spec"], str):
+                    raise ConfigurationError(f"{file} line {number}: spec is no string", hint)
+                specs.append(record["spec"])
+    if not specs:
+        raise ConfigurationError(f"{path} holds no specialization record (only compile "
+                                 "events, or nothing)", hint)
+    return list(dict.fromkeys(specs))
+
+
+def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str) -> JitCacheArtifact:
+    """``kernels jit-cache``: build the target's Triton cache ahead and pack the artifact.
+
+    The specs are read and the arch checked first; then the target's wheel is fetched,
+    its series applied (so the kernels are the patched wheel's: a patch that changes a
+    kernel changes its key) and its behaviour environment made (the release's own triton
+    and sglang); :func:`~builder.kernels.triton_cache.build_triton_cache` compiles, on this
+    CPU, and :func:`pack_jit_caches` writes the wheel into ``options.dist_dir``.
+
+    Args:
+        options: the run's options (target, cache, ``dist_dir``, reporter).
+        specs_path: the specs (:func:`read_specs`).
+        arch: the target arch (``12.0f``, ``sm_120a``; ``sm_90a`` to try it on a Hopper).
+
+    Returns:
+        The artifact, with the build's records.
+
+    Raises:
+        ConfigurationError: bad specs or arch, or a target that pins no wheel for this
+            Python.
+        BuildError: Triton's compile did not finish, or no spec compiled.
+        SourceError: the wheel cannot be fetched.
+        PatchError: the series does not apply.
+    """
+    from builder.behaviour.env import behaviour_env
+    from builder.behaviour.run import wheel_for_interpreter
+    from builder.patching.apply import apply_series, read_series
+    from builder.patching.series import select_series
+    from builder.source.fetch import fetch_pin
+
+    specs = read_specs(specs_path)
+    triton_cache.capability(arch)
+    target = select_target(options)
+    series = select_series(options, target)
+    read_series(series)
+    pin = wheel_for_interpreter(target)
+    reporter = options.reporter
+    source = fetch_pin(pin, target.upstream_version, cache=options.cache,
+                       index_url=options.index_url, reporter=reporter)
+    assert source.archive is not None  # a wheel pin always has its file
+    patched = apply_series(source, series, cache=options.cache)
+    release = str(target.upstream_version)
+    env = behaviour_env(source.archive, release, cache=options.cache, reporter=reporter)
+    epoch = int(os.environ.get("SOURCE_DATE_EPOCH") or source.source_date_epoch)
+    with tempfile.TemporaryDirectory(prefix="sm120-triton-") as tmp:
+        with reporter.working(f"Triton kernels for {arch} ({len(specs)} specializations)"):
+            built = triton_cache.build_triton_cache(env, specs, arch, Path(tmp) / "triton",
+                                                    overlay=patched.tree)
+        if len(built.failed) == len(built.kernels):
+            first = built.failed[0].get("error", "") if built.failed else ""
+            raise BuildError(f"none of the {len(built.kernels)} Triton specializations "
+                             f"compiled for {arch}: {str(first)[:300]}",
+                             "were they recorded with this target's sglang release?")
+        artifact = pack_jit_caches({"triton": built.folder}, target=target.name,
+                                   release=release, version=target.version, epoch=epoch,
+                                   out_dir=options.dist_dir)
+    return JitCacheArtifact(artifact.wheel, artifact.manifest, {"triton": built.kernels})
