@@ -43,7 +43,7 @@ from builder.core.errors import BuildError, ConfigurationError
 from builder.core.options import Options, select_target
 from builder.core.userfiles import parse_json, read_input
 from builder.kernels import tilelang_cache, triton_cache
-from builder.kernels.jitcache import _write_wheel, wheel_tag
+from builder.kernels.jitcache import write_wheel, wheel_tag
 
 PACKAGE = "sglang_sm120_jit_caches"
 DISTRIBUTION = "sglang-sm120-jit-caches"
@@ -208,7 +208,7 @@ def pack_jit_caches(caches: dict[str, Path], *, target: str, release: str, versi
                                     f"Root-Is-Purelib: {purelib}\nTag: {tag}\n").encode(),
                   0o644))
     out_dir.mkdir(parents=True, exist_ok=True)
-    wheel = _write_wheel(out_dir / f"{PACKAGE}-{version}-{tag}.whl", files, epoch)
+    wheel = write_wheel(out_dir / f"{PACKAGE}-{version}-{tag}.whl", files, epoch)
     return JitCacheArtifact(wheel, manifest, {})
 
 

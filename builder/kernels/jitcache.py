@@ -111,7 +111,7 @@ def pack(modules_dir: Path, version: str, manifest: dict[str, Any], epoch: int,
         0o644))
     files.append((f"{info}/WHEEL", (f"Wheel-Version: 1.0\nGenerator: sglang-sm120-builder\n"
                                     f"Root-Is-Purelib: false\nTag: {tag}\n").encode(), 0o644))
-    return _write_wheel(destination, files, epoch)
+    return write_wheel(destination, files, epoch)
 
 
 def read_manifest(wheel: Path) -> dict[str, Any]:
@@ -250,7 +250,18 @@ def provider_id(arch: str) -> str:
     return "sm" + arch.replace(".", "")
 
 
-def _write_wheel(destination: Path, files: list[tuple[str, bytes, int]], epoch: int) -> Path:
+def write_wheel(destination: Path, files: list[tuple[str, bytes, int]], epoch: int) -> Path:
+    """Write a reproducible wheel: every entry stamped ``epoch`` (``SOURCE_DATE_EPOCH``),
+    deflated, with its mode; ``wheel``'s ``WheelFile`` writes ``RECORD``.
+
+    Args:
+        destination: the wheel's path (its file name is the wheel's name and tags).
+        files: ``(archive name, bytes, mode)`` for every file but ``RECORD``.
+        epoch: the timestamp of every entry.
+
+    Returns:
+        ``destination``.
+    """
     stamp = zip_timestamp(epoch)
     with record_timestamp(epoch), WheelFile(destination, "w") as wheel:
         for arcname, data, mode in files:
@@ -317,7 +328,7 @@ def pack_provider(modules_dir: Path, version: str, manifest: dict[str, Any], epo
                    .encode(), 0o644))
     files.append((f"{info}/WHEEL", (f"Wheel-Version: 1.0\nGenerator: sglang-sm120-builder\n"
                                     f"Root-Is-Purelib: false\nTag: {tag}\n").encode(), 0o644))
-    return _write_wheel(out_dir / f"{_dist_name(distribution)}-{version}-{tag}.whl", files,
+    return write_wheel(out_dir / f"{_dist_name(distribution)}-{version}-{tag}.whl", files,
                         epoch)
 
 
@@ -351,4 +362,4 @@ def pack_shim(version: str, providers: list[str], flashinfer: str, epoch: int,
             f"{', '.join(sorted(providers))}\n{pins}").encode(), 0o644),
         (f"{info}/WHEEL", (f"Wheel-Version: 1.0\nGenerator: sglang-sm120-builder\n"
                            f"Root-Is-Purelib: false\nTag: {tag}\n").encode(), 0o644)]
-    return _write_wheel(out_dir / f"{PACKAGE}-{version}-{tag}.whl", files, epoch)
+    return write_wheel(out_dir / f"{PACKAGE}-{version}-{tag}.whl", files, epoch)
