@@ -43,7 +43,7 @@ from builder.core.errors import BuildError, ConfigurationError
 from builder.core.options import Options, select_target
 from builder.core.userfiles import parse_json, read_input
 from builder.kernels import tilelang_cache, triton_cache
-from builder.kernels.jitcache import write_wheel, wheel_tag
+from builder.kernels.jitcache import wheel_tag, write_wheel
 
 PACKAGE = "sglang_sm120_jit_caches"
 DISTRIBUTION = "sglang-sm120-jit-caches"
