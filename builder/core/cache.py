@@ -64,7 +64,8 @@ CACHEDIR_TEXT = (CACHEDIR_SIGNATURE + b"\n" + CACHEDIR_OWNER + b"\n# For informa
 #: removal never touches another folder (logs, work folders, another program's files).
 KINDS = ("behaviour-env", "behaviour-kernel-fit", "behaviour-observed", "behaviour-tilelang",
          "behaviour-torch", "downloads", "git",
-         "kernel-env", "kernels", "patched", "source", "wheel", "wheelhouse")
+         "kernel-env", "kernels", "patched", "serving-triton", "source", "triton-install",
+         "wheel", "wheelhouse")
 #: The largest ``--older-than`` (about 100 years): more is a typo, not an age.
 MAX_AGE_DAYS = 36500.0
 

@@ -277,9 +277,12 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str) -> JitC
 
     The specs are read and the arch checked first; then the target's wheel is fetched,
     its series applied (so the kernels are the patched wheel's: a patch that changes a
-    kernel changes its key) and its behaviour environment made (the release's own triton
-    and sglang); :func:`~builder.kernels.triton_cache.build_triton_cache` compiles, on this
-    CPU, and :func:`pack_jit_caches` writes the wheel into ``options.dist_dir``.
+    kernel changes its key), the triton its server runs found from the release's torch pin
+    (:func:`~builder.kernels.serving_triton.serving_triton`: the cache is keyed by the
+    triton that compiles it) and installed, and its behaviour environment made (the
+    release's own sglang and dependencies);
+    :func:`~builder.kernels.triton_cache.build_triton_cache` compiles with that triton, on
+    this CPU, and :func:`pack_jit_caches` writes the wheel into ``options.dist_dir``.
 
     Args:
         options: the run's options (target, cache, ``dist_dir``, reporter).
@@ -292,12 +295,16 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str) -> JitC
     Raises:
         ConfigurationError: bad specs or arch, or a target that pins no wheel for this
             Python.
-        BuildError: Triton's compile did not finish, or no spec compiled.
-        SourceError: the wheel cannot be fetched.
+        BuildError: Triton's compile did not finish, no spec compiled, or the server's
+            triton did not install.
+        SourceError: the wheel cannot be fetched, or the triton its server runs cannot be
+            found (no exact torch pin, no such torch wheel, no triton requirement).
         PatchError: the series does not apply.
     """
     from builder.behaviour.env import behaviour_env
     from builder.behaviour.run import wheel_for_interpreter
+    from builder.kernels.pins import read_pins
+    from builder.kernels.serving_triton import install_triton, serving_triton
     from builder.patching.apply import apply_series, read_series
     from builder.patching.series import select_series
     from builder.source.fetch import fetch_pin
@@ -314,12 +321,21 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str) -> JitC
     assert source.archive is not None  # a wheel pin always has its file
     patched = apply_series(source, series, cache=options.cache)
     release = str(target.upstream_version)
+    serving = serving_triton(read_pins(source).torch, cache=options.cache,
+                             index_url=options.index_url)
     env = behaviour_env(source.archive, release, cache=options.cache, reporter=reporter)
+    triton = install_triton(serving.version, env.python, cache=options.cache,
+                            reporter=reporter)
     epoch = int(os.environ.get("SOURCE_DATE_EPOCH") or source.source_date_epoch)
     with tempfile.TemporaryDirectory(prefix="sm120-triton-") as tmp:
         with reporter.working(f"Triton kernels for {arch} ({len(specs)} specializations)"):
             built = triton_cache.build_triton_cache(env, specs, arch, Path(tmp) / "triton",
-                                                    overlay=patched.tree)
+                                                    overlay=patched.tree, triton=triton)
+        if built.built_with.get("triton") != serving.version:
+            raise BuildError(f"the Triton cache was compiled with triton "
+                             f"{built.built_with.get('triton')}, not the server's "
+                             f"{serving.version} (torch {serving.torch}: {serving.requirement})",
+                             f"check the install under {triton}")
         if len(built.failed) == len(built.kernels):
             first = built.failed[0].get("error", "") if built.failed else ""
             raise BuildError(f"none of the {len(built.kernels)} Triton specializations "

@@ -85,7 +85,7 @@ def capability(arch: str) -> int:
 
 
 def run_script(env: BehaviourEnv, request: dict[str, Any], cache_dir: Path, *,
-               overlay: Path | None = None, timeout: int = 3600
+               overlay: Path | None = None, triton: Path | None = None, timeout: int = 3600
                ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run ``data/triton_aot.py`` in ``env`` with ``TRITON_CACHE_DIR=cache_dir``.
 
@@ -96,6 +96,9 @@ def run_script(env: BehaviourEnv, request: dict[str, Any], cache_dir: Path, *,
         cache_dir: Triton's cache folder for the run.
         overlay: the patched release's tree, put before the installed sglang (a patch that
             changes a kernel, or what it calls, changes its key).
+        triton: a folder holding another ``triton`` package, put first (before the
+            overlay and the environment's own triton):
+            :func:`builder.kernels.serving_triton.install_triton`'s, the server's triton.
         timeout: seconds.
 
     Returns:
@@ -107,9 +110,10 @@ def run_script(env: BehaviourEnv, request: dict[str, Any], cache_dir: Path, *,
     environ = {k: v for k, v in os.environ.items()
                if not k.startswith(("PYTHON", "TRITON_"))}
     environ["TRITON_CACHE_DIR"] = str(cache_dir)
-    if overlay is not None:
-        environ["PYTHONPATH"] = str(overlay)
-        environ["PYTHONDONTWRITEBYTECODE"] = "1"  # the overlay is a cache entry
+    path = [str(p) for p in (triton, overlay) if p is not None]
+    if path:
+        environ["PYTHONPATH"] = os.pathsep.join(path)
+        environ["PYTHONDONTWRITEBYTECODE"] = "1"  # both are cache entries
     full = {**request, "standins": env.standins, "standins_path": str(STANDINS)}
     return run_aot(env.python, SCRIPT, full, environ, framework="Triton", timeout=timeout)
 
@@ -151,7 +155,8 @@ def run_aot(python: Path, script: Path, request: dict[str, Any], environ: dict[s
 
 
 def build_triton_cache(env: BehaviourEnv, specs: list[str], arch: str, dest: Path, *,
-                       overlay: Path | None = None) -> TritonCache:
+                       overlay: Path | None = None, triton: Path | None = None
+                       ) -> TritonCache:
     """Compile ``specs`` for ``arch`` into Triton's cache layout under ``dest``, no GPU.
 
     Args:
@@ -167,6 +172,10 @@ def build_triton_cache(env: BehaviourEnv, specs: list[str], arch: str, dest: Pat
             ``$SGLANG_CACHE_DIR/triton`` (or ``TRITON_CACHE_DIR``) of the server.
         overlay: the patched release's tree (:func:`builder.patching.apply.apply_series`'s
             ``tree``), so that the kernels are the patched wheel's.
+        triton: the server's triton (:func:`builder.kernels.serving_triton.install_triton`),
+            imported instead of the environment's: the cache is keyed by the triton that
+            compiles it. ``None``: the environment's own (triton 3.9.0 beside its CPU torch
+            2.13.0), right only for a release whose torch requires that one.
 
     Returns:
         What was built (:class:`TritonCache`); :data:`MANIFEST` in ``dest`` says the same.
@@ -187,7 +196,7 @@ def build_triton_cache(env: BehaviourEnv, specs: list[str], arch: str, dest: Pat
                                      "Triton's jit_cache_hook records") from error
     dest.mkdir(parents=True, exist_ok=True)
     records, built_with = run_script(env, {"mode": "build", "arch": target, "specs": unique},
-                                     dest, overlay=overlay)
+                                     dest, overlay=overlay, triton=triton)
     built_with = {**built_with, "arch": arch, "release": env.release}
     manifest = {"built_with": built_with, "kernels": records}
     (dest / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")

@@ -14,11 +14,12 @@ Input (stdin, JSON)::
 
 A spec is Triton's own serialization of one launch's specialization
 (``triton.runtime.jit.serialize_specialization_data`` of triton 3.9: kernel name, signature,
-constexprs, attributes, options, target), as Triton hands it to
-``knobs.runtime.jit_cache_hook``. ``build`` compiles each through the kernel's own
-``JITFunction.preload`` into ``TRITON_CACHE_DIR``; a spec recorded for another arch is
+constexprs, attributes, options, target; of triton 3.6 the same without the target), as
+Triton hands it to ``knobs.runtime.jit_cache_hook``. ``build`` compiles each through the
+kernel's own ``JITFunction.preload`` into ``TRITON_CACHE_DIR``; a spec recorded for another arch is
 retargeted (its target replaced, and the options Triton derives from the target dropped, so
-``parse_options`` derives them again as a launch on the target would).
+``parse_options`` derives them again as a launch on the target would), and its extern
+libraries, named by the recording machine's paths, are taken from this triton.
 
 ``launch`` (for checks) runs the JIT's launch path (``JITFunction.run`` with ``warmup``: key,
 cache lookup, compile on a miss; everything but the GPU launch) for each spec's kernel with
@@ -43,8 +44,8 @@ import traceback
 from typing import Any
 
 _PREFIX = "TRITONAOT "
-#: CUDAOptions fields ``CUDABackend.parse_options`` (triton 3.9) derives from the target when
-#: absent: dropped from a spec recorded on another arch.
+#: CUDAOptions fields ``CUDABackend.parse_options`` (triton 3.9 and 3.6) derives from the
+#: target when absent: dropped from a spec recorded on another arch.
 _DERIVED = ("arch", "supported_fp8_dtypes", "deprecated_fp8_dot_operand_dtypes",
             "max_num_imprecise_acc_default")
 
@@ -118,14 +119,51 @@ def _kernel(name: str) -> Any:
 
 
 def retarget(spec: str, arch: int) -> tuple[str, bool]:
-    """``spec`` for ``GPUTarget("cuda", arch, 32)``; True when it was recorded for another."""
+    """``spec`` for ``GPUTarget("cuda", arch, 32)``; True when it was recorded for another.
+
+    Two formats: triton 3.9's ``serialize_specialization_data`` writes the ``target``, which
+    its ``JITFunction.preload`` compiles for; triton 3.6's writes none (its ``preload``
+    compiles for the active driver's target), and the recorded ``options["arch"]``
+    (``"sm90"``, which ``CUDABackend.parse_options`` lets override the target's) says what
+    it was recorded on. Either way a spec of another arch loses the options Triton derives
+    from the target (:data:`_DERIVED`, the same in 3.6 and 3.9).
+    """
     data = json.loads(spec)
     target = {"backend": "cuda", "arch": arch, "warp_size": 32}
-    if data["target"] == target:
+    if "target" in data:
+        if data["target"] == target:
+            return spec, False
+        data["target"] = target
+    elif data["options"].get("arch") in (None, f"sm{arch}"):
         return spec, False
-    data["target"] = target
     data["options"] = {k: v for k, v in data["options"].items() if k not in _DERIVED}
     return json.dumps(data), True
+
+
+def localize(spec: str, root: str) -> str:
+    """``spec`` with its ``extern_libs`` found here.
+
+    A spec names its extern libraries (``libdevice``) by the recording machine's absolute
+    path, e.g. ``/opt/torch/.venv/lib/python3.12/site-packages/triton/backends/nvidia/lib/
+    libdevice.10.bc`` in SGLang 0.5.16's H200 records. The key hashes their content, not
+    the path (``CUDAOptions.hash``, triton 3.6 and 3.9: ``file_hash`` of each), so a path
+    missing here is replaced by the same file below ``root``, this triton's package folder
+    (the same triton version ships the same bytes). Other paths are kept.
+    """
+    data = json.loads(spec)
+    libs = data.get("options", {}).get("extern_libs")
+    if not libs:
+        return spec
+    moved = []
+    for name, path in libs:
+        if not os.path.exists(path) and "/triton/" in path:
+            here = os.path.join(root, path.rsplit("/triton/", 1)[1])
+            path = here if os.path.exists(here) else path
+        moved.append([name, path])
+    if moved == [list(lib) for lib in libs]:
+        return spec
+    data["options"]["extern_libs"] = moved
+    return json.dumps(data)
 
 
 def _tensor(text: dict[str, Any]) -> Any:
@@ -164,7 +202,8 @@ def main() -> int:
             events.clear()
             start = time.monotonic()
             try:
-                text, moved = retarget(spec, arch)
+                text, moved = retarget(localize(spec, os.path.dirname(triton.__file__)),
+                                        arch)
                 _kernel(name).preload(text)
                 _emit({"kernel": name, "ok": True, "retargeted": moved, "events": list(events),
                        "seconds": round(time.monotonic() - start, 3)})
