@@ -3,8 +3,9 @@
 A Triton cache is keyed by the triton that compiled it (``triton_key()``: the hashes of
 triton's own sources and ``libtriton``, triton 3.9.0 ``triton/runtime/cache.py``), so
 :func:`builder.kernels.triton_cache.build_triton_cache` must compile with the triton the
-server imports, not the behaviour environment's (which follows its CPU ``torch==2.13.0``,
-``builder.behaviour.env.TORCH``: triton 3.9.0). The server's triton is the one its pinned
+server imports, not the behaviour environment's (its CPU torch, ``+cpu``, requires no triton;
+the newest comes in through xgrammar's unpinned requirement: 3.9.0 on 2026-12-03, in 0.5.16's
+environment). The server's triton is the one its pinned
 CUDA torch requires: PyPI's Linux torch wheels name it in ``Requires-Dist`` (read from the
 wheels' METADATA on PyPI, 2026-12-03: torch 2.11.0 ``triton==3.6.0; platform_system ==
 "Linux"``, torch 2.14.1 ``triton~=3.8.0; platform_system == "Linux" and python_version <

@@ -174,8 +174,9 @@ def build_triton_cache(env: BehaviourEnv, specs: list[str], arch: str, dest: Pat
             ``tree``), so that the kernels are the patched wheel's.
         triton: the server's triton (:func:`builder.kernels.serving_triton.install_triton`),
             imported instead of the environment's: the cache is keyed by the triton that
-            compiles it. ``None``: the environment's own (triton 3.9.0 beside its CPU torch
-            2.13.0), right only for a release whose torch requires that one.
+            compiles it. ``None``: the environment's own (the newest triton, which xgrammar
+            pulls in: 3.9.0 on 2026-12-03), right only for a release whose torch requires
+            that one.
 
     Returns:
         What was built (:class:`TritonCache`); :data:`MANIFEST` in ``dest`` says the same.
