@@ -33,4 +33,4 @@ print(bins)
 PY
 "$PY" $R/slim_sgl_kernel.py "$SGK" $G/k
 for wheel in ${KERNEL_WHEELS:-}; do cp "$wheel" $G/kw/; done
-for d in c1 c2 c3 k kw; do (cd $G/$d && sha256sum *.whl > SHA256SUMS); du -sh $G/$d; done
+for d in c1 c2 c3 k kw; do ls $G/$d/*.whl >/dev/null 2>&1 || continue; (cd $G/$d && sha256sum *.whl > SHA256SUMS); du -sh $G/$d; done
