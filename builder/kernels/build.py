@@ -24,6 +24,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -454,19 +455,38 @@ class _Site:
             "cuda": [toolkit_root(self.toolchain.nvcc)]})
 
 
-def _stream(command: list[str], environment: dict[str, str], log: Path,
-            reporter: Reporter) -> tuple[int, str]:
-    """Run ``command``, copying its stderr to ``log`` and to the reporter line by line."""
+def run_streaming(command: list[str], environment: dict[str, str], log: Path,
+                  reporter: Reporter) -> tuple[int, str]:
+    """Run ``command``, copying its stderr to ``log`` and to the reporter line by line.
+
+    Its stdout is read at the same time, by a thread: the driver writes its result there
+    only at the end, and a result larger than the pipe's buffer (64 KiB on Linux, e.g. a
+    build with a hundred long step names) would otherwise block the driver while this
+    waits for its stderr to close (a build of the H200 run's SM90 attention set hung so).
+
+    Args:
+        command: the command line.
+        environment: its whole environment.
+        log: the file its stderr is written to.
+        reporter: gets each stderr line as a detail.
+
+    Returns:
+        The exit status and the whole stdout.
+    """
     with log.open("w") as handle, subprocess.Popen(
             command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, errors="replace") as process:
         assert process.stderr is not None and process.stdout is not None
+        stdout = process.stdout
+        chunks: list[str] = []
+        reader = threading.Thread(target=lambda: chunks.append(stdout.read()), daemon=True)
+        reader.start()
         for line in process.stderr:
             handle.write(line)
             handle.flush()
             reporter.detail(line.rstrip("\n"))
-        out = process.stdout.read()
-    return process.returncode, out
+        reader.join()
+    return process.returncode, "".join(chunks)
 
 
 def _sccache_environment(sccache: Sccache, sockets: Path, bases: list[Path]) -> dict[str, str]:
@@ -895,8 +915,8 @@ def _run_driver(build: KernelBuild, site: _Site, extra: dict[str, Any],
                                "fast_build": request.fast_build,
                                "moe_variants": list(request.moe_variants), **extra})
         with build.reporter.working(title):
-            code, out = _stream([str(env.python), str(_DRIVER), argument], environment, log,
-                                build.reporter)
+            code, out = run_streaming([str(env.python), str(_DRIVER), argument], environment,
+                                      log, build.reporter)
         if sccache is not None:
             stats = _sccache_stats(sccache, environment)
     finally:

@@ -225,3 +225,32 @@ def test_same_request_same_bytes_whatever_the_paths_and_jobs(kernel_cache, tmp_p
                                text=True, check=True).stdout
         found = sorted({m for m in machine if m in text})
         assert not found, f"{library.name} names {found}"
+
+
+def test_a_driver_result_larger_than_the_pipe_buffer_does_not_hang_the_build(
+        tmp_path: Path) -> None:
+    """The driver writes its result to stdout only at the end; one over the pipe's 64 KiB
+    (a build with many long step names) must still come through while stderr is streamed.
+    The old loop read stdout only after stderr closed: both sides blocked forever (seen on a
+    93-step SM90 attention build). The child here is a real process, bounded by ``timeout``
+    so that a hang fails the test instead of the run."""
+    import sys
+    import threading
+
+    from builder.core.progress import Reporter
+    from builder.kernels.build import run_streaming
+
+    child = ("import os, sys\n"
+             "for i in range(50): print(f'step {i}', file=sys.stderr, flush=True)\n"
+             "os.write(1, b'x' * (1 << 20) + b'\\n')\n"
+             "print('last', file=sys.stderr, flush=True)\n")
+    found: list[tuple[int, str]] = []
+    worker = threading.Thread(target=lambda: found.append(run_streaming(
+        ["timeout", "60", sys.executable, "-c", child], dict(os.environ),
+        tmp_path / "build.log", Reporter(quiet=True))), daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    assert not worker.is_alive(), "the build hung on a large driver result"
+    code, out = found[0]
+    assert code == 0 and out == "x" * (1 << 20) + "\n"
+    assert (tmp_path / "build.log").read_text().splitlines()[-1] == "last"
