@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from builder.core.cache import atomic_copy, replaceable
 from builder.core.errors import BuildError, ConfigurationError
 from builder.core.options import Options, select_target
 from builder.core.userfiles import parse_json, read_input
@@ -169,8 +170,9 @@ def pack_jit_caches(caches: dict[str, Path], *, target: str, release: str, versi
         The :class:`JitCacheArtifact`.
 
     Raises:
-        ConfigurationError: no cache given, an unknown framework, or a folder without its
-            framework's manifest.
+        ConfigurationError: no cache given, an unknown framework, a folder without its
+            framework's manifest, or a wheel path in ``out_dir`` that is a link, a folder or
+            another non-file (exit 2; nothing written).
         BuildError: a cache holds no entry (nothing was built).
     """
     unknown = sorted(set(caches) - set(FRAMEWORKS))
@@ -207,8 +209,12 @@ def pack_jit_caches(caches: dict[str, Path], *, target: str, release: str, versi
     files.append((f"{info}/WHEEL", (f"Wheel-Version: 1.0\nGenerator: sglang-sm120-builder\n"
                                     f"Root-Is-Purelib: {purelib}\nTag: {tag}\n").encode(),
                   0o644))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    wheel = write_wheel(out_dir / f"{PACKAGE}-{version}-{tag}.whl", files, epoch)
+    wheel = out_dir / f"{PACKAGE}-{version}-{tag}.whl"
+    replaceable(wheel)  # a link, folder or pipe there is refused before anything is written
+    # Written beside, then copied whole (atomic_copy, as the kernel wheels reach --dist): a
+    # stopped run leaves no half wheel, and nothing is written through a link.
+    with tempfile.TemporaryDirectory(prefix="sm120-jit-caches-") as tmp:
+        atomic_copy(write_wheel(Path(tmp) / wheel.name, files, epoch), wheel)
     return JitCacheArtifact(wheel, manifest, {})
 
 

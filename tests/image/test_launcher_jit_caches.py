@@ -358,3 +358,24 @@ def test_specs_are_read_as_triton_watch_writes_them(tmp_path: Path) -> None:
     (tmp_path / "no-watch").mkdir()
     with pytest.raises(ConfigurationError, match=r"holds no \.jsonl file"):
         read_specs(tmp_path / "no-watch")
+
+
+def test_packing_never_writes_through_a_link_or_leaves_a_half_wheel(tmp_path: Path) -> None:
+    """A link where the wheel goes is refused and what it points to is left as it was (the
+    command once wrote the wheel through it); a second run replaces a wheel whole."""
+    triton = _triton_cache(tmp_path / "triton")
+    out = tmp_path / "dist"
+    out.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    name = "sglang_sm120_jit_caches-1-py3-none-any.whl"
+    (out / name).symlink_to(victim)
+    args = {"target": "t", "release": "0.5.23", "version": "1", "epoch": 0}
+    with pytest.raises(ConfigurationError, match="symbolic link"):
+        pack_jit_caches({"triton": triton}, out_dir=out, **args)
+    assert victim.read_text() == "precious" and (out / name).is_symlink()
+    assert sorted(p.name for p in out.iterdir()) == [name]
+    (out / name).unlink()
+    first = pack_jit_caches({"triton": triton}, out_dir=out, **args).wheel.read_bytes()
+    again = pack_jit_caches({"triton": triton}, out_dir=out, **args)
+    assert again.wheel.read_bytes() == first and sorted(p.name for p in out.iterdir()) == [name]
