@@ -103,8 +103,10 @@ examples:
       --kernel-wheel dist/sglang_sm120_jit_caches-0.5.23+sm120.1-py3-none-any.whl
 
 The wheel's manifest (sglang_sm120_jit_caches/sm120-jit-caches.json) keys it: triton's
-version and the arch. At start the launcher restores nothing, with one line saying why,
-where the installed triton or the GPU differs (set SGLANG_SM120_JIT_CACHES=none to skip it);
+version, the Python it was built under (Triton's key hashes libtriton, which differs per
+Python: run this with the server's Python, the image's) and the arch. At start the launcher
+restores nothing, with one line saying why, where the installed triton, the Python or the
+GPU differs (set SGLANG_SM120_JIT_CACHES=none to skip it);
 the kernels then compile at first use as without the wheel. A launch that was not recorded,
 or that SGLang parameterises by the device (a list recorded on another GPU), compiles too.
 exit status: 2 bad SPECS or ARCH, or a target without a wheel for this Python; 6 Triton's
@@ -375,8 +377,10 @@ def _cmd_kernels_jit_cache(args: argparse.Namespace, reporter: Reporter) -> dict
                               f"compiles at first use): {str(record.get('error'))[:300]}")
     for name, record in artifact.manifest["frameworks"].items():
         failed = [r for r in artifact.kernels.get(name, []) if not r["ok"]]
+        under = f" under Python {record['python']}" if record.get("python") else ""
         reporter.result(f"{name} {record['version']}: {record['entries']} kernel(s) for "
-                        f"{record['arch']}" + (f", {len(failed)} failed" if failed else ""))
+                        f"{record['arch']}{under}"
+                        + (f", {len(failed)} failed" if failed else ""))
     reporter.result(f"-> {artifact.wheel} (install it next to sglang {artifact.manifest['release']}"
                     "; sglang-sm120-serve restores it before the server starts)")
     return artifact.describe()

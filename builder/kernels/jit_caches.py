@@ -144,7 +144,34 @@ def _framework(name: str, folder: Path) -> tuple[dict[str, Any], list[tuple[str,
     record = {"version": version, "arch": arch, "capability": triton_cache.capability(arch),
               "entry_depth": depth, "entries": len(entries),
               "built_with": {k: v for k, v in built_with.items() if k != "cache_dir"}}
+    if name == "triton" and isinstance(built_with.get("python"), str):
+        record["python"] = built_with["python"]  # the launcher compares it with its own
     return record, files
+
+
+def portable_group(data: bytes) -> bytes:
+    """A Triton group file (``__grp__<kernel>.json``) with its ``child_paths`` reduced to
+    file names.
+
+    Triton writes the absolute paths of the entry's files there and, on a lookup, drops
+    every child whose path does not exist, so a group naming the build machine's folder is
+    a miss at the server (``FileCacheManager.put_group``/``get_group`` and ``compile``,
+    triton 3.6 and 3.9). The shipped group names no machine's folder; the launcher points
+    it at the folder it restores the entry to (``_point_triton_groups``).
+
+    Args:
+        data: the group file's bytes.
+
+    Returns:
+        The rewritten bytes; ``data`` itself when it is not such a group.
+    """
+    try:
+        group = json.loads(data)
+        group["child_paths"] = {child: os.path.basename(where)
+                                for child, where in group["child_paths"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return data
+    return json.dumps(group, sort_keys=True).encode()
 
 
 def pack_jit_caches(caches: dict[str, Path], *, target: str, release: str, version: str,
@@ -192,7 +219,10 @@ def pack_jit_caches(caches: dict[str, Path], *, target: str, release: str, versi
         manifest["frameworks"][name] = record
         for arcname, path in found:
             mode = 0o755 if os.access(path, os.X_OK) else 0o644
-            files.append((f"{PACKAGE}/{name}/{arcname}", path.read_bytes(), mode))
+            data = path.read_bytes()
+            if name == "triton" and path.name.startswith("__grp__") and path.suffix == ".json":
+                data = portable_group(data)
+            files.append((f"{PACKAGE}/{name}/{arcname}", data, mode))
     files[:0] = [
         (f"{PACKAGE}/__init__.py", _INIT.format(target=target, manifest=MANIFEST).encode(),
          0o644),

@@ -14,10 +14,16 @@ folder is the SHA-256 of ``triton_key()`` (the hashes of triton's own Python sou
 the signature, constexprs and attributes: the same sglang wheel and the same launch), the
 backend hash (``ptxas --version`` of the ptxas triton bundles, and the arch), the options
 hash (``extern_libs`` by file content, not path) and the cache-invalidating environment
-variables that are set (``triton._C.libtriton.get_cache_invalidating_env_vars``). Nothing
-names the machine or a path. A launch whose key differs (another triton, ptxas, arch,
-launch, or such a variable set) misses and compiles as without the cache: a mismatch costs
-the compile, never a wrong kernel.
+variables that are set (``triton._C.libtriton.get_cache_invalidating_env_vars``). The key
+names no machine or path, but two things tie a cache to where it was built and are handled
+where it is shipped (:mod:`builder.kernels.jit_caches` and the launcher): ``libtriton``'s
+bytes differ between a triton's wheels for two Pythons (cp311's and cp312's 3.6.0 do), so
+the manifest records the Python and a server on another one restores nothing; and each
+entry's group file (``__grp__<kernel>.json``) lists its files by absolute path, which
+Triton requires to exist (``FileCacheManager.get_group``), so the shipped group lists file
+names and the launcher points them at the folder it restores to. A launch whose key differs
+(another triton, Python, ptxas, arch, launch, or such a variable set) misses and compiles
+as without the cache: a mismatch costs the compile, never a wrong kernel.
 
 **Where the specializations come from.** A launch's specialization depends on its
 arguments (dtypes, integer and pointer divisibility, constexprs such as block sizes that

@@ -33,18 +33,30 @@ TRITON_KEYS = ("2XQZBN6M3WQOUSYCBEB4FSGMZKDYTH2JNZV5SEOIHBI5JOUMA3PA",
 TILELANG_ENTRY = "0.1.12/linux-x86_64/kernels/" + "ab" * 32
 
 
-def _triton_cache(folder: Path, *, arch: str = "sm_90a", version: str = "3.9.0") -> Path:
-    """A folder in Triton's layout (one folder per kernel key) with its build manifest."""
+#: The Python the launcher runs under here (the server's, in an image).
+PYTHON = "{}.{}".format(*sys.version_info[:2])
+
+
+def _triton_cache(folder: Path, *, arch: str = "sm_90a", version: str = "3.9.0",
+                  python: str = PYTHON) -> Path:
+    """A folder in Triton's layout (one folder per kernel key) with its build manifest;
+    each entry's group file lists its files by absolute path, as Triton writes it."""
     for key in TRITON_KEYS:
         entry = folder / key
         entry.mkdir(parents=True)
         (entry / "k.cubin").write_bytes(key.encode() + b"\x00cubin")
         (entry / "k.json").write_text(json.dumps({"name": "k", "key": key}))
-        (entry / "__grp__k.json").write_text(json.dumps({"child_paths": {}}))
+        (entry / "__grp__k.json").write_text(json.dumps({"child_paths": {
+            name: str(entry / name) for name in ("k.cubin", "k.json")}}))
     (folder / TRITON_MANIFEST).write_text(json.dumps({"built_with": {
-        "triton": version, "arch": arch, "release": "0.5.23", "cache_dir": str(folder)},
-        "kernels": []}))
+        "triton": version, "arch": arch, "release": "0.5.23", "python": python,
+        "cache_dir": str(folder)}, "kernels": []}))
     return folder
+
+
+def _groups(folder: Path) -> dict[str, dict[str, str]]:
+    return {p.relative_to(folder).as_posix(): json.loads(p.read_text())["child_paths"]
+            for p in sorted(folder.rglob("__grp__*.json"))}
 
 
 def _tilelang_cache(folder: Path, arch: str = "sm_90a") -> Path:
@@ -124,8 +136,10 @@ def test_every_entry_is_restored_where_the_server_reads_it(tmp_path: Path) -> No
         f"sglang-sm120-serve: JIT caches for sglang-0.5.23: tilelang 1 of 1 kernel(s) "
         f"restored to {tmp_path / 'tl'}; triton 2 of 2 kernel(s) restored to {tmp_path / 't'}"]
     assert "sglang.launch_server" in done.stdout  # the dry run went on
-    # the entries only (not the build's manifest), byte for byte; the host library runnable
-    assert _tree(tmp_path / "t") == {k: v for k, v in _tree(built).items() if "/" in k}
+    # the entries only (not the build's manifest), byte for byte but for Triton's group
+    # files, which name the restored folder's files; the host library runnable
+    assert {k: v for k, v in _tree(tmp_path / "t").items() if "__grp__" not in k} == {
+        k: v for k, v in _tree(built).items() if "/" in k and "__grp__" not in k}
     assert _tree(tmp_path / "tl") == {k: v for k, v in _tree(tilelang).items() if "/" in k}
     assert os.access(tmp_path / "tl" / TILELANG_ENTRY / "executable.so", os.X_OK)
     assert not [p for p in (tmp_path / "t").iterdir() if p.name.startswith(".")]
@@ -182,6 +196,9 @@ def test_entries_already_there_are_kept_byte_for_byte(tmp_path: Path) -> None:
     ({"arch": "12.0f"}, {}, "triton ignored (built for 12.0f, this GPU is compute "
                             "capability 9.0): its kernels compile at first use"),
     ({}, {"capability": "12.0"}, "built for sm_90a, this GPU is compute capability 12.0"),
+    # triton_key() hashes libtriton, whose bytes differ between a triton's cp311 and cp312
+    ({"python": "3.0"}, {}, f"triton ignored (built under Python 3.0, this server runs "
+                            f"{PYTHON}): its kernels compile at first use"),
 ])
 def test_a_version_or_arch_that_differs_restores_nothing_with_one_line(
         tmp_path: Path, built: dict[str, str], launch: dict[str, object], message: str
@@ -194,6 +211,23 @@ def test_a_version_or_arch_that_differs_restores_nothing_with_one_line(
     assert line.startswith("sglang-sm120-serve: JIT caches for sglang-0.5.23: ")
     assert message in line, line
     assert not (tmp_path / "t").exists()
+
+
+def test_triton_groups_name_the_restored_files_not_the_build_folder(tmp_path: Path) -> None:
+    """Triton drops a group's child whose path does not exist (``get_group``), so a group
+    naming the build folder, gone at the server, is a miss: the wheel ships file names, and
+    the launcher points them at the folder it restores to."""
+    built = _triton_cache(tmp_path / "build" / "triton")
+    artifact = _artifact(tmp_path, triton=built)
+    assert _groups(artifact / "triton") == {f"{key}/__grp__k.json": {
+        "k.cubin": "k.cubin", "k.json": "k.json"} for key in TRITON_KEYS}
+    done = _launch(tmp_path, artifact, TRITON_CACHE_DIR=str(tmp_path / "t"))
+    assert "triton 2 of 2 kernel(s) restored" in done.stderr, done.stderr
+    restored = _groups(tmp_path / "t")
+    assert restored == {f"{key}/__grp__k.json": {
+        name: str(tmp_path / "t" / key / name) for name in ("k.cubin", "k.json")}
+        for key in TRITON_KEYS}
+    assert all(Path(p).is_file() for children in restored.values() for p in children.values())
 
 
 def test_one_framework_that_differs_leaves_the_other_restored(tmp_path: Path) -> None:
@@ -297,6 +331,12 @@ def test_the_wheel_holds_the_entries_and_the_key_and_is_reproducible(tmp_path: P
                           out_dir=tmp_path / "b")
     assert one.wheel.name == "sglang_sm120_jit_caches-0.5.23+sm120.1-py3-none-any.whl"
     assert one.wheel.read_bytes() == two.wheel.read_bytes()
+    # the same kernels built in another folder: the same wheel (no build path inside)
+    elsewhere = _triton_cache(tmp_path / "elsewhere" / "triton")
+    three = pack_jit_caches({"triton": elsewhere}, target="sglang-0.5.23", release="0.5.23",
+                            version="0.5.23+sm120.1", epoch=1_700_000_000,
+                            out_dir=tmp_path / "d")
+    assert three.wheel.read_bytes() == one.wheel.read_bytes()
     # it travels as the kernel wheels do: `image --kernel-wheel` takes it as it is
     extra = read_extra_wheel(one.wheel)
     assert (extra.name, extra.version, extra.manifest) == (
@@ -309,7 +349,8 @@ def test_the_wheel_holds_the_entries_and_the_key_and_is_reproducible(tmp_path: P
                                                                      "k.json"))
     assert manifest["frameworks"]["triton"] == {
         "version": "3.9.0", "arch": "sm_90a", "capability": 90, "entry_depth": 1,
-        "entries": 2, "built_with": {"triton": "3.9.0", "arch": "sm_90a", "release": "0.5.23"}}
+        "entries": 2, "python": PYTHON, "built_with": {
+            "triton": "3.9.0", "arch": "sm_90a", "release": "0.5.23", "python": PYTHON}}
     assert (manifest["format"], manifest["target"], manifest["release"]) == (
         1, "sglang-0.5.23", "0.5.23")
     with_tilelang = pack_jit_caches({"triton": triton,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import zipfile
 from pathlib import Path
@@ -154,7 +155,14 @@ def test_a_cache_shipped_as_the_artifact_is_restored_by_the_launcher_and_found(
     shipped = site / PACKAGE / "triton"
     assert sorted(p.relative_to(restored) for p in restored.rglob("*")) == sorted(
         p.relative_to(shipped) for p in shipped.rglob("*"))
+    manifest = json.loads((site / PACKAGE / "sm120-jit-caches.json").read_text())
+    assert manifest["frameworks"]["triton"]["python"] == subprocess.run(
+        [str(env_0523.python), "-c", "import sys; print('{}.{}'.format(*sys.version_info))"],
+        capture_output=True, text=True, check=True).stdout.strip()
 
+    # the build folder is gone at the server (a temporary folder on another machine): the
+    # restored groups must name the restored files, or Triton misses and compiles
+    shutil.rmtree(built.folder)
     hits = _events(env_0523, 90, restored)
     assert [e["cache_hit"] for e in hits] == [True]  # zero compilations
     assert hits[0]["hash"] == built.kernels[0]["events"][0]["hash"]

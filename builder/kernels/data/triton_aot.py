@@ -30,7 +30,9 @@ Triton's ``knobs.compilation.listener`` sees (``cache_hit`` true or false).
 without compiling.
 
 Output: ``TRITONAOT {json}`` lines, one per spec or launch, and ``TRITONAOT-DONE {json}``
-(triton version, the ptxas versions, the cache-invalidating environment variables set).
+(triton version, the Python, the ptxas versions, the cache-invalidating environment variables
+set). The Python matters: ``triton_key()`` hashes ``libtriton``'s bytes, which differ between
+a triton's wheels for two Pythons.
 """
 
 from __future__ import annotations
@@ -225,6 +227,7 @@ def main() -> int:
                                              grid=tuple(launch["grid"]))
             _emit({"kernel": launch["kernel"], "events": list(events), "specs": list(recorded)})
     _emit({"triton": triton.__version__, "arch": arch, "failed": failed,
+           "python": "{}.{}".format(*sys.version_info[:2]),
            "ptxas": {str(a): get_ptxas_version(a).strip().splitlines()[-1] for a in (80, arch)},
            "env": get_cache_invalidating_env_vars(),
            "cache_dir": os.environ.get("TRITON_CACHE_DIR", "")}, "TRITONAOT-DONE ")
