@@ -278,7 +278,9 @@ def wheel_for_interpreter(target: Target) -> WheelPin:
     pins = [p for p in target.sources if isinstance(p, WheelPin)]
     if not pins:
         raise ConfigurationError(f"target {target.name} pins no wheel",
-                                 "behaviour checks run on wheel targets (0.5.11 and later)")
+                                 "give --target a wheel target (0.5.11 and later; `python -m "
+                                 "builder targets` lists them): this step runs the release's "
+                                 "own code")
     order = {str(tag): i for i, tag in enumerate(sys_tags())}
     ranked = sorted((min((order.get(str(t), 1 << 30) for t in
                          parse_wheel_filename(p.filename)[3]), default=1 << 30), p.filename, p)

@@ -109,8 +109,13 @@ restores nothing, with one line saying why, where the installed triton, the Pyth
 GPU differs (set SGLANG_SM120_JIT_CACHES=none to skip it);
 the kernels then compile at first use as without the wheel. A launch that was not recorded,
 or that SGLang parameterises by the device (a list recorded on another GPU), compiles too.
-exit status: 2 bad SPECS or ARCH, or a target without a wheel for this Python; 6 Triton's
-compile did not finish, or no specialization compiled.
+The wheel's version is the target's, with the arch in its local label when the arch is not
+the target's own (sglang_sm120_jit_caches-0.5.16+sm120.1.sm90a-...), so two archs' wheels
+never share a name.
+exit status: 2 bad SPECS, an ARCH that is none or that triton's ptxas does not know, DIST
+not a folder, or a target without a wheel for this Python (give --target: the default,
+targets.toml's `default`, is a source target); 6 Triton's compile did not finish, or no
+specialization compiled.
 """
 
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from builder.core.arch import parse_arch
 from builder.core.cache import atomic_copy, replaceable
 from builder.core.errors import BuildError, ConfigurationError
 from builder.core.options import Options, select_target
@@ -248,6 +249,32 @@ def pack_jit_caches(caches: dict[str, Path], *, target: str, release: str, versi
     return JitCacheArtifact(wheel, manifest, {})
 
 
+def artifact_version(target_version: str, arch: str, target_archs: tuple[str, ...]) -> str:
+    """The artifact's version: the target's, plus the arch in its local label when the arch
+    is not one of the target's own (``0.5.16+sm120.1.sm90a``), as the kernel wheels label
+    theirs, so that two archs' wheels never share a name in one folder or index.
+
+    Args:
+        target_version: the target's version (``0.5.23+sm120.1``).
+        arch: the arch built for (``12.0f``, ``sm_120f``, ``sm_90a``).
+        target_archs: the target's ``arch_list``.
+
+    Raises:
+        ConfigurationError: ``arch`` is not a CUDA arch.
+    """
+    def code(text: str) -> tuple[int, int, str]:
+        try:
+            return parse_arch(text)
+        except ValueError as error:
+            raise ConfigurationError(str(error), "give an arch such as sm_120a or 12.0f"
+                                     ) from error
+
+    major, minor, suffix = code(arch)
+    if any(code(own) == (major, minor, suffix) for own in target_archs):
+        return target_version
+    return f"{target_version}.sm{major}{minor}{suffix}"
+
+
 def read_specs(path: Path) -> list[str]:
     """Triton specialization records from the user's file or folder.
 
@@ -348,6 +375,13 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str) -> JitC
     specs = read_specs(specs_path)
     triton_cache.capability(arch)
     target = select_target(options)
+    version = artifact_version(target.version, arch, target.arch_list)
+    # the output path is checked before minutes of compiling, not after
+    dist = options.dist_dir
+    if (dist.exists() or dist.is_symlink()) and not dist.is_dir():
+        raise ConfigurationError(f"DIST {dist} is not a folder (nor a link to one)",
+                                 "give a folder for the wheel (created when missing)")
+    replaceable(dist / f"{PACKAGE}-{version}-py3-none-any.whl")
     series = select_series(options, target)
     read_series(series)
     pin = wheel_for_interpreter(target)
@@ -378,6 +412,6 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str) -> JitC
                              f"compiled for {arch}: {str(first)[:300]}",
                              "were they recorded with this target's sglang release?")
         artifact = pack_jit_caches({"triton": built.folder}, target=target.name,
-                                   release=release, version=target.version, epoch=epoch,
+                                   release=release, version=version, epoch=epoch,
                                    out_dir=options.dist_dir)
     return JitCacheArtifact(artifact.wheel, artifact.manifest, {"triton": built.kernels})

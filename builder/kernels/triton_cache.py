@@ -188,7 +188,8 @@ def build_triton_cache(env: BehaviourEnv, specs: list[str], arch: str, dest: Pat
         What was built (:class:`TritonCache`); :data:`MANIFEST` in ``dest`` says the same.
 
     Raises:
-        ConfigurationError: ``arch`` is not a CUDA arch, or a spec is not Triton's JSON.
+        ConfigurationError: ``arch`` is not a CUDA arch or one the ptxas of this triton
+            does not know (nothing compiled), or a spec is not Triton's JSON.
         BuildError: the script did not finish.
     """
     target = capability(arch)
@@ -204,6 +205,12 @@ def build_triton_cache(env: BehaviourEnv, specs: list[str], arch: str, dest: Pat
     dest.mkdir(parents=True, exist_ok=True)
     records, built_with = run_script(env, {"mode": "build", "arch": target, "specs": unique},
                                      dest, overlay=overlay, triton=triton)
+    refused = built_with.get("unknown_arch")
+    if refused:
+        raise ConfigurationError(
+            f"triton {built_with.get('triton')} compiles {arch} as {refused['arch']}, which "
+            f"its ptxas does not know", f"give one of {', '.join(refused['known'])} (as 12.0f, "
+            "sm_120a or sm_90a)")
     built_with = {**built_with, "arch": arch, "release": env.release}
     manifest = {"built_with": built_with, "kernels": records}
     (dest / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")

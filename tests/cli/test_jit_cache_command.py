@@ -43,3 +43,48 @@ def test_it_adds_no_flag_of_its_own() -> None:
     (parser,) = [p for path, p in walk_commands(build_parser())
                  if path == ("kernels", "jit-cache")]
     assert [a.option_strings for a in parser._actions if a.option_strings] == [["-h", "--help"]]
+
+
+@pytest.mark.parametrize("kind", ["file", "dangling link", "link where the wheel goes"])
+def test_a_dist_that_cannot_take_the_wheel_is_refused_before_anything_runs(
+        tmp_path: Path, kind: str) -> None:
+    """Checked before the fetch and the compile (it was found only when writing, after
+    minutes of compiling)."""
+    path = tmp_path / "watch.jsonl"
+    path.write_text(json.dumps({"spec": SPEC}))
+    dist = tmp_path / "dist"
+    if kind == "file":
+        dist.write_text("keep")
+    elif kind == "dangling link":
+        dist.symlink_to(tmp_path / "nowhere")
+    else:
+        dist.mkdir()
+        (dist / "sglang_sm120_jit_caches-0.5.23+sm120.1-py3-none-any.whl").symlink_to(
+            tmp_path / "victim")
+    done = run_cli("kernels", "jit-cache", "--target", "sglang-0.5.23", str(path), "12.0f",
+                   str(dist), "--json", cache=tmp_path / "cache")
+    assert done.returncode == 2, done.stdout + done.stderr
+    answer = json.loads(done.stdout)
+    assert ("not a folder" if kind != "link where the wheel goes" else "symbolic link") in \
+        answer["error"], answer
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.whl"))
+    assert not (tmp_path / "victim").exists() and not (tmp_path / "nowhere").exists()
+    if kind == "file":
+        assert dist.read_text() == "keep"
+
+
+@pytest.mark.parametrize(("arch", "version"), [
+    ("12.0f", "0.5.23+sm120.1"),       # the target's own arch: the target's version
+    ("sm_120f", "0.5.23+sm120.1"),     # the same arch written as cuobjdump does
+    ("sm_120a", "0.5.23+sm120.1.sm120a"),
+    ("sm_90a", "0.5.23+sm120.1.sm90a"),
+    ("9.0a", "0.5.23+sm120.1.sm90a"),
+])
+def test_the_wheel_version_names_an_arch_that_is_not_the_targets(arch: str, version: str
+                                                                  ) -> None:
+    from packaging.version import Version
+
+    from builder.kernels.jit_caches import artifact_version
+
+    assert artifact_version("0.5.23+sm120.1", arch, ("12.0f",)) == version
+    assert str(Version(version)) == version  # PEP 440

@@ -205,3 +205,21 @@ def test_the_command_builds_the_artifact_from_what_triton_watch_recorded(
     with zipfile.ZipFile(wheel) as archive:
         cubins = [n for n in archive.namelist() if n.endswith(".cubin")]
     assert [c.rsplit("/", 1)[1] for c in cubins] == ["masked_set_kv_buffer_kernel.cubin"]
+
+
+@pytest.mark.slow(reason="imports sglang 0.5.23's triton in its behaviour environment",
+                  group=BEHAVIOUR)
+def test_an_arch_the_ptxas_of_the_serving_triton_does_not_know_is_refused(
+        shared_cache: Path, specs: list[str], tmp_path: Path) -> None:
+    """``sm_999`` parses as an arch; triton's own ptxas (``ptxas --help``'s ``--gpu-name``
+    values) refuses it: exit 2 before any kernel compiles (it was exit 6, after every spec
+    failed with LLVM's "not a recognized processor")."""
+    watch = tmp_path / "watch.jsonl"
+    watch.write_text("".join(json.dumps({"spec": s}) + "\n" for s in specs))
+    done = run_cli("kernels", "jit-cache", "--target", "sglang-0.5.23", str(watch), "sm_999",
+                   str(tmp_path / "dist"), "--json", cache=shared_cache)
+    assert done.returncode == 2, done.stdout + done.stderr
+    answer = json.loads(done.stdout)
+    assert "compiles sm_999 as sm_999a, which its ptxas does not know" in answer["error"]
+    assert "sm_120a" in answer["hint"] and "sm_90a" in answer["hint"], answer
+    assert not (tmp_path / "dist").exists()

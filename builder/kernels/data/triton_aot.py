@@ -29,6 +29,9 @@ Triton's ``knobs.compilation.listener`` sees (``cache_hit`` true or false).
 ``record`` (for checks) does the same and reports the specialization data the JIT hook got,
 without compiling.
 
+An arch the ptxas triton runs does not know is refused before anything compiles: the
+closing record alone, with ``unknown_arch``.
+
 Output: ``TRITONAOT {json}`` lines, one per spec or launch, and ``TRITONAOT-DONE {json}``
 (triton version, the Python, the ptxas versions, the cache-invalidating environment variables
 set). The Python matters: ``triton_key()`` hashes ``libtriton``'s bytes, which differ between
@@ -100,6 +103,28 @@ def _install_driver(arch: int) -> None:
             pass
 
     driver.set_active(TargetOnly())
+
+
+def _ptxas_refuses(arch: int) -> dict[str, Any] | None:
+    """Whether the ptxas this triton runs for ``arch`` refuses its SASS name: then
+    ``{"arch": "sm_999a", "ptxas": path, "known": [...]}`` (every compile would fail), else
+    None. The names are the ``--gpu-name`` values ``ptxas --help`` lists (triton picks the
+    ptxas and the name: ``get_ptxas`` and ``sm_arch_from_capability``, triton 3.6 and 3.9)."""
+    import re
+    import subprocess
+
+    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
+
+    name = sm_arch_from_capability(arch)
+    ptxas = get_ptxas(arch).path
+    text = subprocess.run([ptxas, "--help"], capture_output=True, text=True,
+                          check=False).stdout
+    start = text.find("--gpu-name")
+    end = text.find("\n--", start + 1)
+    known = re.findall(r"'(sm_\d+[af]?)'", text[start:end if end > 0 else None])
+    if start < 0 or not known or name in known:
+        return None  # a help text not as expected is no reason to refuse
+    return {"arch": name, "ptxas": ptxas, "known": known}
 
 
 def _kernel(name: str) -> Any:
@@ -198,6 +223,11 @@ def main() -> int:
     triton.knobs.compilation.listener = listener
     mode = request.get("mode", "build")
     failed = 0
+    refused = _ptxas_refuses(arch) if mode == "build" else None
+    if refused:
+        _emit({"triton": triton.__version__, "arch": arch, "failed": 0,
+               "unknown_arch": refused}, "TRITONAOT-DONE ")
+        return 0
     if mode == "build":
         for spec in request["specs"]:
             name = json.loads(spec)["name"]
