@@ -100,7 +100,7 @@ examples:
   #   one request, stop (docs/operator.md); then here, no GPU needed:
   python -m builder kernels jit-cache --target sglang-0.5.23 /tmp/watch 12.0f
   python -m builder image --target sglang-0.5.23 \\
-      --kernel-wheel dist/sglang_sm120_jit_caches-0.5.23+sm120.1-py3-none-any.whl
+      --kernel-wheel dist/sglang_sm120_jit_caches-0.5.23+sm120.1-cp312-none-any.whl
 
 The wheel's manifest (sglang_sm120_jit_caches/sm120-jit-caches.json) keys it: triton's
 version, the Python it was built under (Triton's key hashes libtriton, which differs per

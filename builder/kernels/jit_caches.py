@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,7 +193,9 @@ def pack_jit_caches(caches: dict[str, Path], *, target: str, release: str, versi
         out_dir: where the wheel is written (created).
         machine: the CPU architecture (default: this machine's). With TileLang, whose
             entries hold a host ``executable.so``, the wheel is tagged for it
-            (``manylinux_2_28_<machine>``); Triton's cubins alone give ``py3-none-any``.
+            (``manylinux_2_28_<machine>``); Triton's cubins alone give ``none-any``. A
+            Triton cache's Python is the wheel's Python tag (``cp312-none-any``): Triton's
+            key hashes ``libtriton``, built per Python, so the cache misses on any other.
 
     Returns:
         The :class:`JitCacheArtifact`.
@@ -230,6 +233,9 @@ def pack_jit_caches(caches: dict[str, Path], *, target: str, release: str, versi
         (f"{PACKAGE}/{MANIFEST}", (json.dumps(manifest, indent=1, sort_keys=True)
                                    + "\n").encode(), 0o644)]
     tag = wheel_tag(machine) if "tilelang" in caches else "py3-none-any"
+    python = manifest["frameworks"].get("triton", {}).get("python")
+    if python:  # Triton's key hashes libtriton, built per Python: pip installs it there only
+        tag = f"cp{python.replace('.', '')}" + tag[len("py3"):]
     info = f"{PACKAGE}-{version}.dist-info"
     summary = ", ".join(f"{n} {r['version']} for {r['arch']}"
                         for n, r in manifest["frameworks"].items())
@@ -381,7 +387,8 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str) -> JitC
     if (dist.exists() or dist.is_symlink()) and not dist.is_dir():
         raise ConfigurationError(f"DIST {dist} is not a folder (nor a link to one)",
                                  "give a folder for the wheel (created when missing)")
-    replaceable(dist / f"{PACKAGE}-{version}-py3-none-any.whl")
+    replaceable(dist / f"{PACKAGE}-{version}-cp{sys.version_info[0]}{sys.version_info[1]}"
+                       "-none-any.whl")  # the behaviour environment runs this Python
     series = select_series(options, target)
     read_series(series)
     pin = wheel_for_interpreter(target)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,8 @@ def test_a_dist_that_cannot_take_the_wheel_is_refused_before_anything_runs(
         dist.symlink_to(tmp_path / "nowhere")
     else:
         dist.mkdir()
-        (dist / "sglang_sm120_jit_caches-0.5.23+sm120.1-py3-none-any.whl").symlink_to(
+        (dist / "sglang_sm120_jit_caches-0.5.23+sm120.1-cp{}{}-none-any.whl".format(
+            *sys.version_info[:2])).symlink_to(
             tmp_path / "victim")
     done = run_cli("kernels", "jit-cache", "--target", "sglang-0.5.23", str(path), "12.0f",
                    str(dist), "--json", cache=tmp_path / "cache")

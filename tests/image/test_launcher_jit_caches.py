@@ -35,6 +35,8 @@ TILELANG_ENTRY = "0.1.12/linux-x86_64/kernels/" + "ab" * 32
 
 #: The Python the launcher runs under here (the server's, in an image).
 PYTHON = "{}.{}".format(*sys.version_info[:2])
+#: Its wheel tag: a Triton cache is tagged for the Python it was built under.
+CP = "cp{}{}".format(*sys.version_info[:2])
 
 
 def _triton_cache(folder: Path, *, arch: str = "sm_90a", version: str = "3.9.0",
@@ -329,7 +331,7 @@ def test_the_wheel_holds_the_entries_and_the_key_and_is_reproducible(tmp_path: P
     two = pack_jit_caches({"triton": triton}, target="sglang-0.5.23", release="0.5.23",
                           version="0.5.23+sm120.1", epoch=1_700_000_000,
                           out_dir=tmp_path / "b")
-    assert one.wheel.name == "sglang_sm120_jit_caches-0.5.23+sm120.1-py3-none-any.whl"
+    assert one.wheel.name == f"sglang_sm120_jit_caches-0.5.23+sm120.1-{CP}-none-any.whl"
     assert one.wheel.read_bytes() == two.wheel.read_bytes()
     # the same kernels built in another folder: the same wheel (no build path inside)
     elsewhere = _triton_cache(tmp_path / "elsewhere" / "triton")
@@ -357,7 +359,16 @@ def test_the_wheel_holds_the_entries_and_the_key_and_is_reproducible(tmp_path: P
                                      "tilelang": _tilelang_cache(tmp_path / "tl")},
                                     target="t", release="0.5.23", version="1", epoch=0,
                                     out_dir=tmp_path / "c", machine="x86_64")
-    assert with_tilelang.wheel.name.endswith("-py3-none-manylinux_2_28_x86_64.whl")
+    assert with_tilelang.wheel.name.endswith(f"-{CP}-none-manylinux_2_28_x86_64.whl")
+    tilelang_only = pack_jit_caches({"tilelang": _tilelang_cache(tmp_path / "tl2")},
+                                    target="t", release="0.5.23", version="1", epoch=0,
+                                    out_dir=tmp_path / "e", machine="x86_64")
+    assert tilelang_only.wheel.name.endswith("-py3-none-manylinux_2_28_x86_64.whl")
+    # pip installs a Triton cache only for the Python it was built under
+    from packaging.tags import Tag
+    from packaging.utils import parse_wheel_filename
+
+    assert parse_wheel_filename(one.wheel.name)[3] == frozenset({Tag(CP, "none", "any")})
 
 
 def test_packing_refuses_what_is_no_built_cache(tmp_path: Path) -> None:
@@ -409,7 +420,7 @@ def test_packing_never_writes_through_a_link_or_leaves_a_half_wheel(tmp_path: Pa
     out.mkdir()
     victim = tmp_path / "victim"
     victim.write_text("precious")
-    name = "sglang_sm120_jit_caches-1-py3-none-any.whl"
+    name = f"sglang_sm120_jit_caches-1-{CP}-none-any.whl"
     (out / name).symlink_to(victim)
     args = {"target": "t", "release": "0.5.23", "version": "1", "epoch": 0}
     with pytest.raises(ConfigurationError, match="symbolic link"):

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -196,7 +197,8 @@ def test_the_command_builds_the_artifact_from_what_triton_watch_recorded(
     answer = json.loads(done.stdout)
     wheel = Path(answer["wheel"])
     assert wheel.parent == tmp_path / "dist" and wheel.name.startswith(
-        "sglang_sm120_jit_caches-0.5.23+sm120.") and wheel.name.endswith("-py3-none-any.whl")
+        "sglang_sm120_jit_caches-0.5.23+sm120.") and wheel.name.endswith(
+        "-cp{}{}-none-any.whl".format(*sys.version_info[:2]))  # the behaviour env's Python
     triton = answer["manifest"]["frameworks"]["triton"]
     assert (triton["version"], triton["arch"], triton["capability"], triton["entries"]) == (
         "3.8.0", "12.0f", 120, 1)
