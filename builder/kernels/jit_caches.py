@@ -26,7 +26,9 @@ cache folders stay the server's own (writable, where SGLang points them), never 
 The manifest is the one contract between this module and the launcher (a stdlib-only
 script that cannot import this one): format :data:`FORMAT`, ``frameworks.<name>`` with
 ``version``, ``arch``, ``capability`` (``major * 10 + minor``, what both frameworks key by:
-Triton's ``GPUTarget`` arch, TileLang's ``sm_<cc>a``), ``entry_depth`` and ``entries``.
+Triton's ``GPUTarget`` arch, TileLang's ``sm_<cc>a``), ``entry_depth`` and ``entries``, and
+for Triton ``python``, the ``major.minor`` it was built under (Triton's key hashes
+``libtriton``, built per Python; the wheel's Python tag says the same to pip).
 """
 
 from __future__ import annotations
