@@ -21,6 +21,6 @@ end=$(( $(date +%s) + ${WAIT:-540} ))
 while [ "$(cat /root/res/state 2>/dev/null)" = running ] && [ $(date +%s) -lt $end ]; do sleep 5; done
 echo "state: $(cat /root/res/state 2>/dev/null)"; cat /root/res/chain.log 2>/dev/null
 tail -3 /root/chain.out
-cp /root/res/refusal*.json /root/res/dense.json /root/res/moe*.json $OUT/ 2>/dev/null
+cp /root/res/refusal*.json /root/res/dense*.json /root/res/moe*.json /root/res/jit-cache.json $OUT/ 2>/dev/null
 tar czf $OUT/small.tgz -C /root/res . 2>/dev/null
 ls -la $OUT
