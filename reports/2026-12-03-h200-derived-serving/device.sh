@@ -15,10 +15,18 @@ case "$PART" in
     PYTHONPATH=/tmp/site python3 -c 'import sglang, flashinfer; print("sglang", sglang.__version__, "flashinfer", flashinfer.__version__)' || exit 1
     setsid nohup bash $R/chain.sh > /root/chain.out 2>&1 < /dev/null &
     sleep 2 ;;
+  go37)  # issue 37, run 4: chain37.sh (c1-c3 and kw carried before; k now)
+    cp -r .cache/g36/k /root/keep/ || exit 1; rm -rf /root/res
+    for d in /root/keep/*/; do (cd $d && sha256sum -c --quiet SHA256SUMS) || { echo "SHA256 MISMATCH in $d"; exit 1; }; done
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /root/keep/c*/*.whl /root/keep/k/sglang*.whl || exit 1
+    setsid nohup bash $R/chain37.sh > /root/chain.out 2>&1 < /dev/null &
+    sleep 2 ;;
   poll) ;;
 esac
 end=$(( $(date +%s) + ${WAIT:-540} ))
 while [ "$(cat /root/res/state 2>/dev/null)" = running ] && [ $(date +%s) -lt $end ]; do sleep 5; done
+# run 4 stops waiting once the shipped start is done when STOP=shipped
+while [ "${STOP:-}" != shipped ] && [ "$(cat /root/res/state 2>/dev/null)" = shipped ] && [ $(date +%s) -lt $end ]; do sleep 5; done
 echo "state: $(cat /root/res/state 2>/dev/null)"; cat /root/res/chain.log 2>/dev/null
 tail -3 /root/chain.out
 cp /root/res/refusal*.json /root/res/dense*.json /root/res/moe*.json /root/res/jit-cache.json $OUT/ 2>/dev/null

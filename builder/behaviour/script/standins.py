@@ -66,11 +66,16 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 def install(packages: dict[str, str]) -> None:
     """Stand in for ``packages`` (import name -> the version the release pins)."""
+    import importlib.util
+
     import torch
 
-    library = getattr(torch.library, "Library")("torchvision", "DEF")  # noqa: B009 (untyped)
-    library.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    library.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    _LIBRARIES.append(library)
+    # Only where torchvision is absent: a real torchvision registers these ops itself, and a
+    # second registration aborts the process (found in a GPU machine's real environment).
+    if importlib.util.find_spec("torchvision") is None:
+        library = getattr(torch.library, "Library")("torchvision", "DEF")  # noqa: B009
+        library.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        library.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        _LIBRARIES.append(library)
     if packages:
         sys.meta_path.insert(0, _Finder(packages))
