@@ -64,15 +64,35 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         """Nothing to run: every attribute is made on access."""
 
 
-def install(packages: dict[str, str]) -> None:
-    """Stand in for ``packages`` (import name -> the version the release pins)."""
+def _torchvision_ops_load() -> bool:
+    """Whether the installed torchvision's compiled ops load into this torch (loading them
+    registers them, as ``import torchvision`` would: ``torchvision/extension.py``)."""
+    import glob
     import importlib.util
+    import os
 
     import torch
 
-    # Only where torchvision is absent: a real torchvision registers these ops itself, and a
+    spec = importlib.util.find_spec("torchvision")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        for library in sorted(glob.glob(os.path.join(folder, "_C*.so"))):
+            try:
+                torch.ops.load_library(library)  # type: ignore[no-untyped-call]
+                torch.ops.torchvision.nms  # noqa: B018 (raises when the op is absent)
+                return True
+            except (OSError, RuntimeError, AttributeError):
+                continue
+    return False
+
+
+def install(packages: dict[str, str]) -> None:
+    """Stand in for ``packages`` (import name -> the version the release pins)."""
+    import torch
+
+    # Only where torchvision's own ops cannot load (absent, or built for another torch, as
+    # in the behaviour environments): a working torchvision registers them itself, and a
     # second registration aborts the process (found in a GPU machine's real environment).
-    if importlib.util.find_spec("torchvision") is None:
+    if not _torchvision_ops_load():
         library = getattr(torch.library, "Library")("torchvision", "DEF")  # noqa: B009
         library.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
         library.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
