@@ -91,3 +91,29 @@ def test_an_h200_record_of_0516_is_built_with_triton_360_and_found_by_its_launch
     hits, _ = run_script(env, {"mode": "launch", "arch": 120, "launches": [_launch()]},
                          tmp_path / "sm120", triton=triton)
     assert [e["cache_hit"] for r in hits for e in r["events"]] == [True]
+
+
+MOE_RECORDS = REPO / "tests" / "data" / "triton-watch-0.5.16-h200-moe"
+
+
+@pytest.mark.slow(reason="imports sglang 0.5.16's fused MoE in its behaviour environment "
+                  "with triton 3.6.0 and runs ptxas", group=BEHAVIOUR)
+def test_the_fused_moe_kernel_recorded_on_an_h200_builds_without_a_gpu(
+        upstream_0_5_16: UpstreamRelease, tmp_path: Path) -> None:
+    """SGLang 0.5.16's ``fused_moe_kernel`` (three block configurations of the bf16 MoE at
+    Qwen3-30B-A3B's widths, recorded by ``triton_watch.py`` in run 5 of the derived-serving
+    report, MoE runner ``auto``): its package imports ``fla/utils.py``, which asks
+    ``torch.cuda.get_device_name(0)`` at import. With no GPU that import failed and none of
+    the 30 MoE specializations the server launches was built (run 5b shipped 8 of 38); the
+    device reported as the target's capability (``triton_aot._report_device``), all build."""
+    env, cache = upstream_0_5_16.env, upstream_0_5_16.cache
+    specs = read_specs(MOE_RECORDS)
+    assert len(specs) == 3 and all(json.loads(s)["name"].endswith(".fused_moe_kernel")
+                                   for s in specs)
+    triton = install_triton(serving_triton(read_pins(upstream_0_5_16.source).torch,
+                                           cache=cache).version, env.python, cache=cache)
+    built = build_triton_cache(env, specs, "sm_90a", tmp_path / "triton", triton=triton)
+    assert [k.get("error") for k in built.failed] == []
+    assert len(built.kernels) == 3
+    cubins = sorted(p.name for p in (tmp_path / "triton").rglob("*.cubin"))
+    assert cubins == ["fused_moe_kernel.cubin"] * 3

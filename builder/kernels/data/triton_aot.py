@@ -105,6 +105,26 @@ def _install_driver(arch: int) -> None:
     driver.set_active(TargetOnly())
 
 
+def _report_device(arch: int) -> None:
+    """Where torch sees no GPU, make ``torch.cuda`` answer as one GPU of ``arch``.
+
+    A kernel's module may read the device when it is imported: SGLang 0.5.16's
+    ``sglang/kernels/ops/attention/fla/utils.py`` calls ``torch.cuda.get_device_name(0)`` at
+    import, and importing ``sglang.kernels.ops.moe`` (``fused_moe_kernel``'s package) imports
+    it, so without a GPU that kernel never compiled (run 5 of the derived-serving report: 30
+    of 38 recorded specializations). The behaviour scripts' ``sm120_device`` (beside the
+    stand-ins, on ``sys.path``) answers with the target's capability, so a module-level value
+    a kernel reads (Triton keys the globals a kernel uses) is the one the target GPU gives.
+    """
+    import torch
+    if torch.cuda.is_available():
+        return
+    os.environ["SM120_CAPABILITY"] = f"{arch // 10}.{arch % 10}"
+    os.environ["SM120_DEVICES"] = "1"
+    import sm120_device  # the behaviour scripts' (on sys.path with the stand-ins)
+    sm120_device.install()
+
+
 def _ptxas_refuses(arch: int) -> dict[str, Any] | None:
     """Whether the ptxas this triton runs for ``arch`` refuses its SASS name: then
     ``{"arch": "sm_999a", "ptxas": path, "known": [...]}`` (every compile would fail), else
@@ -213,6 +233,7 @@ def main() -> int:
 
     arch = int(request["arch"])
     _install_driver(arch)
+    _report_device(arch)
     events: list[dict[str, Any]] = []
 
     def listener(*, src: Any, metadata: Any, metadata_group: Any, times: Any,
@@ -242,7 +263,7 @@ def main() -> int:
             except Exception as error:  # one kernel's failure is reported, the rest built
                 failed += 1
                 _emit({"kernel": name, "ok": False, "error": f"{type(error).__name__}: {error}",
-                       "trace": traceback.format_exc(limit=4)})
+                       "trace": traceback.format_exc(limit=-6)})  # the innermost frames: where it broke
     else:
         recorded: list[str] = []
         if mode == "record":

@@ -4,7 +4,7 @@ Imported at interpreter start in every process of the server (a ``.pth`` line ``
 triton_watch`` in site-packages, this file beside it) when ``SGLANG_SM120_TRITON_WATCH``
 names a folder: each process appends JSON lines to ``<folder>/<pid>.jsonl``:
 
-* ``{"compile": kernel, "cache_hit": bool, "us": total}`` for every ``triton.compile``
+* ``{"compile": kernel, "cache_hit": bool, "us": total, "hash": key}`` for every ``triton.compile``
   (``knobs.compilation.listener``, triton 3.9): ``cache_hit`` false is a compilation;
 * ``{"spec": specialization_data}`` for every new launch specialization
   (``knobs.runtime.jit_cache_hook``): the input of
@@ -33,7 +33,8 @@ def _install(folder: str) -> None:
 
     def listener(*, src: Any, metadata: Any, metadata_group: Any, times: Any,
                  cache_hit: bool) -> None:
-        write({"compile": src.name, "cache_hit": cache_hit, "us": times.total})
+        write({"compile": src.name, "cache_hit": cache_hit, "us": times.total,
+               "hash": metadata["hash"]})  # the cache entry: a build ahead can be compared
 
     def hook(**kwargs: Any) -> None:
         write({"spec": kwargs["compile"]["specialization_data"]})
