@@ -1,7 +1,7 @@
 """Start one configuration through the image's launcher, serve it, and record what it loaded.
 
 Usage (on the device, repo root, PYTHONPATH = the kernel set's site, then SGLang's):
-    python3 serve_run.py NAME OUT_DIR MODEL_DIR [--expect-refusal] -- SERVER FLAGS...
+    python3 serve_run.py NAME OUT_DIR MODEL_DIR [--expect-refusal | --upstream] -- SERVER FLAGS...
 
 Runs ``builder/image/data/sglang-sm120-serve --model-path MODEL_DIR FLAGS`` (no launch
 profile: ``SGLANG_SM120_PROFILE=none``) in a session of its own, with
@@ -10,7 +10,11 @@ derives the model's and flags' FlashInfer set with the release's own selection a
 with the installed kernel wheel's manifest (issue 36).
 
 - ``--expect-refusal``: the launcher must exit 2 before any server starts; its message is kept.
-- Otherwise (a fresh ``TRITON_CACHE_DIR`` too, whose cubins are counted): waits for
+- ``--upstream`` (run 5): ``python3 -m sglang.launch_server`` itself, no launcher, FlashInfer's
+  JIT left on (its default): upstream's cold start. Its compiles are counted the same way.
+- Otherwise (a fresh ``TRITON_CACHE_DIR`` and ``SGLANG_CACHE_DIR`` too: the Triton cubins
+  and the autotune files the start writes are its own; the launcher restores into them what
+  ``SGLANG_SM120_JIT_CACHES`` and ``SGLANG_SM120_WARM_CACHE`` name): waits for
   ``/health``; then batch 1 (one request, 256 prompt ids, 64 new tokens, greedy, EOS
   ignored) and batch 256 (256 such requests at once: prefill chunks of thousands of tokens,
   decode at 256, the fused MoE's large-M tactics), each request checked to return 64
@@ -28,6 +32,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -107,17 +112,24 @@ def main(argv: list[str]) -> int:
     split = argv.index("--")
     head, flags = argv[:split], argv[split + 1:]
     refusal = "--expect-refusal" in head
-    name, out_dir, model = [a for a in head if a != "--expect-refusal"]
+    upstream = "--upstream" in head
+    name, out_dir, model = [a for a in head if a not in ("--expect-refusal", "--upstream")]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     workspace = Path(tempfile.mkdtemp(prefix=f"fi-{name}-"))
     triton = Path(tempfile.mkdtemp(prefix=f"triton-{name}-"))
+    sglang_cache = Path(tempfile.mkdtemp(prefix=f"sglang-{name}-"))
     env = {**os.environ, "SGLANG_SM120_PROFILE": "none", "FLASHINFER_DISABLE_JIT": "1",
            "FLASHINFER_WORKSPACE_BASE": str(workspace), "TRITON_CACHE_DIR": str(triton),
-           "PYTHONUNBUFFERED": "1"}
+           "SGLANG_CACHE_DIR": str(sglang_cache), "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "builder/image/data/sglang-sm120-serve", "--model-path", model,
                "--port", str(PORT), *flags]
-    record: dict[str, object] = {"name": name, "command": command, "model": model}
+    if upstream:
+        del env["FLASHINFER_DISABLE_JIT"]
+        command = [sys.executable, "-m", "sglang.launch_server", "--model-path", model,
+                   "--port", str(PORT), *flags]
+    record: dict[str, object] = {"name": name, "command": command, "model": model,
+                                 "sglang_cache_dir": str(sglang_cache)}
     log = (out / f"{name}.log").open("w")
     start = time.monotonic()
     server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -159,6 +171,8 @@ def main(argv: list[str]) -> int:
             record["flashinfer_libraries"] = _mapped(pids, "flashinfer")
             record["jit_workspace_files"] = sorted(
                 str(p.relative_to(workspace)) for p in workspace.rglob("*.so"))
+            record["autotune_files"] = sorted(
+                str(p.relative_to(sglang_cache)) for p in sglang_cache.rglob("*.json"))
             # Triton compiles at first use (issue 37): one cubin per compiled kernel
             record["triton_kernels_compiled"] = len(list(triton.rglob("*.cubin")))
             record["triton_watch"] = _watched()
@@ -178,6 +192,14 @@ def main(argv: list[str]) -> int:
         "kernel coverage", "Compiling", "Capture cuda graph end")}
     record["launcher_lines"] = [line for line in text.splitlines()
                                 if line.startswith("sglang-sm120-serve")][:5]
+    # run 5: autotune phases profiled (FlashInfer's progress bar starts each at 0%), and
+    # the start's phases as SGLang logs them
+    record["autotune_phases_profiled"] = sorted(set(re.findall(
+        r"\[AutoTuner\]: Tuning (\S+):\s+0%", text)))
+    record["phases_s"] = {phase: [float(x) for x in re.findall(pattern, text)] for phase, pattern in (
+        ("load_weight", r"Load weight end\. elapsed=([0-9.]+) s"),
+        ("capture_prefill", r"Capture target prefill CUDA graph end\. elapsed=([0-9.]+) s"),
+        ("capture_decode", r"Capture target decode CUDA graph end\. elapsed=([0-9.]+) s"))}
     (out / f"{name}.json").write_text(json.dumps(record, indent=2) + "\n")
     print(json.dumps({k: record.get(k) for k in ("name", "ready_s", "batch_1", "batch_256",
                                                   "error", "exit")}))
