@@ -80,7 +80,9 @@ exit status: 0 (restore too when the artifact is missing, unreadable, of another
 holds content capture would not keep: one warning, nothing written, so a server start
 never waits on it; the server then tunes), 2 bad input (the key, capture's file that is
 not FlashInfer's for that key, an output that is one of the inputs, flags the release
-refuses, or a --dest that is not a file).
+refuses or for which it runs another number of TP ranks than the key's tp, a --model-path
+that is neither a folder nor a Hugging Face name (owner/name, or a bare name), or a
+--dest that is not a file).
 """
 
 
@@ -272,8 +274,9 @@ def _cmd_warm_cache_restore(args: argparse.Namespace, reporter: Reporter) -> dic
 
     paths = None
     if args.model_path is not None:
-        from builder.smoke.autotune_path import release_autotune_paths
+        from builder.smoke.autotune_path import check_model_path, release_autotune_paths
 
+        check_model_path(args.model_path)  # before the release is fetched and run
         key = WarmCacheKey.from_mapping(_read_key(args.key))
         run = options(args, reporter)
         if run.target is not None and run.target != key.release:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,10 @@ if TYPE_CHECKING:
 SCRIPT: Final = (Path(__file__).resolve().parents[1] / "behaviour" / "script"
                  / "autotune_path.py")
 _PREFIX: Final = "PATHS "
+#: A Hugging Face model name, ``owner/name`` or a legacy bare ``name`` such as ``gpt2``
+#: (``huggingface_hub``'s repo-id characters).
+HF_NAME: Final = re.compile(r"(?:[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?/)?"
+                            r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?")
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,25 @@ class AutotunePaths:
     release: str
     paths: tuple[str, ...]
     function: str
+
+
+def check_model_path(model_path: str) -> None:
+    """Refuse a ``--model-path`` that is neither a local folder nor a Hugging Face name.
+
+    SGLang reads a path that does not exist as a Hugging Face name, so a mistyped folder
+    failed deep in the release with ``huggingface_hub``'s "Repo id must be in the form
+    'repo_name'..."; it is refused here, before the release is fetched or run. A name of
+    the form ``owner/name`` (or a legacy bare ``name``) is left to the release, as before.
+
+    Raises:
+        ConfigurationError: no such path, and not of the form ``owner/name``.
+    """
+    if os.path.exists(model_path) or HF_NAME.fullmatch(model_path):
+        return
+    raise ConfigurationError(
+        f"--model-path {model_path}: no such folder (a local checkpoint folder holding "
+        "config.json, or a Hugging Face name owner/name, which needs network)",
+        "give the path the server starts with")
 
 
 def run_path_function(env: BehaviourEnv, argvs: list[list[str]], capability: tuple[int, int],

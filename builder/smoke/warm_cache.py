@@ -504,8 +504,8 @@ def run_warm_cache_restore(key_file: Path, artifact: Path, dest: Path | None = N
 
     Raises:
         ConfigurationError: the key cannot be read or is malformed, neither ``dest`` nor
-            ``paths`` is given, the paths name another FlashInfer than the key, or a
-            destination is not a file or is one of the inputs.
+            ``paths`` is given, the paths name another FlashInfer or another number of
+            TP ranks than the key, or a destination is not a file or is one of the inputs.
     """
     key = WarmCacheKey.from_mapping(_read_key(key_file))
     if dest is not None:
@@ -518,6 +518,14 @@ def run_warm_cache_restore(key_file: Path, artifact: Path, dest: Path | None = N
             raise ConfigurationError(
                 f"sglang {paths.release} runs FlashInfer {', '.join(sorted(versions))}, the "
                 f"key says {key.flashinfer_version}", "fix the key's flashinfer_version")
+        tps = {int(m.group(1)) for m in (RANK.fullmatch(Path(p).stem) for p in paths.paths)
+               if m}
+        if len(tps) != key.tp:  # a TP 2 rank 0 file in a TP 1 server's folder is no restore
+            raise ConfigurationError(
+                f"sglang {paths.release} runs {len(tps)} TP rank(s) for --model-path and "
+                f"the flags after -- (TP {len(tps)}), the key says tp {key.tp}",
+                f"give the server's TP size after -- (-- --tp-size {key.tp}), or restore "
+                f"an artifact captured at TP {len(tps)}")
         dests = {Path(p).stem: root / p for p in paths.paths}
         written = list(dests.values())
     else:

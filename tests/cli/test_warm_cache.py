@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from builder.core.errors import ConfigurationError
+from builder.smoke import autotune_path
+from builder.smoke.autotune_path import AutotunePaths, check_model_path
 from tests.helpers.cli import run_cli, run_cli_process
 from tests.helpers.paths import REPO
 
@@ -148,3 +151,57 @@ def test_server_flags_without_model_path_are_refused_before_any_write(tmp_path: 
     assert done.returncode == 2, done.stderr
     assert "go with --model-path" in done.stderr
     assert not dest.exists()
+
+
+def test_model_path_restore_refuses_a_server_of_another_tp(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared_cache: Path) -> None:
+    # A TP 2 key and artifact, server flags without --tp-size: the release computes one
+    # rank (TP 1); writing the TP 2 run's rank 0 there was reported as "restored".
+    cache = _server_cache(tmp_path / "sglang")
+    (cache / RELATIVE.with_name("rank_tp1_pp0_dp0.json")).write_bytes(REPORT_FILE.read_bytes())
+    key = str(_key(tmp_path / "key.json", tp=2))
+    assert run_cli("warm-cache", "capture", "--sglang-cache-dir", str(cache), "--key", key,
+                   "--output", str(tmp_path / "warm.json")).returncode == 0
+    asked = []
+
+    def tp1_server(run: object, argv: list[str], capability: tuple[int, int]) -> AutotunePaths:
+        asked.append(argv)  # the release's own function, as it answers for these flags
+        return AutotunePaths("0.5.16", (str(RELATIVE),), "m:flashinfer_autotune_cache_path")
+
+    monkeypatch.setattr(autotune_path, "release_autotune_paths", tp1_server)
+    (tmp_path / "model").mkdir()
+    done = run_cli("warm-cache", "restore", "--artifact", str(tmp_path / "warm.json"),
+                   "--key", key, "--model-path", str(tmp_path / "model"),
+                   "--cache-dir", str(shared_cache),
+                   env={"SGLANG_CACHE_DIR": str(tmp_path / "srv")})
+    assert asked == [["--model-path", str(tmp_path / "model")]]
+    assert done.returncode == 2, done.stderr
+    assert "runs 1 TP rank(s)" in done.stderr and "the key says tp 2" in done.stderr
+    assert "--tp-size 2" in done.stderr  # the fix
+    assert not (tmp_path / "srv").exists()
+
+
+@pytest.mark.parametrize("model", ["/models/Qwen3-30B-A3B-typo", "./modles/Qwen3",
+                                   "Qwen3 30B"])
+def test_a_mistyped_model_path_is_refused_before_the_release_runs(
+        tmp_path: Path, shared_cache: Path, model: str) -> None:
+    # It was the release's Hugging Face error: "Repo id must be in the form 'repo_name'..."
+    _captured(tmp_path)
+    done = run_cli("warm-cache", "restore", "--artifact", str(tmp_path / "warm.json"),
+                   "--key", str(tmp_path / "key.json"), "--model-path", model,
+                   "--targets-file", str(REPO / "targets.toml"),
+                   "--cache-dir", str(shared_cache), "--", "--tp-size", "1", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert (f"--model-path {model}: no such folder (a local checkpoint folder holding "
+            "config.json, or a Hugging Face name owner/name, which needs network)"
+            ) in done.stderr, done.stderr
+    assert "Repo id" not in done.stderr
+
+
+def test_a_local_folder_or_a_hugging_face_name_goes_to_the_release(tmp_path: Path) -> None:
+    (tmp_path / "tiny").mkdir()
+    for model in (str(tmp_path / "tiny"), "Qwen/Qwen3-30B-A3B", "deepseek-ai/DeepSeek-V3.1",
+                  "gpt2"):
+        check_model_path(model)  # left to the release, as before
+    with pytest.raises(ConfigurationError, match="no such folder"):
+        check_model_path(str(tmp_path / "tiny2"))

@@ -10,15 +10,21 @@ by then.
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from builder.image.profile import LAUNCHER_SOURCE
+from builder.smoke.warm_cache import _fc1_shape
 
 FOLDER = "flashinfer/autotune/0.7.2/sm120/0123456789abcdef"
 KEY = {"gpu_name": "NVIDIA RTX PRO 6000 Blackwell", "compute_capability": "12.0",
@@ -56,6 +62,9 @@ def _launch(tmp_path: Path, artifact: Path, *args: str) -> subprocess.CompletedP
 def test_every_rank_is_restored_where_the_captured_server_kept_it(tmp_path: Path) -> None:
     done = _launch(tmp_path, _artifact(tmp_path / "w.json"), "--tp-size", "2")
     assert "2 of 2 rank file(s) restored" in done.stderr, done.stderr
+    # it cannot compute SGLang's hash of this server's model path and flags: it says so
+    assert (f"restored to {tmp_path / 'c' / FOLDER} (read only by a server of the captured "
+            "model path and flags)") in done.stderr, done.stderr
     for rank in (0, 1):
         path = tmp_path / "c" / FOLDER / f"rank_tp{rank}_pp0_dp0.json"
         assert json.loads(path.read_text()) == _rank(rank)
@@ -82,3 +91,59 @@ def test_an_artifact_of_another_server_is_ignored_with_one_line(
     done = _launch(tmp_path, _artifact(tmp_path / "w.json", **change), *args)
     assert message in done.stderr and "ignored" in done.stderr, done.stderr
     assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"note": "hand-edited"}, "fields capture never writes ['note']"),
+    ({"key": {**KEY, "extra": 1}}, "fields capture never writes ['extra']"),
+    ({"ranks": {f"rank_tp{r}_pp0_dp0": {**_rank(r), "('flashinfer::gemm', 'R', ((1, 2),), ())":
+                                       ["R", 0]} for r in (0, 1)}},
+     "holds 1 of 2 entries not of fused-MoE fc1 weights [8, 512, 1024]"),
+    ({"ranks": {f"rank_tp{r}_pp0_dp0": {"_metadata": _rank(r)["_metadata"],
+                                       ENTRY.replace("(8, 512", "(8, 1024"): ["R", 0]}
+                for r in (0, 1)}}, "holds 1 of 1 entries not of fused-MoE"),
+    ({"ranks": {f"rank_tp{r}_pp0_dp0": {"_metadata": _rank(r)["_metadata"]}
+                for r in (0, 1)}}, "holds 0 of 0 entries"),
+])
+def test_content_capture_would_not_keep_is_ignored(
+        tmp_path: Path, change: dict[str, object], message: str) -> None:
+    # docs/promises.md: the launcher, like restore, writes nothing unless every rank holds
+    # only fused-MoE entries of the key's shape; a field capture never writes is unreadable
+    done = _launch(tmp_path, _artifact(tmp_path / "w.json", **change), "--tp-size", "2")
+    assert message in done.stderr and "ignored" in done.stderr, done.stderr
+    assert "restored" not in done.stderr
+    assert not (tmp_path / "c").exists()
+
+
+def _launcher() -> ModuleType:
+    """The launcher as a module, without a .pyc beside it in the package's data."""
+    loader = importlib.machinery.SourceFileLoader("sglang_sm120_serve", str(LAUNCHER_SOURCE))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name,
+                                                                             loader))
+    dont_write, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        loader.exec_module(module)
+    finally:
+        sys.dont_write_bytecode = dont_write
+    return module
+
+
+_SEEDS = [ENTRY, "('trtllm::fused_moe::gemm2', 'MoERunner', ((8, 1024), (8, 512, 1024), (0,), "
+          "(8, 1024, 256), (0,)), (('a', ((1,), (2, 3))),))", "((((((1,),),),),),)", "()",
+          "('flashinfer::gemm', 'R', ((1, 2),), ())", "-" * 2000]
+
+
+@settings(max_examples=400, deadline=None)
+@given(seed=st.sampled_from(_SEEDS), cuts=st.lists(
+    st.tuples(st.integers(0, 200), st.integers(0, 3), st.sampled_from(list("(),' 0-9ab:"))),
+    max_size=4))
+def test_the_launchers_entry_rule_is_the_builders(
+        seed: str, cuts: list[tuple[int, int, str]]) -> None:
+    # the launcher cannot import the builder: its own bounded parser must agree with it
+    text = seed
+    for at, drop, insert in cuts:
+        text = text[:at] + insert + text[at + drop:]
+    assert _LAUNCHER._warm_fc1(text) == _fc1_shape(text), text
+
+
+_LAUNCHER = _launcher()

@@ -262,8 +262,9 @@ def main() -> int:
                        "seconds": round(time.monotonic() - start, 3)})
             except Exception as error:  # one kernel's failure is reported, the rest built
                 failed += 1
+                # the innermost frames: where it broke (an import, a kernel's own check)
                 _emit({"kernel": name, "ok": False, "error": f"{type(error).__name__}: {error}",
-                       "trace": traceback.format_exc(limit=-6)})  # the innermost frames: where it broke
+                       "trace": traceback.format_exc(limit=-6)})
     else:
         recorded: list[str] = []
         if mode == "record":
