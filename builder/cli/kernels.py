@@ -99,6 +99,9 @@ examples:
   #   triton_watch` in a folder on PYTHONPATH, SGLANG_SM120_TRITON_WATCH=/tmp/watch,
   #   one request, stop (docs/operator.md); then here, no GPU needed:
   python -m builder kernels jit-cache --target sglang-0.5.23 /tmp/watch 12.0f
+  # with Inductor's cache of that run too (copied from the GPU machine once it stopped):
+  python -m builder kernels jit-cache --target sglang-0.5.23 /tmp/watch 12.0f \\
+      --inductor /tmp/run-cache/inductor
   python -m builder image --target sglang-0.5.23 \\
       --kernel-wheel dist/sglang_sm120_jit_caches-0.5.23+sm120.1-cp312-none-any.whl
 
@@ -112,10 +115,14 @@ or that SGLang parameterises by the device (a list recorded on another GPU), com
 The wheel's version is the target's, with the arch in its local label when the arch is not
 the target's own (sglang_sm120_jit_caches-0.5.16+sm120.1.sm90a-...), so two archs' wheels
 never share a name.
+--inductor: Inductor's entries are restored file by file into the server's
+TORCHINDUCTOR_CACHE_DIR when torch's version, the Python and the GPU's arch are the
+capture's; Inductor's own key (torch, Triton, the GPU's name, the graph) decides the rest:
+an entry of another GPU model is a miss, never a wrong kernel.
 exit status: 2 bad SPECS, an ARCH that is none or that triton's ptxas does not know, DIST
-not a folder, or a target without a wheel for this Python (give --target: the default,
-targets.toml's `default`, is a source target); 6 Triton's compile did not finish, or no
-specialization compiled.
+not a folder, an --inductor folder with no FX graph entry, or a target without a wheel for
+this Python (give --target: the default, targets.toml's `default`, is a source target); 6
+Triton's compile did not finish, or no specialization compiled.
 """
 
 
@@ -213,6 +220,11 @@ def _kernels_parser(commands: Any) -> None:
                           "another GPU")
     jit.add_argument("dist", type=Path, nargs="?", default=Path("dist"), metavar="DIST",
                      help="where the wheel goes (default: %(default)s)")
+    jit.add_argument("--inductor", type=Path, metavar="DIR",
+                     help="also carry Inductor's cache of that GPU run (what SGLang's "
+                          "torch.compile helpers compiled: /tmp/torchinductor_<user>, or "
+                          "$SGLANG_CACHE_DIR/inductor under 0.5.23), copied after the server "
+                          "stopped. Inductor tunes on the GPU, so it is not built here")
     jit.set_defaults(handler=_cmd_kernels_jit_cache)
 
 
@@ -374,7 +386,8 @@ def _cmd_kernels_plan(args: argparse.Namespace, reporter: Reporter) -> dict[str,
 def _cmd_kernels_jit_cache(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     from builder.kernels.jit_caches import run_kernels_jit_cache
 
-    artifact = run_kernels_jit_cache(options(args, reporter), args.specs, args.arch)
+    artifact = run_kernels_jit_cache(options(args, reporter), args.specs, args.arch,
+                                     args.inductor)
     for name, records in artifact.kernels.items():
         for record in records:
             if not record["ok"]:
@@ -383,7 +396,8 @@ def _cmd_kernels_jit_cache(args: argparse.Namespace, reporter: Reporter) -> dict
     for name, record in artifact.manifest["frameworks"].items():
         failed = [r for r in artifact.kernels.get(name, []) if not r["ok"]]
         under = f" under Python {record['python']}" if record.get("python") else ""
-        reporter.result(f"{name} {record['version']}: {record['entries']} kernel(s) for "
+        what = "file(s) captured" if record.get("captured") else "kernel(s)"
+        reporter.result(f"{name} {record['version']}: {record['entries']} {what} for "
                         f"{record['arch']}{under}"
                         + (f", {len(failed)} failed" if failed else ""))
     reporter.result(f"-> {artifact.wheel} (install it next to sglang {artifact.manifest['release']}"

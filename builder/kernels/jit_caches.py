@@ -29,6 +29,12 @@ script that cannot import this one): format :data:`FORMAT`, ``frameworks.<name>`
 Triton's ``GPUTarget`` arch, TileLang's ``sm_<cc>a``), ``entry_depth`` and ``entries``, and
 for Triton ``python``, the ``major.minor`` it was built under (Triton's key hashes
 ``libtriton``, built per Python; the wheel's Python tag says the same to pip).
+
+Inductor's cache (what SGLang's ``torch.compile`` helpers compile at first use) is the one
+part not built here: Inductor benchmarks its candidate kernels on the GPU. It is carried as
+a GPU server run left it (:class:`InductorCapture`, ``frameworks.inductor``: ``version`` is
+torch's, ``entry_depth`` 0, restored file by file) and Inductor's own key (torch, Triton, the
+GPU, the graph) decides at the server whether an entry is taken.
 """
 
 from __future__ import annotations
@@ -65,16 +71,70 @@ FRAMEWORKS: dict[str, tuple[str, str, int]] = {
     "tilelang": (tilelang_cache.MANIFEST, "tilelang", 4),
 }
 
-_INIT = '''"""Triton/TileLang caches built ahead by sglang-sm120-builder for {target}.
+#: Inductor's cache, captured from a GPU run (:class:`InductorCapture`).
+INDUCTOR = "inductor"
 
-sglang-sm120-serve copies the entries the server's cache folders lack from triton/ and
-tilelang/ here when {manifest} beside this file matches the installed frameworks and the GPU.
+_INIT = '''"""Triton/TileLang caches built ahead (and Inductor's, captured) by sglang-sm120-builder
+for {target}.
+
+sglang-sm120-serve copies the entries the server's cache folders lack from triton/,
+tilelang/ and inductor/ here when {manifest} beside this file matches the installed
+frameworks and the GPU.
 """
 
 import os
 
 FOLDER = os.path.dirname(__file__)
 '''
+
+
+@dataclass(frozen=True)
+class InductorCapture:
+    """Inductor's cache folder as a server run on the GPU left it, and what it ran.
+
+    SGLang's ``torch.compile`` helpers (0.5.16's ``moe_sum_reduce_torch_compile`` in
+    ``layers/moe/moe_runner/triton_utils/fused_moe.py``, with the Triton MoE runner) are
+    compiled by Inductor at first use, which benchmarks its candidate kernels on the GPU
+    (its ``.best_config`` files), so they cannot be built on a CPU. Inductor's entries are
+    whole files keyed by torch, Triton, the GPU and the graph (``FxGraphCache``, torch
+    2.11); a folder copied elsewhere is found there (a Triton-bundled FX graph entry holds
+    its kernels).
+
+    Attributes:
+        folder: the run's ``TORCHINDUCTOR_CACHE_DIR``: torch's default
+            ``/tmp/torchinductor_<user>`` (``default_cache_dir`` in
+            ``torch/_inductor/runtime/cache_dir_utils.py``), ``$SGLANG_CACHE_DIR/inductor``
+            under SGLang 0.5.23 (``third_party_cache_defaults`` in ``sglang/srt/environ.py``).
+        torch: the torch version the server ran (the launcher compares it).
+        python: the server's ``major.minor`` (Inductor's key holds Triton's, which hashes
+            ``libtriton``, built per Python).
+        arch: the GPU's arch, as the artifact's (``sm_90a``, ``12.0f``).
+    """
+
+    folder: Path
+    torch: str
+    python: str
+    arch: str
+
+
+def inductor_files(folder: Path) -> list[tuple[str, Path]]:
+    """The regular files of an Inductor cache folder (arcname below it, path).
+
+    Raises:
+        ConfigurationError: ``folder`` is no folder or holds no FX graph entry
+            (``fxgraph/``): not the cache of a server that compiled.
+    """
+    hint = ("give the TORCHINDUCTOR_CACHE_DIR a server run on the GPU left "
+            "(/tmp/torchinductor_<user>; $SGLANG_CACHE_DIR/inductor under SGLang 0.5.23)")
+    if not folder.is_dir():
+        raise ConfigurationError(f"the Inductor cache {folder} is not a folder", hint)
+    files = [(path.relative_to(folder).as_posix(), path) for path in _regular_files(folder)]
+    # Inductor's lock files and a writer's temporaries are no entries
+    files = [(name, path) for name, path in files
+             if not name.startswith("locks/") and not name.endswith((".lock", ".tmp"))]
+    if not any(name.startswith("fxgraph/") for name, _ in files):
+        raise ConfigurationError(f"{folder} holds no Inductor FX graph entry (fxgraph/)", hint)
+    return files
 
 
 @dataclass(frozen=True)
@@ -179,8 +239,8 @@ def portable_group(data: bytes) -> bytes:
 
 
 def pack_jit_caches(caches: dict[str, Path], *, target: str, release: str, version: str,
-                    epoch: int, out_dir: Path, machine: str | None = None
-                    ) -> JitCacheArtifact:
+                    epoch: int, out_dir: Path, machine: str | None = None,
+                    inductor: InductorCapture | None = None) -> JitCacheArtifact:
     """Pack built-ahead cache folders into the ``sglang-sm120-jit-caches`` wheel.
 
     Args:
@@ -198,18 +258,21 @@ def pack_jit_caches(caches: dict[str, Path], *, target: str, release: str, versi
             (``manylinux_2_28_<machine>``); Triton's cubins alone give ``none-any``. A
             Triton cache's Python is the wheel's Python tag (``cp312-none-any``): Triton's
             key hashes ``libtriton``, built per Python, so the cache misses on any other.
+        inductor: Inductor's cache of a GPU run, carried as it is (:class:`InductorCapture`).
 
     Returns:
         The :class:`JitCacheArtifact`.
 
     Raises:
         ConfigurationError: no cache given, an unknown framework, a folder without its
-            framework's manifest, or a wheel path in ``out_dir`` that is a link, a folder or
-            another non-file (exit 2; nothing written).
+            framework's manifest, an Inductor folder without an FX graph entry, an Inductor
+            capture of another Python than the Triton cache's, or a wheel path in
+            ``out_dir`` that is a link, a folder or another non-file (exit 2; nothing
+            written).
         BuildError: a cache holds no entry (nothing was built).
     """
     unknown = sorted(set(caches) - set(FRAMEWORKS))
-    if not caches or unknown:
+    if not (caches or inductor) or unknown:
         raise ConfigurationError(f"no JIT cache to pack ({', '.join(unknown) or 'none given'})",
                                  f"give one of {', '.join(FRAMEWORKS)}")
     machine = machine or platform.machine()
@@ -229,13 +292,28 @@ def pack_jit_caches(caches: dict[str, Path], *, target: str, release: str, versi
             if name == "triton" and path.name.startswith("__grp__") and path.suffix == ".json":
                 data = portable_group(data)
             files.append((f"{PACKAGE}/{name}/{arcname}", data, mode))
+    if inductor is not None:
+        found = inductor_files(inductor.folder)
+        built = manifest["frameworks"].get("triton", {}).get("python")
+        if built and built != inductor.python:
+            raise ConfigurationError(
+                f"the Inductor cache was captured under Python {inductor.python}, the Triton "
+                f"cache built under {built}: one server runs one Python",
+                "build the Triton cache with the server's Python")
+        manifest["frameworks"][INDUCTOR] = {
+            "version": inductor.torch, "arch": inductor.arch,
+            "capability": triton_cache.capability(inductor.arch), "python": inductor.python,
+            "entry_depth": 0, "entries": len(found), "captured": "a server run on the GPU"}
+        files += [(f"{PACKAGE}/{INDUCTOR}/{arcname}", path.read_bytes(), 0o644)
+                  for arcname, path in found]
     files[:0] = [
         (f"{PACKAGE}/__init__.py", _INIT.format(target=target, manifest=MANIFEST).encode(),
          0o644),
         (f"{PACKAGE}/{MANIFEST}", (json.dumps(manifest, indent=1, sort_keys=True)
                                    + "\n").encode(), 0o644)]
     tag = wheel_tag(machine) if "tilelang" in caches else "py3-none-any"
-    python = manifest["frameworks"].get("triton", {}).get("python")
+    python = manifest["frameworks"].get("triton", manifest["frameworks"].get(
+        INDUCTOR, {})).get("python")
     if python:  # Triton's key hashes libtriton, built per Python: pip installs it there only
         tag = f"cp{python.replace('.', '')}" + tag[len("py3"):]
     info = f"{PACKAGE}-{version}.dist-info"
@@ -343,7 +421,8 @@ def read_specs(path: Path) -> list[str]:
     return list(dict.fromkeys(specs))
 
 
-def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str) -> JitCacheArtifact:
+def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str,
+                          inductor: Path | None = None) -> JitCacheArtifact:
     """``kernels jit-cache``: build the target's Triton cache ahead and pack the artifact.
 
     The specs are read and the arch checked first; then the target's wheel is fetched,
@@ -359,13 +438,15 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str) -> JitC
         options: the run's options (target, cache, ``dist_dir``, reporter).
         specs_path: the specs (:func:`read_specs`).
         arch: the target arch (``12.0f``, ``sm_120a``; ``sm_90a`` to try it on a Hopper).
+        inductor: Inductor's cache folder of a server run on a GPU of ``arch``, carried in
+            the artifact too (:class:`InductorCapture`; its torch is the release's pin).
 
     Returns:
         The artifact, with the build's records.
 
     Raises:
-        ConfigurationError: bad specs or arch, or a target that pins no wheel for this
-            Python.
+        ConfigurationError: bad specs or arch, an Inductor folder that is no server's
+            cache, or a target that pins no wheel for this Python.
         BuildError: Triton's compile did not finish, no spec compiled, or the server's
             triton did not install.
         SourceError: the wheel cannot be fetched, or the triton its server runs cannot be
@@ -382,6 +463,8 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str) -> JitC
 
     specs = read_specs(specs_path)
     triton_cache.capability(arch)
+    if inductor is not None:
+        inductor_files(inductor)  # refused before minutes of fetching and compiling
     target = select_target(options)
     version = artifact_version(target.version, arch, target.arch_list)
     # the output path is checked before minutes of compiling, not after
@@ -420,7 +503,10 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str) -> JitC
             raise BuildError(f"none of the {len(built.kernels)} Triton specializations "
                              f"compiled for {arch}: {str(first)[:300]}",
                              "were they recorded with this target's sglang release?")
+        python = "{}.{}".format(*sys.version_info[:2])  # the behaviour env's: this one
+        captured = None if inductor is None else InductorCapture(inductor, serving.torch,
+                                                                  python, arch)
         artifact = pack_jit_caches({"triton": built.folder}, target=target.name,
                                    release=release, version=version, epoch=epoch,
-                                   out_dir=options.dist_dir)
+                                   out_dir=options.dist_dir, inductor=captured)
     return JitCacheArtifact(artifact.wheel, artifact.manifest, {"triton": built.kernels})

@@ -2,7 +2,10 @@
 the GPU hidden and packed as the JIT cache wheel, with the builder's own functions.
 
 Usage (device, repo root; PYTHONPATH = SGLang's site, then the repo):
-    CUDA_VISIBLE_DEVICES= python3 build_jit_cache.py WATCH_DIR ARCH SITE OUT [PYTHON]
+    CUDA_VISIBLE_DEVICES= [INDUCTOR=DIR] python3 build_jit_cache.py WATCH_DIR ARCH SITE OUT [PYTHON]
+
+``INDUCTOR``: Inductor's cache folder a server run on this GPU left, carried in the wheel
+too (:class:`builder.kernels.jit_caches.InductorCapture`, with this Python's torch).
 
 ``WATCH_DIR`` is what ``triton_watch.py`` recorded in a server run (its ``*.jsonl``).
 The compile is :func:`builder.kernels.triton_cache.build_triton_cache` (Triton's driver
@@ -20,12 +23,13 @@ Prints one JSON object: the kernels built, the failures, the wheel and its manif
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 from builder.behaviour.env import BehaviourEnv
-from builder.kernels.jit_caches import pack_jit_caches, read_specs
+from builder.kernels.jit_caches import InductorCapture, pack_jit_caches, read_specs
 from builder.kernels.triton_cache import build_triton_cache
 
 
@@ -38,9 +42,16 @@ def main(argv: list[str]) -> int:
     start = time.monotonic()
     built = build_triton_cache(env, specs, arch, Path(out) / "triton", triton=Path(site))
     seconds = round(time.monotonic() - start, 1)
+    inductor = None
+    if os.environ.get("INDUCTOR"):
+        from importlib.metadata import version
+        inductor = InductorCapture(Path(os.environ["INDUCTOR"]),
+                                   version("torch").split("+")[0],
+                                   "{}.{}".format(*sys.version_info[:2]), arch)
     artifact = pack_jit_caches({"triton": built.folder}, target="sglang-0.5.16",
                                release="0.5.16", version="0.5.16+sm120.1.sm90a",
-                               epoch=1_700_000_000, out_dir=Path(out) / "dist")
+                               epoch=1_700_000_000, out_dir=Path(out) / "dist",
+                               inductor=inductor)
     print(json.dumps({"specs": len(specs), "kernels": len(built.kernels),
                       "failed": [{"kernel": k.get("kernel"), "error": str(k.get("error"))[:300]}
                                  for k in built.failed],

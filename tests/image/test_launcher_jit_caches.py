@@ -18,15 +18,25 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from builder.core.errors import BuildError, ConfigurationError
 from builder.image.build import read_extra_wheel
 from builder.image.profile import LAUNCHER_SOURCE
-from builder.kernels.jit_caches import MANIFEST, PACKAGE, pack_jit_caches, read_specs
+from builder.kernels.jit_caches import (
+    MANIFEST,
+    PACKAGE,
+    InductorCapture,
+    inductor_files,
+    pack_jit_caches,
+    read_specs,
+)
 from builder.kernels.tilelang_cache import MANIFEST as TILELANG_MANIFEST
 from builder.kernels.triton_cache import MANIFEST as TRITON_MANIFEST
+from tests.helpers.releases import UpstreamRelease
+from tests.helpers.tiers import BEHAVIOUR
 
 TRITON_KEYS = ("2XQZBN6M3WQOUSYCBEB4FSGMZKDYTH2JNZV5SEOIHBI5JOUMA3PA",
                "7CBHK6QBRD3OHRPIMQSVUL3QDPMPLQKRYCTVRSYHHMCYKBFZKQ4Q")
@@ -431,3 +441,72 @@ def test_packing_never_writes_through_a_link_or_leaves_a_half_wheel(tmp_path: Pa
     first = pack_jit_caches({"triton": triton}, out_dir=out, **args).wheel.read_bytes()
     again = pack_jit_caches({"triton": triton}, out_dir=out, **args)
     assert again.wheel.read_bytes() == first and sorted(p.name for p in out.iterdir()) == [name]
+
+
+# Inductor's cache (issue 37, run 5 of the derived-serving report): SGLang's torch.compile
+# helpers compile at first use. Here a function of the shape of 0.5.16's
+# moe_sum_reduce_torch_compile is compiled by the release's own torch (its behaviour
+# environment; Inductor's CPU backend, as no GPU is here): the cache it leaves is the capture.
+_COMPILE = """
+import json, torch
+from torch._dynamo.utils import counters
+@torch.compile
+def moe_sum_reduce(x, out, scale):
+    torch.sum(x, dim=1, out=out)
+    out.mul_(scale)
+moe_sum_reduce(torch.randn(4, 8, 64), torch.empty(4, 64), 2.5)
+print(json.dumps({"torch": torch.__version__.split("+")[0], **{
+    k: v for k, v in counters["inductor"].items() if k.startswith("fxgraph_cache")}}))
+"""
+
+
+def _inductor_compile(python: Path, cache_dir: Path) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH", "PYTHON"))}
+    done = subprocess.run([str(python), "-c", _COMPILE], capture_output=True, text=True,
+                          env={**env, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir)},
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+@pytest.mark.slow(reason="compiles with Inductor in sglang 0.5.16's behaviour environment",
+                  group=BEHAVIOUR)
+def test_an_inductor_cache_captured_is_restored_by_the_launcher_and_hit(
+        upstream_0_5_16: UpstreamRelease, tmp_path: Path) -> None:
+    python = upstream_0_5_16.env.python
+    captured = _inductor_compile(python, tmp_path / "captured")
+    assert captured["fxgraph_cache_miss"] == 1  # the GPU run: Inductor compiled
+    torch = captured.pop("torch")
+    capture = InductorCapture(tmp_path / "captured", torch,
+                              "{}.{}".format(*sys.version_info[:2]), "sm_90a")
+    packed = pack_jit_caches({}, target="sglang-0.5.16", release="0.5.16",
+                             version="0.5.16+sm120.1.sm90a", epoch=1_700_000_000,
+                             out_dir=tmp_path / "dist", inductor=capture)
+    record = packed.manifest["frameworks"]["inductor"]
+    assert (record["version"], record["entry_depth"], record["capability"]) == (torch, 0, 90)
+    artifact = install(packed.wheel, tmp_path / "artifact-site") / PACKAGE
+
+    # another torch: nothing restored, one line
+    (tmp_path / "o").mkdir()
+    other = _launch(tmp_path / "o", artifact, versions={"torch": "2.10.0+cu130"},
+                    TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "other"))
+    assert f"inductor ignored (built with torch {torch}, this server has 2.10.0)" \
+        in other.stderr and not (tmp_path / "other").exists()
+
+    done = _launch(tmp_path, artifact, versions={"torch": f"{torch}+cu130"},
+                   TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "server"))
+    assert done.returncode == 0, done.stderr
+    assert f"inductor {record['entries']} of {record['entries']} file(s) restored to " \
+        f"{tmp_path / 'server'}" in done.stderr
+    served = _inductor_compile(python, tmp_path / "server")
+    # the same start compiled on an empty cache (above); with the restored one it does not
+    assert {k: v for k, v in served.items() if k != "torch"} == {"fxgraph_cache_hit": 1}
+
+
+def test_an_inductor_folder_that_is_no_servers_cache_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "inductor" / "aotautograd").mkdir(parents=True)
+    with pytest.raises(ConfigurationError, match="holds no Inductor FX graph entry"):
+        inductor_files(tmp_path / "inductor")
+    with pytest.raises(ConfigurationError, match="is not a folder"):
+        inductor_files(tmp_path / "missing")
