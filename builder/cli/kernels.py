@@ -99,6 +99,8 @@ examples:
   #   triton_watch` in a folder on PYTHONPATH, SGLANG_SM120_TRITON_WATCH=/tmp/watch,
   #   one request, stop (docs/operator.md); then here, no GPU needed:
   python -m builder kernels jit-cache --target sglang-0.5.23 /tmp/watch 12.0f
+  # DeepSeek-V3.2-class models: the TileLang DSA kernels too (nvcc; minutes):
+  python -m builder kernels jit-cache --target sglang-0.5.23 /tmp/watch 12.0f --tilelang
   # with Inductor's cache of that run too (copied from the GPU machine once it stopped):
   python -m builder kernels jit-cache --target sglang-0.5.23 /tmp/watch 12.0f \\
       --inductor /tmp/run-cache/inductor
@@ -135,8 +137,9 @@ def _kernels_parser(commands: Any) -> None:
                     "library's SASS with cuobjdump, and pack a flashinfer_jit_cache wheel "
                     "into --dist: on this machine (build) or in a CUDA build container "
                     "(container, via the Docker Engine); or only write what a build would "
-                    "compile (plan). jit-cache compiles SGLang's own Triton kernels ahead into "
-                    "the JIT cache wheel the image's launcher restores.",
+                    "compile (plan). jit-cache compiles SGLang's own Triton kernels (and, with "
+                    "--tilelang, the DSA TileLang kernels) ahead into the JIT cache wheel the "
+                    "image's launcher restores.",
         epilog=_KERNELS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     modes = kernels.add_subparsers(dest="kernels_mode", required=True, metavar="MODE")
     build = add_command(
@@ -225,6 +228,11 @@ def _kernels_parser(commands: Any) -> None:
                           "torch.compile helpers compiled: /tmp/torchinductor_<user>, or "
                           "$SGLANG_CACHE_DIR/inductor under 0.5.23), copied after the server "
                           "stopped. Inductor tunes on the GPU, so it is not built here")
+    jit.add_argument("--tilelang", action="store_true",
+                     help="also build the TileLang kernels the patched release's DSA "
+                          "dispatch picks (patch 0003) for the series' declared shapes "
+                          "(nvcc needed; minutes); the wheel is then tagged for this "
+                          "platform, as TileLang's entries hold a host library")
     jit.set_defaults(handler=_cmd_kernels_jit_cache)
 
 
@@ -387,14 +395,15 @@ def _cmd_kernels_jit_cache(args: argparse.Namespace, reporter: Reporter) -> dict
     from builder.kernels.jit_caches import run_kernels_jit_cache
 
     artifact = run_kernels_jit_cache(options(args, reporter), args.specs, args.arch,
-                                     args.inductor)
+                                     args.inductor, args.tilelang)
     for name, records in artifact.kernels.items():
         for record in records:
-            if not record["ok"]:
+            if not record.get("ok", not record.get("error")):  # Triton's "ok", TileLang's "error"
                 reporter.info(f"warning: {name} {record.get('kernel')} did not compile (it "
                               f"compiles at first use): {str(record.get('error'))[:300]}")
     for name, record in artifact.manifest["frameworks"].items():
-        failed = [r for r in artifact.kernels.get(name, []) if not r["ok"]]
+        failed = [r for r in artifact.kernels.get(name, [])
+                  if not r.get("ok", not r.get("error"))]
         under = f" under Python {record['python']}" if record.get("python") else ""
         what = "file(s) captured" if record.get("captured") else "kernel(s)"
         reporter.result(f"{name} {record['version']}: {record['entries']} {what} for "

@@ -422,7 +422,8 @@ def read_specs(path: Path) -> list[str]:
 
 
 def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str,
-                          inductor: Path | None = None) -> JitCacheArtifact:
+                          inductor: Path | None = None, tilelang: bool = False
+                          ) -> JitCacheArtifact:
     """``kernels jit-cache``: build the target's Triton cache ahead and pack the artifact.
 
     The specs are read and the arch checked first; then the target's wheel is fetched,
@@ -440,6 +441,9 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str,
         arch: the target arch (``12.0f``, ``sm_120a``; ``sm_90a`` to try it on a Hopper).
         inductor: Inductor's cache folder of a server run on a GPU of ``arch``, carried in
             the artifact too (:class:`InductorCapture`; its torch is the release's pin).
+        tilelang: also build the TileLang kernels the patched release's DSA dispatch picks
+            for the series' declared shapes
+            (:func:`~builder.kernels.tilelang_cache.build_tilelang_cache`, nvcc needed).
 
     Returns:
         The artifact, with the build's records.
@@ -447,13 +451,16 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str,
     Raises:
         ConfigurationError: bad specs or arch, an Inductor folder that is no server's
             cache, or a target that pins no wheel for this Python.
-        BuildError: Triton's compile did not finish, no spec compiled, or the server's
-            triton did not install.
+        BuildError: Triton's compile did not finish, no spec compiled, the server's
+            triton did not install, or (``tilelang``) the series declares no TileLang
+            kernel for the release or none compiled.
+        MissingToolError: (``tilelang``) no nvcc.
         SourceError: the wheel cannot be fetched, or the triton its server runs cannot be
             found (no exact torch pin, no such torch wheel, no triton requirement).
         PatchError: the series does not apply.
     """
     from builder.behaviour.env import behaviour_env
+    from builder.behaviour.fit import fits_of
     from builder.behaviour.run import wheel_for_interpreter
     from builder.kernels.pins import read_pins
     from builder.kernels.serving_triton import install_triton, serving_triton
@@ -476,6 +483,10 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str,
                        "-none-any.whl")  # the behaviour environment runs this Python
     series = select_series(options, target)
     read_series(series)
+    if tilelang and not fits_of(series, target.upstream_version):
+        raise ConfigurationError(
+            f"the series of {target.name} declares no TileLang kernel ([[kernel_fit]]) for "
+            f"sglang {target.upstream_version}", "leave out --tilelang for this target")
     pin = wheel_for_interpreter(target)
     reporter = options.reporter
     source = fetch_pin(pin, target.upstream_version, cache=options.cache,
@@ -503,10 +514,20 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str,
             raise BuildError(f"none of the {len(built.kernels)} Triton specializations "
                              f"compiled for {arch}: {str(first)[:300]}",
                              "were they recorded with this target's sglang release?")
+        caches, records = {"triton": built.folder}, {"triton": built.kernels}
+        if tilelang:
+            tiles = tilelang_cache.build_tilelang_cache(
+                env, source.archive, series, arch, Path(tmp) / "tilelang",
+                cache=options.cache, overlay=patched.tree, reporter=reporter)
+            if len(tiles.failed) == len(tiles.kernels):
+                first = tiles.failed[0].get("error", "") if tiles.failed else "none recorded"
+                raise BuildError(f"none of the TileLang kernels compiled for {arch}: "
+                                 f"{str(first)[:300]}", "see the kernel-fit check's output")
+            caches["tilelang"], records["tilelang"] = tiles.folder, tiles.kernels
         python = "{}.{}".format(*sys.version_info[:2])  # the behaviour env's: this one
         captured = None if inductor is None else InductorCapture(inductor, serving.torch,
                                                                   python, arch)
-        artifact = pack_jit_caches({"triton": built.folder}, target=target.name,
-                                   release=release, version=version, epoch=epoch,
-                                   out_dir=options.dist_dir, inductor=captured)
-    return JitCacheArtifact(artifact.wheel, artifact.manifest, {"triton": built.kernels})
+        artifact = pack_jit_caches(caches, target=target.name, release=release,
+                                   version=version, epoch=epoch, out_dir=options.dist_dir,
+                                   inductor=captured)
+    return JitCacheArtifact(artifact.wheel, artifact.manifest, records)
