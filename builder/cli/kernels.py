@@ -226,8 +226,10 @@ def _kernels_parser(commands: Any) -> None:
     jit.add_argument("--inductor", type=Path, metavar="DIR",
                      help="also carry Inductor's cache of that GPU run (what SGLang's "
                           "torch.compile helpers compiled: /tmp/torchinductor_<user>, or "
-                          "$SGLANG_CACHE_DIR/inductor under 0.5.23), copied after the server "
-                          "stopped. Inductor tunes on the GPU, so it is not built here")
+                          "$SGLANG_CACHE_DIR/inductor from 0.5.20), copied after the server "
+                          "stopped; the run must be of the image's torch (the release's "
+                          "pin), which the artifact records. Inductor tunes on the GPU, so it "
+                          "is not built here")
     jit.add_argument("--tilelang", action="store_true",
                      help="also build the TileLang kernels the patched release's DSA "
                           "dispatch picks (patch 0003) for the series' declared shapes "

@@ -277,6 +277,13 @@ def _cmd_warm_cache_restore(args: argparse.Namespace, reporter: Reporter) -> dic
         from builder.smoke.autotune_path import check_model_path, release_autotune_paths
 
         check_model_path(args.model_path)  # before the release is fetched and run
+        for token in args.server_flags:  # one model: SGLang's last --model-path would win
+            flag = token.split("=", 1)[0]
+            if flag == "--model" or (flag.startswith("--model-") and
+                                     "--model-path".startswith(flag)):
+                raise ConfigurationError(
+                    f"{token} after --: the model is --model-path's (it is in SGLang's "
+                    "key), given once", "drop it from the flags after --")
         key = WarmCacheKey.from_mapping(_read_key(args.key))
         run = options(args, reporter)
         if run.target is not None and run.target != key.release:

@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -117,23 +118,37 @@ class InductorCapture:
     arch: str
 
 
+#: A path component of a cache entry, as the launcher takes it (its ``JIT_ENTRY``): Inductor's
+#: and Triton's base32 and hex keys, with their extensions; no hidden name, no space.
+ENTRY_NAME = re.compile(r"[0-9A-Za-z_][0-9A-Za-z._+-]{0,199}")
+
+
 def inductor_files(folder: Path) -> list[tuple[str, Path]]:
-    """The regular files of an Inductor cache folder (arcname below it, path).
+    """The files of an Inductor cache folder the launcher restores (arcname below it, path).
+
+    Regular files whose every path component is a cache key's (:data:`ENTRY_NAME`: no
+    hidden file, nothing a launcher would skip); Inductor's locks and a writer's
+    temporaries left out. A Triton group file (Inductor's own Triton cache) is packed as
+    :func:`portable_group` writes it.
 
     Raises:
-        ConfigurationError: ``folder`` is no folder or holds no FX graph entry
-            (``fxgraph/``): not the cache of a server that compiled.
+        ConfigurationError: ``folder`` does not exist, is no folder, or holds no FX graph
+            entry (``fxgraph/<2>/<key>/<file>``, ``FxGraphCache`` in torch 2.11): not the
+            cache of a server that compiled.
     """
     hint = ("give the TORCHINDUCTOR_CACHE_DIR a server run on the GPU left "
-            "(/tmp/torchinductor_<user>; $SGLANG_CACHE_DIR/inductor under SGLang 0.5.23)")
+            "(/tmp/torchinductor_<user>; $SGLANG_CACHE_DIR/inductor from SGLang 0.5.20)")
+    if not folder.exists():
+        raise ConfigurationError(f"the Inductor cache {folder} does not exist", hint)
     if not folder.is_dir():
         raise ConfigurationError(f"the Inductor cache {folder} is not a folder", hint)
     files = [(path.relative_to(folder).as_posix(), path) for path in _regular_files(folder)]
-    # Inductor's lock files and a writer's temporaries are no entries
     files = [(name, path) for name, path in files
-             if not name.startswith("locks/") and not name.endswith((".lock", ".tmp"))]
-    if not any(name.startswith("fxgraph/") for name, _ in files):
-        raise ConfigurationError(f"{folder} holds no Inductor FX graph entry (fxgraph/)", hint)
+             if all(ENTRY_NAME.fullmatch(part) for part in name.split("/"))
+             and not name.startswith("locks/") and not name.endswith((".lock", ".tmp"))]
+    if not any(name.startswith("fxgraph/") and name.count("/") == 3 for name, _ in files):
+        raise ConfigurationError(f"{folder} holds no Inductor FX graph entry "
+                                 "(fxgraph/<2>/<key>/<file>)", hint)
     return files
 
 
@@ -304,8 +319,11 @@ def pack_jit_caches(caches: dict[str, Path], *, target: str, release: str, versi
             "version": inductor.torch, "arch": inductor.arch,
             "capability": triton_cache.capability(inductor.arch), "python": inductor.python,
             "entry_depth": 0, "entries": len(found), "captured": "a server run on the GPU"}
-        files += [(f"{PACKAGE}/{INDUCTOR}/{arcname}", path.read_bytes(), 0o644)
-                  for arcname, path in found]
+        for arcname, path in found:
+            data = path.read_bytes()
+            if path.name.startswith("__grp__") and path.suffix == ".json":
+                data = portable_group(data)  # Inductor's own Triton cache: no machine's path
+            files.append((f"{PACKAGE}/{INDUCTOR}/{arcname}", data, 0o644))
     files[:0] = [
         (f"{PACKAGE}/__init__.py", _INIT.format(target=target, manifest=MANIFEST).encode(),
          0o644),

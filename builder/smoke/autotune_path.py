@@ -63,9 +63,11 @@ def check_model_path(model_path: str) -> None:
     the form ``owner/name`` (or a legacy bare ``name``) is left to the release, as before.
 
     Raises:
-        ConfigurationError: no such path, and not of the form ``owner/name``.
+        ConfigurationError: not a folder (a file, or nothing there), and not of the form
+            ``owner/name`` (or a bare ``name``) with nothing of that name here.
     """
-    if os.path.exists(model_path) or HF_NAME.fullmatch(model_path):
+    if os.path.isdir(model_path) or (not os.path.lexists(model_path)
+                                     and HF_NAME.fullmatch(model_path)):
         return
     raise ConfigurationError(
         f"--model-path {model_path}: no such folder (a local checkpoint folder holding "

@@ -198,6 +198,21 @@ def test_a_mistyped_model_path_is_refused_before_the_release_runs(
     assert "Repo id" not in done.stderr
 
 
+@pytest.mark.parametrize("flags", [["--model", "other"], ["--model-path=/models/typo"],
+                                   ["--tp-size", "1", "--model-path", "x"]])
+def test_a_second_model_after_the_flags_separator_is_refused(
+        tmp_path: Path, shared_cache: Path, flags: list[str]) -> None:
+    # SGLang takes the last one: files went where the other model's server reads them
+    _captured(tmp_path)
+    (tmp_path / "tiny").mkdir()
+    done = run_cli("warm-cache", "restore", "--artifact", str(tmp_path / "warm.json"),
+                   "--key", str(tmp_path / "key.json"), "--model-path", str(tmp_path / "tiny"),
+                   "--targets-file", str(REPO / "targets.toml"),
+                   "--cache-dir", str(shared_cache), "--", *flags, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "after --: the model is --model-path's" in done.stderr, done.stderr
+
+
 def test_a_local_folder_or_a_hugging_face_name_goes_to_the_release(tmp_path: Path) -> None:
     (tmp_path / "tiny").mkdir()
     for model in (str(tmp_path / "tiny"), "Qwen/Qwen3-30B-A3B", "deepseek-ai/DeepSeek-V3.1",
@@ -205,3 +220,6 @@ def test_a_local_folder_or_a_hugging_face_name_goes_to_the_release(tmp_path: Pat
         check_model_path(model)  # left to the release, as before
     with pytest.raises(ConfigurationError, match="no such folder"):
         check_model_path(str(tmp_path / "tiny2"))
+    (tmp_path / "config.json").write_text("{}")  # a file is no checkpoint folder
+    with pytest.raises(ConfigurationError, match="no such folder"):
+        check_model_path(str(tmp_path / "config.json"))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -26,6 +27,7 @@ from builder.core.errors import BuildError, ConfigurationError
 from builder.image.build import read_extra_wheel
 from builder.image.profile import LAUNCHER_SOURCE
 from builder.kernels.jit_caches import (
+    ENTRY_NAME,
     MANIFEST,
     PACKAGE,
     InductorCapture,
@@ -508,5 +510,80 @@ def test_an_inductor_folder_that_is_no_servers_cache_is_refused(tmp_path: Path) 
     (tmp_path / "inductor" / "aotautograd").mkdir(parents=True)
     with pytest.raises(ConfigurationError, match="holds no Inductor FX graph entry"):
         inductor_files(tmp_path / "inductor")
-    with pytest.raises(ConfigurationError, match="is not a folder"):
+    (tmp_path / "inductor" / "fxgraph").mkdir()
+    (tmp_path / "inductor" / "fxgraph" / "readme.txt").write_text("not an entry")
+    with pytest.raises(ConfigurationError, match="holds no Inductor FX graph entry"):
+        inductor_files(tmp_path / "inductor")
+    with pytest.raises(ConfigurationError, match="does not exist"):
         inductor_files(tmp_path / "missing")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigurationError, match="is not a folder"):
+        inductor_files(tmp_path / "file")
+
+
+def _inductor_cache(folder: Path) -> Path:
+    """An Inductor cache's layout (torch 2.11): an FX graph entry, a kernel module, its
+    autotune result, and a Triton entry of Inductor's own Triton cache with its group file
+    (absolute paths, as Triton writes them)."""
+    entry = folder / "fxgraph" / "hj" / "fhjjlbk5oqjid6z6"
+    entry.mkdir(parents=True)
+    (entry / "2y7spbqg44mwzbax").write_bytes(b"pickled entry")
+    (folder / "ra").mkdir()
+    (folder / "ra" / "cra2jccenp7eeuhtmhvh.py").write_text("# kernel module\n")
+    (folder / "ra" / "4d3094f98d410421.best_config").write_text("{}")
+    kernel = folder / "triton" / "0" / "KEYKEYKEY"
+    kernel.mkdir(parents=True)
+    (kernel / "k.cubin").write_bytes(b"cubin")
+    (kernel / "__grp__k.json").write_text(json.dumps({"child_paths": {
+        "k.cubin": "/gpu-machine/inductor/triton/0/KEYKEYKEY/k.cubin"}}))
+    (folder / "locks").mkdir()
+    (folder / "locks" / "x.lock").write_text("")
+    (folder / ".ssh").mkdir()
+    (folder / ".ssh" / "id_rsa").write_text("secret")
+    (folder / "ra" / "name with space").write_text("x")
+    return folder
+
+
+def test_an_inductor_cache_is_packed_as_the_launcher_takes_it_and_restored_file_by_file(
+        tmp_path: Path) -> None:
+    capture = InductorCapture(_inductor_cache(tmp_path / "captured"), "2.11.0", "{}.{}".format(
+        *sys.version_info[:2]), "sm_90a")
+    packed = pack_jit_caches({}, target="sglang-0.5.16", release="0.5.16",
+                             version="0.5.16+sm120.1.sm90a", epoch=1_700_000_000,
+                             out_dir=tmp_path / "dist", inductor=capture)
+    with zipfile.ZipFile(packed.wheel) as archive:
+        names = sorted(n.split("/inductor/", 1)[1] for n in archive.namelist()
+                       if "/inductor/" in n)
+        group = json.loads(archive.read(f"{PACKAGE}/inductor/triton/0/KEYKEYKEY/__grp__k.json"))
+    assert names == ["fxgraph/hj/fhjjlbk5oqjid6z6/2y7spbqg44mwzbax",
+                     "ra/4d3094f98d410421.best_config", "ra/cra2jccenp7eeuhtmhvh.py",
+                     "triton/0/KEYKEYKEY/__grp__k.json", "triton/0/KEYKEYKEY/k.cubin"]
+    assert group["child_paths"] == {"k.cubin": "k.cubin"}  # no machine's folder
+    artifact = install(packed.wheel, tmp_path / "artifact-site") / PACKAGE
+    dest = tmp_path / "server"
+    done = _launch(tmp_path, artifact, versions={"torch": "2.11.0+cu130"},
+                   TORCHINDUCTOR_CACHE_DIR=str(dest))
+    assert f"inductor 5 of 5 file(s) restored to {dest}" in done.stderr, done.stderr
+    assert json.loads((dest / "triton/0/KEYKEYKEY/__grp__k.json").read_text()) == {
+        "child_paths": {"k.cubin": str(dest / "triton/0/KEYKEYKEY/k.cubin")}}
+
+    # a destination that cannot take a file: counted, said, the rest restored, rc 0
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    (blocked / "ra").write_text("a file where a folder goes")
+    done = _launch(tmp_path, artifact, versions={"torch": "2.11.0+cu130"},
+                   TORCHINDUCTOR_CACHE_DIR=str(blocked))
+    assert done.returncode == 0
+    assert f"inductor 3 of 5 file(s) restored to {blocked}; cannot write 2 to {blocked}: ra/" \
+        in done.stderr, done.stderr
+
+    # an artifact whose inductor/ folder is gone: one line, nothing restored
+    shutil.rmtree(artifact / "inductor")
+    done = _launch(tmp_path, artifact, versions={"torch": "2.11.0+cu130"},
+                   TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "none"))
+    assert "inductor ignored: unreadable" in done.stderr and not (tmp_path / "none").exists()
+
+
+def test_the_launchers_entry_name_rule_is_the_packers() -> None:
+    source = LAUNCHER_SOURCE.read_text()
+    assert f'JIT_ENTRY = re.compile(r"{ENTRY_NAME.pattern}")' in source
