@@ -99,11 +99,8 @@ examples:
   #   triton_watch` in a folder on PYTHONPATH, SGLANG_SM120_TRITON_WATCH=/tmp/watch,
   #   one request, stop (docs/operator.md); then here, no GPU needed:
   python -m builder kernels jit-cache --target sglang-0.5.23 /tmp/watch 12.0f
-  # DeepSeek-V3.2-class models: the TileLang DSA kernels too (nvcc; minutes):
-  python -m builder kernels jit-cache --target sglang-0.5.23 /tmp/watch 12.0f --tilelang
-  # with Inductor's cache of that run too (copied from the GPU machine once it stopped):
-  python -m builder kernels jit-cache --target sglang-0.5.23 /tmp/watch 12.0f \\
-      --inductor /tmp/run-cache/inductor
+  # with Inductor's cache of that run too: its TORCHINDUCTOR_CACHE_DIR copied into the
+  # watch folder as inductor/ once the server stopped, then the same command
   python -m builder image --target sglang-0.5.23 \\
       --kernel-wheel dist/sglang_sm120_jit_caches-0.5.23+sm120.1-cp312-none-any.whl
 
@@ -117,12 +114,14 @@ or that SGLang parameterises by the device (a list recorded on another GPU), com
 The wheel's version is the target's, with the arch in its local label when the arch is not
 the target's own (sglang_sm120_jit_caches-0.5.16+sm120.1.sm90a-...), so two archs' wheels
 never share a name.
---inductor: Inductor's entries are restored file by file into the server's
-TORCHINDUCTOR_CACHE_DIR when torch's version, the Python and the GPU's arch are the
-capture's; Inductor's own key (torch, Triton, the GPU's name, the graph) decides the rest:
-an entry of another GPU model is a miss, never a wrong kernel.
+SPECS/inductor/ (Inductor's cache of the run: /tmp/torchinductor_<user>, or
+$SGLANG_CACHE_DIR/inductor from 0.5.20; the run must be of the image's torch, the release's
+pin, which the artifact records; Inductor tunes on the GPU, so it is not built here) is
+packed too and restored file by file into the server's TORCHINDUCTOR_CACHE_DIR when torch's
+version, the Python and the GPU's arch are the capture's; Inductor's own key (torch, Triton,
+the GPU's name, the graph) decides the rest: another GPU model misses, never a wrong kernel.
 exit status: 2 bad SPECS, an ARCH that is none or that triton's ptxas does not know, DIST
-not a folder, an --inductor folder with no FX graph entry, or a target without a wheel for
+not a folder, a SPECS/inductor/ with no FX graph entry, or a target without a wheel for
 this Python (give --target: the default, targets.toml's `default`, is a source target); 6
 Triton's compile did not finish, or no specialization compiled.
 """
@@ -137,9 +136,8 @@ def _kernels_parser(commands: Any) -> None:
                     "library's SASS with cuobjdump, and pack a flashinfer_jit_cache wheel "
                     "into --dist: on this machine (build) or in a CUDA build container "
                     "(container, via the Docker Engine); or only write what a build would "
-                    "compile (plan). jit-cache compiles SGLang's own Triton kernels (and, with "
-                    "--tilelang, the DSA TileLang kernels) ahead into the JIT cache wheel the "
-                    "image's launcher restores.",
+                    "compile (plan). jit-cache compiles SGLang's own Triton kernels ahead into "
+                    "the JIT cache wheel the image's launcher restores.",
         epilog=_KERNELS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     modes = kernels.add_subparsers(dest="kernels_mode", required=True, metavar="MODE")
     build = add_command(
@@ -214,8 +212,9 @@ def _kernels_parser(commands: Any) -> None:
     target_arg(jit)
     index_url_arg(jit)
     jit.add_argument("specs", type=Path, metavar="SPECS",
-                     help="the folder triton_watch wrote (its *.jsonl), one such file, or a "
-                          "JSON list of Triton specialization_data strings")
+                     help="the folder triton_watch wrote (its *.jsonl; and inductor/, the "
+                          "run's Inductor cache, when you copied it there), one such file, or "
+                          "a JSON list of Triton specialization_data strings")
     jit.add_argument("arch", metavar="ARCH",
                      help="the GPU the kernels are for: 12.0f or sm_120a for SM120 (RTX PRO "
                           "6000, RTX 5090); sm_90a to try it on a Hopper. Triton keys by the "
@@ -223,18 +222,6 @@ def _kernels_parser(commands: Any) -> None:
                           "another GPU")
     jit.add_argument("dist", type=Path, nargs="?", default=Path("dist"), metavar="DIST",
                      help="where the wheel goes (default: %(default)s)")
-    jit.add_argument("--inductor", type=Path, metavar="DIR",
-                     help="also carry Inductor's cache of that GPU run (what SGLang's "
-                          "torch.compile helpers compiled: /tmp/torchinductor_<user>, or "
-                          "$SGLANG_CACHE_DIR/inductor from 0.5.20), copied after the server "
-                          "stopped; the run must be of the image's torch (the release's "
-                          "pin), which the artifact records. Inductor tunes on the GPU, so it "
-                          "is not built here")
-    jit.add_argument("--tilelang", action="store_true",
-                     help="also build the TileLang kernels the patched release's DSA "
-                          "dispatch picks (patch 0003) for the series' declared shapes "
-                          "(nvcc needed; minutes); the wheel is then tagged for this "
-                          "platform, as TileLang's entries hold a host library")
     jit.set_defaults(handler=_cmd_kernels_jit_cache)
 
 
@@ -396,8 +383,7 @@ def _cmd_kernels_plan(args: argparse.Namespace, reporter: Reporter) -> dict[str,
 def _cmd_kernels_jit_cache(args: argparse.Namespace, reporter: Reporter) -> dict[str, Any]:
     from builder.kernels.jit_caches import run_kernels_jit_cache
 
-    artifact = run_kernels_jit_cache(options(args, reporter), args.specs, args.arch,
-                                     args.inductor, args.tilelang)
+    artifact = run_kernels_jit_cache(options(args, reporter), args.specs, args.arch)
     for name, records in artifact.kernels.items():
         for record in records:
             if not record.get("ok", not record.get("error")):  # Triton's "ok", TileLang's "error"

@@ -439,9 +439,7 @@ def read_specs(path: Path) -> list[str]:
     return list(dict.fromkeys(specs))
 
 
-def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str,
-                          inductor: Path | None = None, tilelang: bool = False
-                          ) -> JitCacheArtifact:
+def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str) -> JitCacheArtifact:
     """``kernels jit-cache``: build the target's Triton cache ahead and pack the artifact.
 
     The specs are read and the arch checked first; then the target's wheel is fetched,
@@ -457,28 +455,23 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str,
         options: the run's options (target, cache, ``dist_dir``, reporter).
         specs_path: the specs (:func:`read_specs`).
         arch: the target arch (``12.0f``, ``sm_120a``; ``sm_90a`` to try it on a Hopper).
-        inductor: Inductor's cache folder of a server run on a GPU of ``arch``, carried in
+            A folder of them may hold ``inductor/``: Inductor's cache of that GPU run (its
+            ``TORCHINDUCTOR_CACHE_DIR``, copied there once the server stopped), carried in
             the artifact too (:class:`InductorCapture`; its torch is the release's pin).
-        tilelang: also build the TileLang kernels the patched release's DSA dispatch picks
-            for the series' declared shapes
-            (:func:`~builder.kernels.tilelang_cache.build_tilelang_cache`, nvcc needed).
 
     Returns:
         The artifact, with the build's records.
 
     Raises:
-        ConfigurationError: bad specs or arch, an Inductor folder that is no server's
-            cache, or a target that pins no wheel for this Python.
-        BuildError: Triton's compile did not finish, no spec compiled, the server's
-            triton did not install, or (``tilelang``) the series declares no TileLang
-            kernel for the release or none compiled.
-        MissingToolError: (``tilelang``) no nvcc.
+        ConfigurationError: bad specs or arch, an ``inductor/`` that is no server's
+            Inductor cache, or a target that pins no wheel for this Python.
+        BuildError: Triton's compile did not finish, no spec compiled, or the server's
+            triton did not install.
         SourceError: the wheel cannot be fetched, or the triton its server runs cannot be
             found (no exact torch pin, no such torch wheel, no triton requirement).
         PatchError: the series does not apply.
     """
     from builder.behaviour.env import behaviour_env
-    from builder.behaviour.fit import fits_of
     from builder.behaviour.run import wheel_for_interpreter
     from builder.kernels.pins import read_pins
     from builder.kernels.serving_triton import install_triton, serving_triton
@@ -488,8 +481,11 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str,
 
     specs = read_specs(specs_path)
     triton_cache.capability(arch)
-    if inductor is not None:
+    inductor: Path | None = specs_path / INDUCTOR
+    if specs_path.is_dir() and inductor and (inductor.exists() or inductor.is_symlink()):
         inductor_files(inductor)  # refused before minutes of fetching and compiling
+    else:
+        inductor = None
     target = select_target(options)
     version = artifact_version(target.version, arch, target.arch_list)
     # the output path is checked before minutes of compiling, not after
@@ -501,10 +497,6 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str,
                        "-none-any.whl")  # the behaviour environment runs this Python
     series = select_series(options, target)
     read_series(series)
-    if tilelang and not fits_of(series, target.upstream_version):
-        raise ConfigurationError(
-            f"the series of {target.name} declares no TileLang kernel ([[kernel_fit]]) for "
-            f"sglang {target.upstream_version}", "leave out --tilelang for this target")
     pin = wheel_for_interpreter(target)
     reporter = options.reporter
     source = fetch_pin(pin, target.upstream_version, cache=options.cache,
@@ -533,15 +525,6 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str,
                              f"compiled for {arch}: {str(first)[:300]}",
                              "were they recorded with this target's sglang release?")
         caches, records = {"triton": built.folder}, {"triton": built.kernels}
-        if tilelang:
-            tiles = tilelang_cache.build_tilelang_cache(
-                env, source.archive, series, arch, Path(tmp) / "tilelang",
-                cache=options.cache, overlay=patched.tree, reporter=reporter)
-            if len(tiles.failed) == len(tiles.kernels):
-                first = tiles.failed[0].get("error", "") if tiles.failed else "none recorded"
-                raise BuildError(f"none of the TileLang kernels compiled for {arch}: "
-                                 f"{str(first)[:300]}", "see the kernel-fit check's output")
-            caches["tilelang"], records["tilelang"] = tiles.folder, tiles.kernels
         python = "{}.{}".format(*sys.version_info[:2])  # the behaviour env's: this one
         captured = None if inductor is None else InductorCapture(inductor, serving.torch,
                                                                   python, arch)

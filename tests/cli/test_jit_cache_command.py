@@ -90,3 +90,15 @@ def test_the_wheel_version_names_an_arch_that_is_not_the_targets(arch: str, vers
 
     assert artifact_version("0.5.23+sm120.1", arch, ("12.0f",)) == version
     assert str(Version(version)) == version  # PEP 440
+
+
+def test_an_inductor_folder_in_specs_that_is_no_servers_cache_is_refused_up_front(
+        tmp_path: Path) -> None:
+    watch = tmp_path / "watch"
+    (watch / "inductor" / "aotautograd").mkdir(parents=True)
+    (watch / "1.jsonl").write_text(json.dumps({"spec": SPEC}))
+    done = run_cli("kernels", "jit-cache", "--target", "sglang-0.5.23", str(watch), "12.0f",
+                   str(tmp_path / "dist"), "--json", cache=tmp_path / "cache")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "holds no Inductor FX graph entry" in json.loads(done.stdout)["error"]
+    assert not (tmp_path / "dist").exists() and not (tmp_path / "cache").exists()

@@ -191,6 +191,12 @@ def test_the_command_builds_the_artifact_from_what_triton_watch_recorded(
     (watch / "4242.jsonl").write_text("".join(
         json.dumps(r) + "\n" for r in ({"compile": KERNEL, "cache_hit": False, "us": 1},
                                         *({"spec": s} for s in specs))))
+    # the run's Inductor cache, copied into the watch folder (its layout, torch 2.11)
+    entry = watch / "inductor" / "fxgraph" / "hj" / "fhjjlbk5oqjid6z6"
+    entry.mkdir(parents=True)
+    (entry / "2y7spbqg44mwzbax").write_bytes(b"pickled entry")
+    (watch / "inductor" / "ra").mkdir()
+    (watch / "inductor" / "ra" / "cra2jccenp7eeuhtmhvh.py").write_text("# kernel module\n")
     done = run_cli("kernels", "jit-cache", "--target", "sglang-0.5.23", str(watch), "12.0f",
                    str(tmp_path / "dist"), "--json", cache=shared_cache)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -204,9 +210,15 @@ def test_the_command_builds_the_artifact_from_what_triton_watch_recorded(
         "3.8.0", "12.0f", 120, 1)
     assert answer["manifest"]["target"] == "sglang-0.5.23" and answer["failed"] == {
         "triton": []}
+    inductor = answer["manifest"]["frameworks"]["inductor"]  # carried, labelled with the pin
+    assert (inductor["entries"], inductor["entry_depth"], inductor["arch"]) == (2, 0, "12.0f")
+    assert inductor["python"] == "{}.{}".format(*sys.version_info[:2])
+    assert inductor["version"] == "2.14.1"  # 0.5.23's torch pin
     with zipfile.ZipFile(wheel) as archive:
         cubins = [n for n in archive.namelist() if n.endswith(".cubin")]
     assert [c.rsplit("/", 1)[1] for c in cubins] == ["masked_set_kv_buffer_kernel.cubin"]
+    with zipfile.ZipFile(wheel) as archive:
+        assert f"{PACKAGE}/inductor/ra/cra2jccenp7eeuhtmhvh.py" in archive.namelist()
 
 
 @pytest.mark.slow(reason="imports sglang 0.5.23's triton in its behaviour environment",
@@ -226,38 +238,3 @@ def test_an_arch_the_ptxas_of_the_serving_triton_does_not_know_is_refused(
     assert "sm_120a" in answer["hint"] and "sm_90a" in answer["hint"], answer
     assert not (tmp_path / "dist").exists()
 
-
-@pytest.mark.slow(reason="builds 0.5.23's Triton spec and every TileLang kernel its series "
-                  "declares (lowered, nvcc), minutes", group=BEHAVIOUR)
-def test_the_command_builds_the_tilelang_kernels_the_dsa_dispatch_picks_too(
-        shared_cache: Path, specs: list[str], tmp_path: Path, tilelang_nvcc: Path) -> None:
-    """``kernels jit-cache --tilelang``: the TileLang kernels patched 0.5.23's DSA dispatch
-    picks for the series' ``[[kernel_fit]]`` shapes, packed beside the Triton kernel."""
-    watch = tmp_path / "watch.jsonl"
-    watch.write_text("".join(json.dumps({"spec": s}) + "\n" for s in specs))
-    done = run_cli("kernels", "jit-cache", "--target", "sglang-0.5.23", str(watch), "sm_90a",
-                   str(tmp_path / "dist"), "--tilelang", "--json", cache=shared_cache)
-    assert done.returncode == 0, done.stdout + done.stderr
-    answer = json.loads(done.stdout)
-    frameworks = answer["manifest"]["frameworks"]
-    assert answer["failed"] == {"triton": [], "tilelang": []}
-    assert frameworks["triton"]["entries"] == 1
-    tilelang = frameworks["tilelang"]
-    assert (tilelang["arch"], tilelang["capability"]) == ("sm_90a", 90)
-    assert tilelang["entries"] >= 2  # one kernel per shape the dispatch picks
-    with zipfile.ZipFile(answer["wheel"]) as archive:
-        hosts = [n for n in archive.namelist() if n.endswith("/executable.so")]
-    assert len(hosts) == tilelang["entries"]
-    assert Path(answer["wheel"]).name.endswith(
-        "-cp{}{}-none-manylinux_2_28_x86_64.whl".format(*sys.version_info[:2]))
-
-
-def test_tilelang_for_a_release_whose_series_declares_none_is_refused(
-        shared_cache: Path, tmp_path: Path) -> None:
-    watch = tmp_path / "watch.jsonl"
-    watch.write_text(json.dumps({"spec": json.dumps({"name": "m.k"})}) + "\n")
-    done = run_cli("kernels", "jit-cache", "--target", "sglang-0.5.11", str(watch), "sm_90a",
-                   str(tmp_path / "dist"), "--tilelang", cache=shared_cache)
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert "declares no TileLang kernel ([[kernel_fit]]) for sglang 0.5.11" in done.stderr
-    assert not (tmp_path / "dist").exists()
