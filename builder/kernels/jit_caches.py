@@ -453,11 +453,11 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str) -> JitC
 
     Args:
         options: the run's options (target, cache, ``dist_dir``, reporter).
-        specs_path: the specs (:func:`read_specs`).
+        specs_path: the specs (:func:`read_specs`). A folder of them may hold
+            ``inductor/``: Inductor's cache of that GPU run (its ``TORCHINDUCTOR_CACHE_DIR``,
+            copied there once the server stopped), carried in the artifact too
+            (:class:`InductorCapture`; its torch is the release's pin).
         arch: the target arch (``12.0f``, ``sm_120a``; ``sm_90a`` to try it on a Hopper).
-            A folder of them may hold ``inductor/``: Inductor's cache of that GPU run (its
-            ``TORCHINDUCTOR_CACHE_DIR``, copied there once the server stopped), carried in
-            the artifact too (:class:`InductorCapture`; its torch is the release's pin).
 
     Returns:
         The artifact, with the build's records.
@@ -481,11 +481,11 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str) -> JitC
 
     specs = read_specs(specs_path)
     triton_cache.capability(arch)
-    inductor: Path | None = specs_path / INDUCTOR
-    if specs_path.is_dir() and inductor and (inductor.exists() or inductor.is_symlink()):
+    inductor = specs_path / INDUCTOR if specs_path.is_dir() else None
+    if inductor is not None and not (inductor.exists() or inductor.is_symlink()):
+        inductor = None  # none copied there: the Triton kernels alone
+    if inductor is not None:
         inductor_files(inductor)  # refused before minutes of fetching and compiling
-    else:
-        inductor = None
     target = select_target(options)
     version = artifact_version(target.version, arch, target.arch_list)
     # the output path is checked before minutes of compiling, not after
