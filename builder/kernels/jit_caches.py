@@ -105,7 +105,7 @@ class InductorCapture:
         folder: the run's ``TORCHINDUCTOR_CACHE_DIR``: torch's default
             ``/tmp/torchinductor_<user>`` (``default_cache_dir`` in
             ``torch/_inductor/runtime/cache_dir_utils.py``), ``$SGLANG_CACHE_DIR/inductor``
-            under SGLang 0.5.23 (``third_party_cache_defaults`` in ``sglang/srt/environ.py``).
+            from SGLang 0.5.20 (``third_party_cache_defaults`` in ``sglang/srt/environ.py``).
         torch: the torch version the server ran (the launcher compares it).
         python: the server's ``major.minor`` (Inductor's key holds Triton's, which hashes
             ``libtriton``, built per Python).
@@ -228,6 +228,11 @@ def _framework(name: str, folder: Path) -> tuple[dict[str, Any], list[tuple[str,
     return record, files
 
 
+def _is_group(path: Path) -> bool:
+    """Whether ``path`` is a Triton group file (``__grp__<kernel>.json``)."""
+    return path.name.startswith("__grp__") and path.suffix == ".json"
+
+
 def portable_group(data: bytes) -> bytes:
     """A Triton group file (``__grp__<kernel>.json``) with its ``child_paths`` reduced to
     file names.
@@ -304,7 +309,7 @@ def pack_jit_caches(caches: dict[str, Path], *, target: str, release: str, versi
         for arcname, path in found:
             mode = 0o755 if os.access(path, os.X_OK) else 0o644
             data = path.read_bytes()
-            if name == "triton" and path.name.startswith("__grp__") and path.suffix == ".json":
+            if name == "triton" and _is_group(path):
                 data = portable_group(data)
             files.append((f"{PACKAGE}/{name}/{arcname}", data, mode))
     if inductor is not None:
@@ -321,7 +326,7 @@ def pack_jit_caches(caches: dict[str, Path], *, target: str, release: str, versi
             "entry_depth": 0, "entries": len(found), "captured": "a server run on the GPU"}
         for arcname, path in found:
             data = path.read_bytes()
-            if path.name.startswith("__grp__") and path.suffix == ".json":
+            if _is_group(path):
                 data = portable_group(data)  # Inductor's own Triton cache: no machine's path
             files.append((f"{PACKAGE}/{INDUCTOR}/{arcname}", data, 0o644))
     files[:0] = [
@@ -524,11 +529,10 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str) -> JitC
             raise BuildError(f"none of the {len(built.kernels)} Triton specializations "
                              f"compiled for {arch}: {str(first)[:300]}",
                              "were they recorded with this target's sglang release?")
-        caches, records = {"triton": built.folder}, {"triton": built.kernels}
         python = "{}.{}".format(*sys.version_info[:2])  # the behaviour env's: this one
         captured = None if inductor is None else InductorCapture(inductor, serving.torch,
                                                                   python, arch)
-        artifact = pack_jit_caches(caches, target=target.name, release=release,
-                                   version=version, epoch=epoch, out_dir=options.dist_dir,
-                                   inductor=captured)
-    return JitCacheArtifact(artifact.wheel, artifact.manifest, records)
+        artifact = pack_jit_caches({"triton": built.folder}, target=target.name,
+                                   release=release, version=version, epoch=epoch,
+                                   out_dir=options.dist_dir, inductor=captured)
+    return JitCacheArtifact(artifact.wheel, artifact.manifest, {"triton": built.kernels})
