@@ -152,12 +152,16 @@ def _kernel(name: str) -> Any:
     from triton.runtime.jit import JITFunction
 
     parts = name.split(".")
+    first: ImportError | None = None  # the deepest module's: why a package's getattr fails
     for cut in range(len(parts) - 1, 0, -1):
         try:
             found: Any = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
+        except ImportError as error:
+            first = first or error
             continue
         for attribute in parts[cut:]:
+            if not hasattr(found, attribute) and first is not None:
+                raise ImportError(f"{name}: {type(first).__name__}: {first}") from first
             found = getattr(found, attribute)
         while not isinstance(found, JITFunction) and hasattr(found, "fn"):
             found = found.fn  # an Autotuner or Heuristics wraps the JITFunction
