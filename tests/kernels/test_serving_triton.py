@@ -8,6 +8,7 @@ key (triton 3.9's ``preload`` needs one) and the H200's ``libdevice`` path.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -117,3 +118,23 @@ def test_the_fused_moe_kernel_recorded_on_an_h200_builds_without_a_gpu(
     assert len(built.kernels) == 3
     cubins = sorted(p.name for p in (tmp_path / "triton").rglob("*.cubin"))
     assert cubins == ["fused_moe_kernel.cubin"] * 3
+
+
+@pytest.mark.slow(reason="imports sglang 0.5.16's fused MoE in its behaviour environment "
+                  "with triton 3.6.0", group=BEHAVIOUR)
+def test_a_kernel_whose_module_does_not_import_is_reported_with_the_import_error(
+        upstream_0_5_16: UpstreamRelease, tmp_path: Path) -> None:
+    """Without the behaviour environment's stand-ins ``fused_moe_triton_kernels`` does not
+    import (``sgl_kernel`` is one of them). The failure must say so, not that the package
+    ``sglang.kernels.ops.moe`` has no such attribute (which is what the lookup that falls
+    back to the package gave)."""
+    env, cache = upstream_0_5_16.env, upstream_0_5_16.cache
+    assert "sgl_kernel" in env.standins
+    bare = dataclasses.replace(env, standins={})
+    triton = install_triton(serving_triton(read_pins(upstream_0_5_16.source).torch,
+                                           cache=cache).version, env.python, cache=cache)
+    built = build_triton_cache(bare, read_specs(MOE_RECORDS)[:1], "sm_90a",
+                               tmp_path / "triton", triton=triton)
+    assert len(built.failed) == 1
+    error = str(built.failed[0]["error"])
+    assert "No module named 'sgl_kernel'" in error and "has no attribute" not in error, error
