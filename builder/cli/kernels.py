@@ -120,8 +120,13 @@ pin, which the artifact records; Inductor tunes on the GPU, so it is not built h
 packed too and restored file by file into the server's TORCHINDUCTOR_CACHE_DIR when torch's
 version, the Python and the GPU's arch are the capture's; Inductor's own key (torch, Triton,
 the GPU's name, the graph) decides the rest: another GPU model misses, never a wrong kernel.
+SPECS/selection/ (the image's launcher keeps its kernel check's backend selection there when
+SGLANG_SM120_TRITON_WATCH is set) is shipped too: a start whose selection inputs are the
+recorded run's (sglang's files, the model's .json files, the flags, SGLang's variables)
+takes it instead of running the selection, about 30 s on the H200.
 exit status: 2 bad SPECS, an ARCH that is none or that triton's ptxas does not know, DIST
-not a folder, a SPECS/inductor/ with no FX graph entry, or a target without a wheel for
+not a folder, a SPECS/inductor/ with no FX graph entry, a SPECS/selection/ holding another
+file than a kept selection, or a target without a wheel for
 this Python (give --target: the default, targets.toml's `default`, is a source target); 6
 Triton's compile did not finish, or no specialization compiled.
 """

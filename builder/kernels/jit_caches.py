@@ -74,6 +74,12 @@ FRAMEWORKS: dict[str, tuple[str, str, int]] = {
 
 #: Inductor's cache, captured from a GPU run (:class:`InductorCapture`).
 INDUCTOR = "inductor"
+#: The launcher's kept selections of a recorded run (``keep_selection`` in
+#: ``sglang-sm120-serve``: ``selection/<key>.json``, format 1), shipped as they are: a
+#: start whose inputs give the same key takes one instead of running the selection.
+SELECTION = "selection"
+SELECTION_FORMAT = 1
+SELECTION_NAME = re.compile(r"[0-9a-f]{64}\.json")
 
 _INIT = '''"""Triton/TileLang caches built ahead (and Inductor's, captured) by sglang-sm120-builder
 for {target}.
@@ -150,6 +156,41 @@ def inductor_files(folder: Path) -> list[tuple[str, Path]]:
         raise ConfigurationError(f"{folder} holds no Inductor FX graph entry "
                                  "(fxgraph/<2>/<key>/<file>)", hint)
     return files
+
+
+def selection_files(folder: Path) -> list[tuple[str, bytes]]:
+    """The launcher's kept selections in ``folder`` (a recorded run's ``selection/``).
+
+    Each regular file but the launcher's hidden temporaries must be ``<key>.json`` holding
+    a format-1 record of that key (``{"format", "key", "observed"}``, ``observed`` an
+    object), as ``keep_selection`` in ``sglang-sm120-serve`` writes it.
+
+    Returns:
+        ``(name, bytes)`` per file, sorted by name.
+
+    Raises:
+        ConfigurationError: ``folder`` is no folder, or holds another file (exit 2).
+    """
+    hint = ("keep only what the launcher wrote there (SGLANG_SM120_TRITON_WATCH/selection/"
+            "<key>.json), or remove the folder")
+    if not folder.is_dir():
+        raise ConfigurationError(f"the kept selections {folder} are not a folder", hint)
+    found = []
+    for path in _regular_files(folder):
+        name = path.relative_to(folder).as_posix()
+        if name.startswith(".selection-"):
+            continue  # a writer's temporary
+        data = path.read_bytes()
+        try:
+            record = parse_json(data) if SELECTION_NAME.fullmatch(name) else None
+        except ValueError:
+            record = None
+        if not isinstance(record, dict) or record.get("format") != SELECTION_FORMAT or \
+                record.get("key") != name[:-len(".json")] or \
+                not isinstance(record.get("observed"), dict):
+            raise ConfigurationError(f"{path} is not a selection the launcher kept", hint)
+        found.append((name, data))
+    return found
 
 
 @dataclass(frozen=True)
@@ -260,7 +301,8 @@ def portable_group(data: bytes) -> bytes:
 
 def pack_jit_caches(caches: dict[str, Path], *, target: str, release: str, version: str,
                     epoch: int, out_dir: Path, machine: str | None = None,
-                    inductor: InductorCapture | None = None) -> JitCacheArtifact:
+                    inductor: InductorCapture | None = None,
+                    selections: Path | None = None) -> JitCacheArtifact:
     """Pack built-ahead cache folders into the ``sglang-sm120-jit-caches`` wheel.
 
     Args:
@@ -279,6 +321,8 @@ def pack_jit_caches(caches: dict[str, Path], *, target: str, release: str, versi
             Triton cache's Python is the wheel's Python tag (``cp312-none-any``): Triton's
             key hashes ``libtriton``, built per Python, so the cache misses on any other.
         inductor: Inductor's cache of a GPU run, carried as it is (:class:`InductorCapture`).
+        selections: the launcher's kept selections of that run (:func:`selection_files`),
+            shipped as ``selection/`` (the manifest's ``selection.entries``).
 
     Returns:
         The :class:`JitCacheArtifact`.
@@ -286,7 +330,8 @@ def pack_jit_caches(caches: dict[str, Path], *, target: str, release: str, versi
     Raises:
         ConfigurationError: no cache given, an unknown framework, a folder without its
             framework's manifest, an Inductor folder without an FX graph entry, an Inductor
-            capture of another Python than the Triton cache's, or a wheel path in
+            capture of another Python than the Triton cache's, a selection folder holding
+            another file than a kept selection, or a wheel path in
             ``out_dir`` that is a link, a folder or another non-file (exit 2; nothing
             written).
         BuildError: a cache holds no entry (nothing was built).
@@ -329,6 +374,11 @@ def pack_jit_caches(caches: dict[str, Path], *, target: str, release: str, versi
             if _is_group(path):
                 data = portable_group(data)  # Inductor's own Triton cache: no machine's path
             files.append((f"{PACKAGE}/{INDUCTOR}/{arcname}", data, 0o644))
+    if selections is not None:
+        kept = selection_files(selections)
+        manifest[SELECTION] = {"entries": len(kept),
+                               "recorded": "the launcher's kernel check of a recorded run"}
+        files += [(f"{PACKAGE}/{SELECTION}/{name}", data, 0o644) for name, data in kept]
     files[:0] = [
         (f"{PACKAGE}/__init__.py", _INIT.format(target=target, manifest=MANIFEST).encode(),
          0o644),
@@ -461,7 +511,9 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str) -> JitC
         specs_path: the specs (:func:`read_specs`). A folder of them may hold
             ``inductor/``: Inductor's cache of that GPU run (its ``TORCHINDUCTOR_CACHE_DIR``,
             copied there once the server stopped), carried in the artifact too
-            (:class:`InductorCapture`; its torch is the release's pin).
+            (:class:`InductorCapture`; its torch is the release's pin); and
+            ``selection/``: the selections the image's launcher kept there in that run
+            (:func:`selection_files`), shipped too.
         arch: the target arch (``12.0f``, ``sm_120a``; ``sm_90a`` to try it on a Hopper).
 
     Returns:
@@ -469,7 +521,8 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str) -> JitC
 
     Raises:
         ConfigurationError: bad specs or arch, an ``inductor/`` that is no server's
-            Inductor cache, or a target that pins no wheel for this Python.
+            Inductor cache, a ``selection/`` holding another file than a kept selection, or
+            a target that pins no wheel for this Python.
         BuildError: Triton's compile did not finish, no spec compiled, or the server's
             triton did not install.
         SourceError: the wheel cannot be fetched, or the triton its server runs cannot be
@@ -491,6 +544,11 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str) -> JitC
         inductor = None  # none copied there: the Triton kernels alone
     if inductor is not None:
         inductor_files(inductor)  # refused before minutes of fetching and compiling
+    selections = specs_path / SELECTION if specs_path.is_dir() else None
+    if selections is not None and not (selections.exists() or selections.is_symlink()):
+        selections = None  # a run without the launcher's check
+    if selections is not None:
+        selection_files(selections)
     target = select_target(options)
     version = artifact_version(target.version, arch, target.arch_list)
     # the output path is checked before minutes of compiling, not after
@@ -534,5 +592,6 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str) -> JitC
                                                                   python, arch)
         artifact = pack_jit_caches({"triton": built.folder}, target=target.name,
                                    release=release, version=version, epoch=epoch,
-                                   out_dir=options.dist_dir, inductor=captured)
+                                   out_dir=options.dist_dir, inductor=captured,
+                                   selections=selections)
     return JitCacheArtifact(artifact.wheel, artifact.manifest, {"triton": built.kernels})

@@ -6,6 +6,9 @@ Usage (device, repo root; PYTHONPATH = SGLang's site, then the repo):
 
 ``INDUCTOR``: Inductor's cache folder a server run on this GPU left, carried in the wheel
 too (:class:`builder.kernels.jit_caches.InductorCapture`, with this Python's torch).
+``SELECTION`` (run 7): the launcher's kept selections of that run (its watch folder's
+``selection/``), shipped in ``OUT/dist``'s wheel; ``OUT/dist-nosel`` gets the same wheel
+without them, for the start to compare with.
 
 ``WATCH_DIR`` is what ``triton_watch.py`` recorded in a server run (its ``*.jsonl``).
 The compile is :func:`builder.kernels.triton_cache.build_triton_cache` (Triton's driver
@@ -48,10 +51,13 @@ def main(argv: list[str]) -> int:
         inductor = InductorCapture(Path(os.environ["INDUCTOR"]),
                                    version("torch").split("+")[0],
                                    "{}.{}".format(*sys.version_info[:2]), arch)
-    artifact = pack_jit_caches({"triton": built.folder}, target="sglang-0.5.16",
-                               release="0.5.16", version="0.5.16+sm120.1.sm90a",
-                               epoch=1_700_000_000, out_dir=Path(out) / "dist",
-                               inductor=inductor)
+    selections = Path(os.environ["SELECTION"]) if os.environ.get("SELECTION") else None
+    args = dict(target="sglang-0.5.16", release="0.5.16", version="0.5.16+sm120.1.sm90a",
+                epoch=1_700_000_000, inductor=inductor)
+    artifact = pack_jit_caches({"triton": built.folder}, out_dir=Path(out) / "dist",
+                               selections=selections, **args)
+    if selections is not None:
+        pack_jit_caches({"triton": built.folder}, out_dir=Path(out) / "dist-nosel", **args)
     print(json.dumps({"specs": len(specs), "kernels": len(built.kernels),
                       "failed": [{"kernel": k.get("kernel"), "error": str(k.get("error"))[:300]}
                                  for k in built.failed],

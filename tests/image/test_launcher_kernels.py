@@ -206,6 +206,60 @@ def test_a_wheel_whose_arch_does_not_run_on_the_gpu_is_refused_before_any_select
             assert "kernel coverage not checked: the backend selection failed" in done.stderr
 
 
+def test_the_selection_key_holds_what_the_selection_reads_and_no_place(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``selection_key`` over an installed sglang (its RECORD) and a source tree (its
+    files): the same inputs give the same key wherever the model and caches are; each
+    input the selection reads changes it."""
+    serve = launcher_module()
+    site = tmp_path / "site"
+    (site / "sglang").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("__version__ = '0.5.23'\n")
+    info = site / "sglang-0.5.23+sm120.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\n"
+                                   "Version: 0.5.23+sm120.1\n")
+    (info / "RECORD").write_text("sglang/__init__.py,sha256=one,22\n")
+    monkeypatch.syspath_prepend(str(site))
+    scripts = tmp_path / "select"
+    scripts.mkdir()
+    (scripts / "select_backends.py").write_text("# the selection\n")
+    models = []
+    for name in ("a", "b"):
+        models.append(tmp_path / name)
+        models[-1].mkdir()
+        (models[-1] / "config.json").write_text('{"model_type": "qwen3_moe"}')
+        (models[-1] / "model.safetensors").write_bytes(b"weights of " + name.encode())
+    environ = {"SGLANG_CACHE_DIR": "/one", "SGLANG_ENABLE_X": "1", "HOME": "/h"}
+
+    def key(model: Path = models[0], flags: tuple[str, ...] = ("--tp-size", "2"),
+            capability: tuple[int, int] = (12, 0), **changed: str) -> str:
+        return str(serve.selection_key(str(model), list(flags), capability, str(scripts),
+                                       {**environ, **changed}))
+
+    base = key()
+    assert len(base) == 64 and key() == base
+    assert key(models[1]) == base  # another path, the same .json files; weights not read
+    assert key(SGLANG_CACHE_DIR="/two", SGLANG_TORCH_PROFILER_DIR="/p", HOME="/x",
+               SGLANG_SM120_JIT_CACHES="none") == base
+    changed = {key(flags=("--tp-size", "4")), key(capability=(12, 1)),
+               key(SGLANG_ENABLE_X="0"), key(SGLANG_SM120_STANDINS="{}")}
+    (models[1] / "config.json").write_text('{"model_type": "qwen3"}')
+    changed.add(key(models[1]))
+    (scripts / "serving.py").write_text("# a helper of the selection\n")
+    changed.add(key())
+    (info / "RECORD").write_text("sglang/__init__.py,sha256=two,22\n")
+    changed.add(key())
+    assert len(changed) == 7 and base not in changed
+    # a source tree (no distribution beside it): its files are the key
+    (info / "RECORD").unlink()
+    (info / "METADATA").unlink()
+    info.rmdir()
+    tree = key()
+    (site / "sglang" / "__init__.py").write_text("__version__ = '0.5.23'  # patched\n")
+    assert key() != tree
+
+
 # --- slow: the release's own selection in its environment, both directions -------------------
 
 #: (target, zoo form, extra flags, the group left out, what the refusal names).
@@ -269,6 +323,90 @@ def test_the_launcher_refuses_a_wheel_lacking_a_derived_module_and_starts_with_o
     words = shlex.split(started.stdout)
     assert words[0] == "FLASHINFER_DISABLE_JIT=1" and words[2:4] == ["-m",
                                                                      "sglang.launch_server"]
+
+
+@pytest.mark.slow(reason="runs the launcher's backend selection in a release's behaviour "
+                  "environment", group=BEHAVIOUR)
+def test_the_selection_is_kept_by_its_inputs_and_shipped_in_the_jit_cache_artifact(
+        shared_cache: Path, tmp_path: Path) -> None:
+    """Run 6 of the derived-serving report: with every JIT cache shipped, the launcher's
+    selection was about 30 s of each start. A start whose inputs are those of a kept
+    selection takes it, and it decides as the selection it ran did (the refusal too); any
+    input that differs runs it again; a recorded run's selection travels in the artifact."""
+    from builder.behaviour.run import zoo_forms
+    from builder.kernels.jit_caches import pack_jit_caches
+
+    env, patched = _release(shared_cache, "sglang-0.5.23")
+    zoo = zoo_forms()
+    model = zoo.write(zoo.BY_NAME["qwen3-30b-a3b-bf16"], tmp_path / "zoo")
+    full = default_groups(tuple(TARGETS.get("sglang-0.5.23").arch_list))
+    covering = kernel_site(tmp_path / "full", "sglang-0.5.23", "0.7.2", full)
+    lacking = kernel_site(tmp_path / "lacking", "sglang-0.5.23", "0.7.2",
+                          tuple(g for g in full if g != "attention"))
+    standins = json.dumps(env.standins)
+    kept = tmp_path / "server" / "sglang-sm120" / "selection"
+
+    def start(site: Path, *flags: str, cache: str = "server", **more: str
+              ) -> subprocess.CompletedProcess[str]:
+        return launch(env.python, "--model-path", str(model), *flags,
+                      path=f"{patched}{os.pathsep}{site}", SGLANG_SM120_STANDINS=standins,
+                      SGLANG_CACHE_DIR=str(tmp_path / cache), **more)
+
+    first = start(covering)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "kernel wheels flashinfer-jit-cache" in first.stderr
+    assert "selection kept" not in first.stderr  # it ran
+    files = sorted(kept.iterdir())
+    assert len(files) == 1, files
+    record = json.loads(files[0].read_text())
+    assert files[0].name == record["key"] + ".json"
+    assert record["observed"]["attention_backend"] == "flashinfer"
+
+    # the same inputs: taken, and the same refusal where the wheels lack a module
+    again = start(covering)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"(the selection kept in {files[0]}, of the same inputs)" in again.stderr
+    refused = start(lacking)
+    assert refused.returncode == 2 and refused.stdout == "", refused.stderr[-3000:]
+    assert "missing module group attention" in refused.stderr
+    assert f"the selection kept in {files[0]}" in refused.stderr
+
+    # another input: it runs again (a flag; an SGLang variable), a place is no input
+    other = start(covering, "--max-running-requests", "8")
+    assert other.returncode == 0 and "selection kept" not in other.stderr, other.stderr
+    variable = start(covering, SGLANG_ENABLE_TORCH_COMPILE="1")
+    assert variable.returncode == 0 and "selection kept" not in variable.stderr
+    assert len(list(kept.iterdir())) == 3
+    placed = start(covering, SGLANG_TORCH_PROFILER_DIR=str(tmp_path / "profiles"))
+    assert "selection kept" in placed.stderr, placed.stderr
+
+    # a kept file of another key is not taken
+    record["key"] = "0" * 64
+    files[0].write_text(json.dumps(record))
+    tampered = start(covering)
+    assert tampered.returncode == 0 and "selection kept" not in tampered.stderr
+
+    # a recorded run keeps it in the watch folder too; the artifact ships it to another
+    # machine's first start (an empty SGLang cache)
+    watch = tmp_path / "watch"
+    recorded = start(covering, SGLANG_SM120_TRITON_WATCH=str(watch))
+    assert recorded.returncode == 0, recorded.stderr[-3000:]
+    (triton := tmp_path / "triton" / "KEY").mkdir(parents=True)
+    (triton / "k.cubin").write_bytes(b"cubin")
+    (tmp_path / "triton" / "sm120-triton-cache.json").write_text(json.dumps(
+        {"built_with": {"triton": "3.9.0", "arch": "12.0f"}}))
+    packed = pack_jit_caches({"triton": tmp_path / "triton"}, target="sglang-0.5.23",
+                             release="0.5.23", version="0.5.23+sm120.1", epoch=1_700_000_000,
+                             out_dir=tmp_path / "dist", selections=watch / "selection")
+    assert packed.manifest["selection"]["entries"] == 1
+    artifact = tmp_path / "artifact-site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                    "--target", str(artifact), str(packed.wheel)], check=True, timeout=300)
+    shipped = start(covering, cache="fresh",
+                    SGLANG_SM120_JIT_CACHES=str(artifact / "sglang_sm120_jit_caches"))
+    assert shipped.returncode == 0, shipped.stderr[-3000:]
+    assert f"(the selection kept in {artifact / 'sglang_sm120_jit_caches' / 'selection'}" \
+        in shipped.stderr
 
 
 @pytest.mark.slow(reason="runs the launcher's backend selection in a release's behaviour "
