@@ -69,8 +69,9 @@ def check_model_path(model_path: str) -> None:
     if os.path.isdir(model_path) or (not os.path.lexists(model_path)
                                      and HF_NAME.fullmatch(model_path)):
         return
+    what = "a file, not a folder" if os.path.isfile(model_path) else "no such folder"
     raise ConfigurationError(
-        f"--model-path {model_path}: no such folder (a local checkpoint folder holding "
+        f"--model-path {model_path}: {what} (a local checkpoint folder holding "
         "config.json, or a Hugging Face name owner/name, which needs network)",
         "give the path the server starts with")
 

@@ -174,7 +174,9 @@ def _range_gaps(series: Series, in_effect: set[str], obsolete: set[str], version
     # ``patch-range``: in effect on an older pinned target, ended before the release, and
     # no other copy of it (same ``NNNN-`` number) in effect on the release, nor one the
     # matrix found obsolete there (upstream has the change: the range ended rightly), nor
-    # a newer pinned target without any copy (the series ended it for good). One gap per
+    # a pinned target newer than the newest one a copy applies to without any copy (the
+    # series ended it for good: upstream absorbed it, as 0004 and 0006 in 0.5.21; a
+    # release newer than every target asks no more than one between them). One gap per
     # patch: its latest copy so ended.
     release = Version(version)
     families = {_family(p) for p in in_effect | obsolete}
@@ -183,8 +185,9 @@ def _range_gaps(series: Series, in_effect: set[str], obsolete: set[str], version
         family = _family(entry.name)
         if entry.applies_to(release) or family in families:
             continue
-        if any(v > release and not any(e.applies_to(v) for e in series.entries
-                                       if _family(e.name) == family) for v in others):
+        copies = [e for e in series.entries if _family(e.name) == family]
+        covered = [v for v in others if any(e.applies_to(v) for e in copies)]
+        if covered and any(v > max(covered) for v in others):
             continue
         if any(v < release and entry.applies_to(v) for v in others):
             ended[family] = entry.name  # series order: a later copy replaces an earlier
@@ -235,7 +238,8 @@ def _profile_gaps(root: Path, name: str, planned: Mapping[Path, bytes]) -> list[
     return [Gap("launch-profile", str(PROFILES_DIR / profile.name),
                 "no launch profile values" if text or profile.exists() else "no launch profile",
                 "fill [args] and the [gpu.*] tables from the nearest release's profile "
-                "and check them: python -m builder serve-command --check")]
+                f"and check them: python -m builder serve-command --target {name} --check "
+                "--all")]
 
 
 def _behaviour_gaps(series: Series, in_effect: set[str], version: str) -> list[Gap]:

@@ -123,6 +123,51 @@ def test_no_range_ended_gap_where_a_newer_target_lacks_the_patch_too(tmp_path: P
         "0007-sm12x-refuse-backends-without-kernels-0.5.20.patch"]
 
 
+def test_no_range_ended_gap_for_patches_upstream_absorbed_on_a_release_after_every_target(
+        tmp_path: Path) -> None:
+    # 0.5.24, newer than every pinned target: 0004 and 0006 end before 0.5.21 (upstream
+    # has both from 0.5.21) and the 0.5.23 target carries no copy of either, as between
+    # targets (above). A fresh walk of add-target found both asked again here.
+    release = Version("0.5.24")
+    effect = {e.name: "clean" for e in shipped.series().entries if e.applies_to(release)}
+    gaps = target_gaps(series=shipped.series(), matrix=_one_column("0.5.24", effect),
+                       version="0.5.24", lane="13.0", name="sglang-0.5.24", root=tmp_path,
+                       older=[Version(v) for v in ("0.5.16", "0.5.20", "0.5.23")])
+    ended = [g.subject for g in gaps if g.kind == "patch-range"]
+    assert not [n for n in ended if n.startswith(("0004-", "0006-"))], ended
+    # a patch whose last copy ends at the newest target is still asked about
+    older = [Version(v) for v in ("0.5.16", "0.5.20")]
+    gaps = target_gaps(series=shipped.series(), matrix=_one_column("0.5.24", effect),
+                       version="0.5.24", lane="13.0", name="sglang-0.5.24", root=tmp_path,
+                       older=older)
+    assert {g.subject for g in gaps if g.kind == "patch-range"} >= {
+        "0004-sm12x-nvfp4-shared-expert-fusion-0.5.18.patch",
+        "0006-moe-cutlass-swiglu-clamp-0.5.20.patch"}
+
+
+def test_every_gap_fix_that_names_a_command_names_a_runnable_one(tmp_path: Path) -> None:
+    from builder.cli.main import _hoist_shared, build_parser
+
+    # no profile, no pins, a failing patch and ended ranges: every fix kind at once
+    gaps = target_gaps(series=shipped.series(), matrix=_one_column("0.5.22", {
+        "0005-sm12x-fp4-gemm-auto-b12x.patch": "failed"}), version="0.5.22", lane="13.0",
+        name="sglang-0.5.22", root=tmp_path, older=[Version("0.5.20")])
+    assert {g.kind for g in gaps} >= {"patch", "launch-profile", "base-digest"}
+    parser = build_parser()
+    commands = [c.split(",")[0].split(" (")[0].split(" or ")[0].strip()
+                for g in gaps for c in ("python -m builder " + part
+                                        for part in g.fix.split("python -m builder ")[1:])]
+    assert any(" serve-command " in c for c in commands), commands
+    for command in commands:
+        arguments, _ = _hoist_shared(shlex.split(command)[3:])
+        try:
+            args = parser.parse_args(arguments)
+        except SystemExit as exc:
+            raise AssertionError(f"not a valid command: {command}") from exc
+        if args.command == "serve-command":  # a check of the new target, not the default's
+            assert "--target sglang-0.5.22" in command and "--all" in command, command
+
+
 def test_the_checklist_names_real_commands_and_the_docs_page_lists_every_step() -> None:
     from builder.cli.common import SHARED_DEST
     from builder.cli.main import _hoist_shared, build_parser
