@@ -221,5 +221,5 @@ def test_a_local_folder_or_a_hugging_face_name_goes_to_the_release(tmp_path: Pat
     with pytest.raises(ConfigurationError, match="no such folder"):
         check_model_path(str(tmp_path / "tiny2"))
     (tmp_path / "config.json").write_text("{}")  # a file is no checkpoint folder
-    with pytest.raises(ConfigurationError, match="config.json: a file, not a folder"):
+    with pytest.raises(ConfigurationError, match=r"config\.json: a file, not a folder"):
         check_model_path(str(tmp_path / "config.json"))

@@ -34,6 +34,7 @@ from builder.kernels.jit_caches import (
     inductor_files,
     pack_jit_caches,
     read_specs,
+    selection_files,
 )
 from builder.kernels.tilelang_cache import MANIFEST as TILELANG_MANIFEST
 from builder.kernels.triton_cache import MANIFEST as TRITON_MANIFEST
@@ -519,6 +520,26 @@ def test_an_inductor_folder_that_is_no_servers_cache_is_refused(tmp_path: Path) 
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigurationError, match="is not a folder"):
         inductor_files(tmp_path / "file")
+
+
+def test_a_selection_folder_holding_anything_but_kept_selections_is_refused(
+        tmp_path: Path) -> None:
+    folder = tmp_path / "selection"
+    folder.mkdir()
+    key = "ab" * 32
+    record = {"format": 1, "key": key, "observed": {"attention_backend": "flashinfer"}}
+    (folder / f"{key}.json").write_text(json.dumps(record))
+    (folder / ".selection-x1y2").write_text("half written")  # the launcher's temporary
+    assert [name for name, _ in selection_files(folder)] == [f"{key}.json"]
+    (folder / f"{'cd' * 32}.json").write_text(json.dumps(record))  # another key inside
+    with pytest.raises(ConfigurationError, match="is not a selection the launcher kept"):
+        selection_files(folder)
+    (folder / f"{'cd' * 32}.json").unlink()
+    (folder / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigurationError, match=r"notes\.txt is not a selection"):
+        selection_files(folder)
+    with pytest.raises(ConfigurationError, match="are not a folder"):
+        selection_files(folder / "notes.txt")
 
 
 def _inductor_cache(folder: Path) -> Path:
