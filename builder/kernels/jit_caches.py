@@ -35,6 +35,10 @@ part not built here: Inductor benchmarks its candidate kernels on the GPU. It is
 a GPU server run left it (:class:`InductorCapture`, ``frameworks.inductor``: ``version`` is
 torch's, ``entry_depth`` 0, restored file by file) and Inductor's own key (torch, Triton, the
 GPU, the graph) decides at the server whether an entry is taken.
+
+The launcher's kept backend selections of the recorded run (:func:`selection_files`, the
+manifest's ``selection``) ride along: the launcher reads ``selection/<key>.json`` here
+when its own key of a start (``selection_key`` in ``sglang-sm120-serve``) names one.
 """
 
 from __future__ import annotations

@@ -186,8 +186,9 @@ def _range_gaps(series: Series, in_effect: set[str], obsolete: set[str], version
         if entry.applies_to(release) or family in families:
             continue
         copies = [e for e in series.entries if _family(e.name) == family]
-        covered = [v for v in others if any(e.applies_to(v) for e in copies)]
-        if covered and any(v > max(covered) for v in others):
+        pinned = [v for v in others if v != release]  # the release's own entry is no witness
+        covered = [v for v in pinned if any(e.applies_to(v) for e in copies)]
+        if covered and any(v > max(covered) for v in pinned):
             continue
         if any(v < release and entry.applies_to(v) for v in others):
             ended[family] = entry.name  # series order: a later copy replaces an earlier

@@ -10,9 +10,12 @@ its own Python; the kernel wheels are written by the builder's own packers
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -208,9 +211,9 @@ def test_a_wheel_whose_arch_does_not_run_on_the_gpu_is_refused_before_any_select
 
 def test_the_selection_key_holds_what_the_selection_reads_and_no_place(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``selection_key`` over an installed sglang (its RECORD) and a source tree (its
-    files): the same inputs give the same key wherever the model and caches are; each
-    input the selection reads changes it."""
+    """``selection_key``: the same inputs give the same key wherever the model, the caches
+    and sglang are; each input the selection reads changes it, a file of sglang edited in
+    place (its RECORD unchanged) too."""
     serve = launcher_module()
     site = tmp_path / "site"
     (site / "sglang").mkdir(parents=True)
@@ -248,16 +251,15 @@ def test_the_selection_key_holds_what_the_selection_reads_and_no_place(
     changed.add(key(models[1]))
     (scripts / "serving.py").write_text("# a helper of the selection\n")
     changed.add(key())
-    (info / "RECORD").write_text("sglang/__init__.py,sha256=two,22\n")
+    (site / "sglang" / "__init__.py").write_text("__version__ = '0.5.23'  # by hand\n")
     changed.add(key())
     assert len(changed) == 7 and base not in changed
-    # a source tree (no distribution beside it): its files are the key
-    (info / "RECORD").unlink()
-    (info / "METADATA").unlink()
-    info.rmdir()
-    tree = key()
-    (site / "sglang" / "__init__.py").write_text("__version__ = '0.5.23'  # patched\n")
-    assert key() != tree
+    # the same files installed elsewhere: the same key
+    edited = key()
+    monkeypatch.syspath_prepend(str(shutil.copytree(site, tmp_path / "elsewhere")))
+    importlib.invalidate_caches()
+    assert importlib.util.find_spec("sglang").origin.startswith(str(tmp_path / "elsewhere"))
+    assert key() == edited
 
 
 # --- slow: the release's own selection in its environment, both directions -------------------
