@@ -303,6 +303,34 @@ def portable_group(data: bytes) -> bytes:
     return json.dumps(group, sort_keys=True).encode()
 
 
+def _inductor_part(inductor: InductorCapture, manifest: dict[str, Any]
+                   ) -> list[tuple[str, bytes, int]]:
+    """The wheel's files of an Inductor capture; its record added to ``manifest``.
+
+    Raises:
+        ConfigurationError: no FX graph entry, or captured under another Python than the
+            Triton cache in ``manifest`` was built under.
+    """
+    found = inductor_files(inductor.folder)
+    built = manifest["frameworks"].get("triton", {}).get("python")
+    if built and built != inductor.python:
+        raise ConfigurationError(
+            f"the Inductor cache was captured under Python {inductor.python}, the Triton "
+            f"cache built under {built}: one server runs one Python",
+            "build the Triton cache with the server's Python")
+    manifest["frameworks"][INDUCTOR] = {
+        "version": inductor.torch, "arch": inductor.arch,
+        "capability": triton_cache.capability(inductor.arch), "python": inductor.python,
+        "entry_depth": 0, "entries": len(found), "captured": "a server run on the GPU"}
+    files = []
+    for arcname, path in found:
+        data = path.read_bytes()
+        if _is_group(path):
+            data = portable_group(data)  # Inductor's own Triton cache: no machine's path
+        files.append((f"{PACKAGE}/{INDUCTOR}/{arcname}", data, 0o644))
+    return files
+
+
 def pack_jit_caches(caches: dict[str, Path], *, target: str, release: str, version: str,
                     epoch: int, out_dir: Path, machine: str | None = None,
                     inductor: InductorCapture | None = None,
@@ -362,22 +390,7 @@ def pack_jit_caches(caches: dict[str, Path], *, target: str, release: str, versi
                 data = portable_group(data)
             files.append((f"{PACKAGE}/{name}/{arcname}", data, mode))
     if inductor is not None:
-        found = inductor_files(inductor.folder)
-        built = manifest["frameworks"].get("triton", {}).get("python")
-        if built and built != inductor.python:
-            raise ConfigurationError(
-                f"the Inductor cache was captured under Python {inductor.python}, the Triton "
-                f"cache built under {built}: one server runs one Python",
-                "build the Triton cache with the server's Python")
-        manifest["frameworks"][INDUCTOR] = {
-            "version": inductor.torch, "arch": inductor.arch,
-            "capability": triton_cache.capability(inductor.arch), "python": inductor.python,
-            "entry_depth": 0, "entries": len(found), "captured": "a server run on the GPU"}
-        for arcname, path in found:
-            data = path.read_bytes()
-            if _is_group(path):
-                data = portable_group(data)  # Inductor's own Triton cache: no machine's path
-            files.append((f"{PACKAGE}/{INDUCTOR}/{arcname}", data, 0o644))
+        files += _inductor_part(inductor, manifest)
     if selections is not None:
         kept = selection_files(selections)
         manifest[SELECTION] = {"entries": len(kept),
@@ -498,6 +511,26 @@ def read_specs(path: Path) -> list[str]:
     return list(dict.fromkeys(specs))
 
 
+def _recorded_extras(specs_path: Path) -> tuple[Path | None, Path | None]:
+    """A watch folder's ``inductor/`` and ``selection/`` (None where it has none), each
+    checked before minutes of fetching and compiling.
+
+    Raises:
+        ConfigurationError: :func:`inductor_files`' or :func:`selection_files`' refusals.
+    """
+    found: list[Path | None] = []
+    for name in (INDUCTOR, SELECTION):
+        folder = specs_path / name if specs_path.is_dir() else None
+        if folder is not None and not (folder.exists() or folder.is_symlink()):
+            folder = None  # a run without it: the Triton kernels alone
+        found.append(folder)
+    if found[0] is not None:
+        inductor_files(found[0])
+    if found[1] is not None:
+        selection_files(found[1])
+    return found[0], found[1]
+
+
 def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str) -> JitCacheArtifact:
     """``kernels jit-cache``: build the target's Triton cache ahead and pack the artifact.
 
@@ -543,16 +576,7 @@ def run_kernels_jit_cache(options: Options, specs_path: Path, arch: str) -> JitC
 
     specs = read_specs(specs_path)
     triton_cache.capability(arch)
-    inductor = specs_path / INDUCTOR if specs_path.is_dir() else None
-    if inductor is not None and not (inductor.exists() or inductor.is_symlink()):
-        inductor = None  # none copied there: the Triton kernels alone
-    if inductor is not None:
-        inductor_files(inductor)  # refused before minutes of fetching and compiling
-    selections = specs_path / SELECTION if specs_path.is_dir() else None
-    if selections is not None and not (selections.exists() or selections.is_symlink()):
-        selections = None  # a run without the launcher's check
-    if selections is not None:
-        selection_files(selections)
+    inductor, selections = _recorded_extras(specs_path)
     target = select_target(options)
     version = artifact_version(target.version, arch, target.arch_list)
     # the output path is checked before minutes of compiling, not after
