@@ -122,8 +122,9 @@ version, the Python and the GPU's arch are the capture's; Inductor's own key (to
 the GPU's name, the graph) decides the rest: another GPU model misses, never a wrong kernel.
 SPECS/selection/ (the image's launcher keeps its kernel check's backend selection there when
 SGLANG_SM120_TRITON_WATCH is set) is shipped too: a start whose selection inputs are the
-recorded run's (sglang's files, the model's .json files, the flags, SGLang's variables)
-takes it instead of running the selection, about 30 s on the H200.
+recorded run's (sglang's files, the packages on the path, the --model-path and its files,
+the flags and the files they name, the driver, SGLang's variables) takes it instead of
+running the selection, about 30 s on the H200.
 exit status: 2 bad SPECS, an ARCH that is none or that triton's ptxas does not know, DIST
 not a folder, a SPECS/inductor/ with no FX graph entry, a SPECS/selection/ holding another
 file than a kept selection, or a target without a wheel for

@@ -84,6 +84,8 @@ INDUCTOR = "inductor"
 SELECTION = "selection"
 SELECTION_FORMAT = 1
 SELECTION_NAME = re.compile(r"[0-9a-f]{64}\.json")
+#: The largest kept selection the launcher reads (its ``SELECTION_MAX``).
+SELECTION_MAX = 4 * 1024 * 1024
 
 _INIT = '''"""Triton/TileLang caches built ahead (and Inductor's, captured) by sglang-sm120-builder
 for {target}.
@@ -165,35 +167,48 @@ def inductor_files(folder: Path) -> list[tuple[str, Path]]:
 def selection_files(folder: Path) -> list[tuple[str, bytes]]:
     """The launcher's kept selections in ``folder`` (a recorded run's ``selection/``).
 
-    Each regular file but the launcher's hidden temporaries must be ``<key>.json`` holding
-    a format-1 record of that key (``{"format", "key", "observed"}``, ``observed`` an
-    object), as ``keep_selection`` in ``sglang-sm120-serve`` writes it.
+    Each entry but the launcher's hidden temporaries (``.selection-*``) must be a regular
+    file ``<key>.json`` of at most :data:`SELECTION_MAX` bytes holding a format-1 record of
+    that key (``{"format", "key", "observed"}``, ``observed`` a non-empty object), as
+    ``keep_selection`` in ``sglang-sm120-serve`` writes it: the launcher takes nothing
+    else, so nothing else is shipped.
 
     Returns:
         ``(name, bytes)`` per file, sorted by name.
 
     Raises:
-        ConfigurationError: ``folder`` is no folder, or holds another file (exit 2).
+        ConfigurationError: ``folder`` is no folder or cannot be read, holds no kept
+            selection, or holds another entry (exit 2).
     """
     hint = ("keep only what the launcher wrote there (SGLANG_SM120_TRITON_WATCH/selection/"
             "<key>.json), or remove the folder")
     if not folder.is_dir():
         raise ConfigurationError(f"the kept selections {folder} are not a folder", hint)
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError as error:
+        raise ConfigurationError(f"the kept selections {folder} cannot be read: "
+                                 f"{error.strerror or error}", hint) from None
     found = []
-    for path in _regular_files(folder):
-        name = path.relative_to(folder).as_posix()
-        if name.startswith(".selection-"):
+    for entry in entries:
+        if entry.name.startswith(".selection-"):
             continue  # a writer's temporary
-        data = path.read_bytes()
+        path = folder / entry.name
+        record: Any = None
         try:
-            record = parse_json(data) if SELECTION_NAME.fullmatch(name) else None
-        except ValueError:
+            if entry.is_file(follow_symlinks=False) and SELECTION_NAME.fullmatch(entry.name) \
+                    and entry.stat(follow_symlinks=False).st_size <= SELECTION_MAX:
+                data = path.read_bytes()
+                record = parse_json(data)
+        except (OSError, ValueError, RecursionError):
             record = None
         if not isinstance(record, dict) or record.get("format") != SELECTION_FORMAT or \
-                record.get("key") != name[:-len(".json")] or \
-                not isinstance(record.get("observed"), dict):
+                record.get("key") != entry.name[:-len(".json")] or \
+                not isinstance(record.get("observed"), dict) or not record["observed"]:
             raise ConfigurationError(f"{path} is not a selection the launcher kept", hint)
-        found.append((name, data))
+        found.append((entry.name, data))
+    if not found:
+        raise ConfigurationError(f"the kept selections {folder} hold none", hint)
     return found
 
 

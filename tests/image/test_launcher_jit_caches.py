@@ -540,6 +540,25 @@ def test_a_selection_folder_holding_anything_but_kept_selections_is_refused(
         selection_files(folder)
     with pytest.raises(ConfigurationError, match="are not a folder"):
         selection_files(folder / "notes.txt")
+    (folder / "notes.txt").unlink()
+    # what the launcher would not take is not shipped (a fresh walk found these packed as
+    # 0 entries, or crashing the command): each refused, by name
+    other = "ef" * 32
+    for make in (lambda p: p.symlink_to(folder / f"{key}.json"), lambda p: p.mkdir(),
+                 lambda p: os.mkfifo(p),
+                 lambda p: p.write_text("[" * 200_000 + "]" * 200_000),
+                 lambda p: p.write_text(json.dumps({**record, "key": other,
+                                                    "observed": {}})),
+                 lambda p: p.write_bytes(json.dumps({**record, "key": other}).encode()
+                                         + b" " * (4 * 1024 * 1024))):
+        make(folder / f"{other}.json")
+        with pytest.raises(ConfigurationError, match=f"{other}.json is not a selection"):
+            selection_files(folder)
+        path = folder / f"{other}.json"
+        path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
+    (folder / f"{key}.json").unlink()
+    with pytest.raises(ConfigurationError, match="hold none"):
+        selection_files(folder)
 
 
 def _inductor_cache(folder: Path) -> Path:

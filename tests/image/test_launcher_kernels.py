@@ -211,55 +211,93 @@ def test_a_wheel_whose_arch_does_not_run_on_the_gpu_is_refused_before_any_select
 
 def test_the_selection_key_holds_what_the_selection_reads_and_no_place(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``selection_key``: the same inputs give the same key wherever the model, the caches
-    and sglang are; each input the selection reads changes it, a file of sglang edited in
-    place (its RECORD unchanged) too."""
+    """``selection_key``: each input the selection reads changes it (a file of sglang
+    edited in place, its RECORD unchanged; the model path's name, which picks SGLang's
+    config parser; any file of the model folder; a file a flag names; the driver; a package
+    on the path; SGLang's and the frameworks' variables); a place, the launcher's own
+    variables, the recording hook and the JIT cache artifact on the path do not."""
     serve = launcher_module()
     site = tmp_path / "site"
-    (site / "sglang").mkdir(parents=True)
+    (site / "sglang" / "srt").mkdir(parents=True)
     (site / "sglang" / "__init__.py").write_text("__version__ = '0.5.23'\n")
     info = site / "sglang-0.5.23+sm120.1.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\n"
-                                   "Version: 0.5.23+sm120.1\n")
     (info / "RECORD").write_text("sglang/__init__.py,sha256=one,22\n")
     monkeypatch.syspath_prepend(str(site))
     scripts = tmp_path / "select"
     scripts.mkdir()
     (scripts / "select_backends.py").write_text("# the selection\n")
-    models = []
-    for name in ("a", "b"):
-        models.append(tmp_path / name)
-        models[-1].mkdir()
-        (models[-1] / "config.json").write_text('{"model_type": "qwen3_moe"}')
-        (models[-1] / "model.safetensors").write_bytes(b"weights of " + name.encode())
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "qwen3_moe"}')
+    (model / "model.safetensors").write_bytes(b"weights")
+    decrypted = tmp_path / "config.dec"
+    decrypted.write_text('{"head_dim": 32}')
     environ = {"SGLANG_CACHE_DIR": "/one", "SGLANG_ENABLE_X": "1", "HOME": "/h"}
 
-    def key(model: Path = models[0], flags: tuple[str, ...] = ("--tp-size", "2"),
-            capability: tuple[int, int] = (12, 0), **changed: str) -> str:
-        return str(serve.selection_key(str(model), list(flags), capability, str(scripts),
-                                       {**environ, **changed}))
+    def key(where: Path = model, flags: tuple[str, ...] = ("--tp-size", "2"),
+            capability: tuple[int, int] = (12, 0), driver: str = "590.10", **changed: str
+            ) -> str:
+        return str(serve.selection_key(str(where), list(flags), capability, str(scripts),
+                                       {**environ, **changed}, driver))
 
     base = key()
     assert len(base) == 64 and key() == base
-    assert key(models[1]) == base  # another path, the same .json files; weights not read
     assert key(SGLANG_CACHE_DIR="/two", SGLANG_TORCH_PROFILER_DIR="/p", HOME="/x",
-               SGLANG_SM120_JIT_CACHES="none") == base
-    changed = {key(flags=("--tp-size", "4")), key(capability=(12, 1)),
-               key(SGLANG_ENABLE_X="0"), key(SGLANG_SM120_STANDINS="{}")}
-    (models[1] / "config.json").write_text('{"model_type": "qwen3"}')
-    changed.add(key(models[1]))
+               FLASHINFER_WORKSPACE_BASE="/w", SGLANG_SM120_JIT_CACHES="none",
+               SGLANG_SM120_TRITON_WATCH="/watch", CUDA_VISIBLE_DEVICES="0") == base
+    hook = tmp_path / "hook"  # what a recorded run adds to the path
+    (hook / "sglang_sm120_jit_caches").mkdir(parents=True)
+    (hook / "sitecustomize.py").write_text("import triton_watch\n")
+    (hook / "triton_watch.py").write_text("")
+    with monkeypatch.context() as inner:
+        inner.syspath_prepend(str(hook))
+        assert key() == base
+    changed = [key(flags=("--tp-size", "4")), key(capability=(12, 1)), key(driver="595.10"),
+               key(SGLANG_ENABLE_X="0"), key(SGLANG_SM120_STANDINS="{}"),
+               key(SGLANG_SM120_FLASHMLA_BACKEND="x"), key(FLASHINFER_LOGLEVEL="3"),
+               key(SM120_DEVICES="2"), key(flags=("--decrypted-config-file", str(decrypted)))]
+    mistral = tmp_path / "Mistral-Small-4-demo"  # 0.5.23's get_config reads params.json here
+    shutil.copytree(model, mistral)
+    changed.append(key(mistral))
+    (model / "configuration_demo.py").write_text("class DemoConfig: head_dim = 32\n")
+    changed.append(key())
+    (model / "dspark").mkdir()
+    (model / "dspark" / "config.json").write_text("{}")
+    changed.append(key())
+    decrypted.write_text('{"head_dim": 256}')
+    changed.append(key(flags=("--decrypted-config-file", str(decrypted))))
     (scripts / "serving.py").write_text("# a helper of the selection\n")
-    changed.add(key())
+    changed.append(key())
     (site / "sglang" / "__init__.py").write_text("__version__ = '0.5.23'  # by hand\n")
-    changed.add(key())
-    assert len(changed) == 7 and base not in changed
+    changed.append(key())
+    other = tmp_path / "other-srt"  # a folder of sglang that is a link, edited there
+    other.mkdir()
+    (other / "server_args.py").write_text("A = 1\n")
+    (site / "sglang" / "srt").rmdir()
+    (site / "sglang" / "srt").symlink_to(other)
+    changed.append(key())
+    (other / "server_args.py").write_text("A = 2\n")
+    changed.append(key())
+    (site / "triton_kernels").mkdir()  # a package the selection probes for
+    changed.append(key())
+    assert len(set(changed)) == len(changed) and base not in changed
     # the same files installed elsewhere: the same key
     edited = key()
+    (site / "sglang" / "srt").unlink()
+    shutil.copytree(other, site / "sglang" / "srt")
+    assert key() == edited
     monkeypatch.syspath_prepend(str(shutil.copytree(site, tmp_path / "elsewhere")))
     importlib.invalidate_caches()
-    assert importlib.util.find_spec("sglang").origin.startswith(str(tmp_path / "elsewhere"))
+    spec = importlib.util.find_spec("sglang")
+    assert spec is not None and str(spec.origin).startswith(str(tmp_path / "elsewhere"))
     assert key() == edited
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 # --- slow: the release's own selection in its environment, both directions -------------------
@@ -382,11 +420,26 @@ def test_the_selection_is_kept_by_its_inputs_and_shipped_in_the_jit_cache_artifa
     placed = start(covering, SGLANG_TORCH_PROFILER_DIR=str(tmp_path / "profiles"))
     assert "selection kept" in placed.stderr, placed.stderr
 
-    # a kept file of another key is not taken
-    record["key"] = "0" * 64
-    files[0].write_text(json.dumps(record))
-    tampered = start(covering)
-    assert tampered.returncode == 0 and "selection kept" not in tampered.stderr
+    # a kept file of another key, or of this key with content no selection gives, is not
+    # taken: the selection runs (a fresh walk crashed the launcher with the latter)
+    assert files[0].stat().st_mode & 0o777 == 0o644 & ~_umask()
+    good = files[0].read_text()
+    for bad in (json.dumps({**record, "key": "0" * 64}), "[" * 200_000 + "]" * 200_000,
+                json.dumps({**record, "observed": {**record["observed"], "attention": "x"}}),
+                json.dumps({**record, "observed": {}})):
+        files[0].write_text(bad)
+        tampered = start(covering)
+        assert tampered.returncode == 0, tampered.stderr[-3000:]
+        assert "kernel wheels flashinfer-jit-cache" in tampered.stderr
+        assert "selection kept" not in tampered.stderr
+        assert files[0].read_text() == good  # kept again, as the selection gave it
+    # a recorded run that cannot keep it says so (it would ship nothing)
+    unkept = tmp_path / "unkept"
+    unkept.mkdir()
+    (unkept / "selection").write_text("a file")
+    said = start(covering, SGLANG_SM120_TRITON_WATCH=str(unkept))
+    assert said.returncode == 0, said.stderr[-3000:]
+    assert f"the selection not kept in {unkept / 'selection'}" in said.stderr
 
     # a recorded run keeps it in the watch folder too; the artifact ships it to another
     # machine's first start (an empty SGLang cache)
