@@ -256,7 +256,8 @@ def test_the_selection_key_holds_what_the_selection_reads_and_no_place(
     changed = [key(flags=("--tp-size", "4")), key(capability=(12, 1)), key(driver="595.10"),
                key(SGLANG_ENABLE_X="0"), key(SGLANG_SM120_STANDINS="{}"),
                key(SGLANG_SM120_FLASHMLA_BACKEND="x"), key(FLASHINFER_LOGLEVEL="3"),
-               key(SM120_DEVICES="2"), key(flags=("--decrypted-config-file", str(decrypted)))]
+               key(SM120_DEVICES="2"), key(SGLANG_DISABLE_RADIX_CACHE="1"),
+               key(flags=("--decrypted-config-file", str(decrypted)))]
     mistral = tmp_path / "Mistral-Small-4-demo"  # 0.5.23's get_config reads params.json here
     shutil.copytree(model, mistral)
     changed.append(key(mistral))
